@@ -1,0 +1,31 @@
+"""Exact pure-PyTorch reference of HiLS sliding-window attention (SPEC.md).
+
+The single source of truth of the project's semantics:
+
+- :func:`sliding_window_attention`: the canonical interface, computed exactly.
+- :func:`golden` / :func:`same_dtype`: the two precisions the conformance
+  tolerance is built from (float64 ground truth; plain PyTorch in the input dtype).
+- :mod:`reference.mask`: the visibility rule, the only copy in the project.
+- :func:`check_inputs`: the one validation every backend runs first.
+"""
+
+from .attention import golden, same_dtype, sliding_window_attention
+from .errors import UnsupportedConfig
+from .mask import (
+    is_landmark,
+    key_positions,
+    query_positions,
+    render_mask,
+    visibility_mask,
+    visible,
+    visible_key_range,
+    window_left,
+)
+from .validation import CANONICAL_DTYPES, Problem, check_inputs
+
+__all__ = [
+    "sliding_window_attention", "golden", "same_dtype", "UnsupportedConfig",
+    "check_inputs", "Problem", "CANONICAL_DTYPES",
+    "visible", "visibility_mask", "visible_key_range", "window_left", "is_landmark",
+    "query_positions", "key_positions", "render_mask",
+]

@@ -1,0 +1,205 @@
+"""The exact pure-PyTorch reference of HiLS sliding-window attention (forward).
+
+Memory is linear in the window: queries are processed in blocks, and each block
+reads only the key range its windows can reach (``visible_key_range``), split
+further into key blocks merged by log-sum-exp when that range is long. No
+``Lq x Lk`` matrix is ever built.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .mask import key_positions, query_positions, visible, visible_key_range
+from .validation import CANONICAL_DTYPES, Problem, check_inputs
+
+__all__ = ["sliding_window_attention", "golden", "same_dtype"]
+
+# Largest score tile (B * Hq * rows * keys elements) one step materialises:
+# 2**22 float64 values = 32 MiB, so the peak extra memory stays far under 1 GB
+# whatever Lq, Lk and the window are.
+_TILE_ELEMS = 1 << 22
+_REF_DTYPES = CANONICAL_DTYPES + (torch.float64,)
+
+
+def _blocks(p: Problem) -> tuple[int, int]:
+    """Query-block and key-block lengths that keep one score tile under budget."""
+    heads = max(1, p.B * p.Hq)
+    reach = max(1, min(p.Lk, p.window_size + p.chunk_size))
+    block_q = max(1, min(p.Lq, 1024, _TILE_ELEMS // (heads * reach)))
+    block_k = max(64, _TILE_ELEMS // (heads * block_q))
+    return block_q, block_k
+
+
+def _weighted_sum(w: torch.Tensor, vis: torch.Tensor, vb: torch.Tensor) -> torch.Tensor:
+    """``sum_j w_ij v_j`` over visible ``j`` only, exact even when a ``v_j`` is not finite.
+
+    ``w`` is ``(B, Hkv, G, I, J)``, ``vis`` ``(I, J)``, ``vb`` ``(B, Hkv, J, Dv)``. A
+    matrix product would turn ``0 * NaN`` of an invisible key into NaN, so keys
+    with non-finite values take an element-wise path that skips invisible pairs.
+    """
+    finite = torch.isfinite(vb).all(dim=-1)  # (B, Hkv, J)
+    if bool(finite.all()):
+        return w @ vb.unsqueeze(2)
+    out = torch.where(finite[:, :, None, None, :], w, 0) @ torch.where(finite[..., None], vb, 0).unsqueeze(2)
+    bad = (~finite).any(dim=(0, 1)).nonzero().flatten().tolist()
+    for j in bad:  # rare: only keys that hold inf or NaN
+        contrib = w[..., j, None] * vb[:, :, None, None, j, :]  # (B, Hkv, G, I, Dv)
+        seen = vis[:, j][None, None, None, :, None]
+        take = seen & ~finite[:, :, j][:, :, None, None, None]
+        out = out + torch.where(take, contrib, 0)
+    return out
+
+
+def _attention(q, k, v, p: Problem, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Core loop. ``mode`` is ``"golden"`` (float64 everywhere) or ``"same"``
+    (products in the input dtype with fp32 accumulation, softmax in fp32)."""
+    acc = torch.float64 if mode == "golden" else torch.float32
+    mm = torch.float64 if mode == "golden" else p.dtype
+    o = torch.zeros((p.B, p.Hq, p.Lq, p.Dv), dtype=acc, device=p.device)
+    lse = torch.full((p.B, p.Hq, p.Lq), float("-inf"), dtype=acc, device=p.device)
+    if p.empty:
+        return o, lse
+    G = p.group
+    # (B, Hkv, G, Lq, D) views: query head h = kv_head * G + g reads kv head h // G.
+    qg = q.unflatten(1, (p.Hkv, G))
+    og = o.unflatten(1, (p.Hkv, G))
+    lg = lse.unflatten(1, (p.Hkv, G))
+    qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)
+    kpos = key_positions(p.Lk, p.kv_start, p.device)
+    rule = dict(window_size=p.window_size, chunk_size=p.chunk_size, mask_lmk=p.mask_lmk,
+                expand_to_chunk=p.expand_to_chunk)
+    block_q, block_k = _blocks(p)
+    for i0 in range(0, p.Lq, block_q):
+        i1 = min(p.Lq, i0 + block_q)
+        j_lo, j_hi = visible_key_range(i0, i1, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
+                                       chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
+                                       kv_start=p.kv_start)
+        qb = qg[:, :, :, i0:i1].to(mm)
+        m_run = None
+        for j0 in range(j_lo, j_hi, block_k):
+            j1 = min(j_hi, j0 + block_k)
+            vis = visible(qpos[i0:i1, None], kpos[None, j0:j1], **rule)  # (I, J)
+            if not bool(vis.any()):
+                continue
+            kb = k[:, :, j0:j1].to(mm)
+            vb = v[:, :, j0:j1].to(mm)
+            s = (qb @ kb.unsqueeze(2).transpose(-1, -2)).to(acc) * p.sm_scale
+            s = torch.where(vis, s, float("-inf"))  # also drops NaN/inf of invisible keys
+            blk_lse = torch.logsumexp(s, dim=-1)  # -inf on rows with no visible key here
+            safe = torch.where(torch.isfinite(blk_lse), blk_lse, 0)
+            w = torch.exp(s - safe[..., None])  # exactly 0 where invisible
+            blk_o = _weighted_sum(w.to(mm), vis, vb).to(acc)
+            if m_run is None:
+                m_run = (blk_lse, blk_o)
+                continue
+            run_lse, run_o = m_run
+            new_lse = torch.logaddexp(run_lse, blk_lse)
+            new_safe = torch.where(torch.isfinite(new_lse), new_lse, 0)
+            a = torch.exp(run_lse - new_safe)
+            b = torch.exp(blk_lse - new_safe)
+            m_run = (new_lse, run_o * a[..., None] + blk_o * b[..., None])
+        if m_run is not None:
+            lg[:, :, :, i0:i1] = m_run[0]
+            og[:, :, :, i0:i1] = m_run[1]
+    return o, lse
+
+
+def golden(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+           kv_start=0, sm_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ground truth: float64 math on the given inputs; returns float64 ``o`` and ``lse``.
+
+    The conformance suite measures every backend's error against this.
+    """
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale,
+                     dtypes=_REF_DTYPES)
+    return _attention(q, k, v, p, "golden")
+
+
+def same_dtype(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+               kv_start=0, sm_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """What plain PyTorch computing in the input dtype returns.
+
+    ``q @ k^T`` and ``p @ v`` run in the input dtype (fp32 accumulation inside
+    the product, result rounded to the dtype), scaling, softmax and the
+    cross-block merge in fp32. Returns ``o`` in the input dtype and fp32 ``lse``.
+    Its error against :func:`golden` is the yardstick of the conformance
+    tolerance: a backend may be a small multiple of it away from ground truth.
+    """
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale,
+                     dtypes=_REF_DTYPES)
+    o, lse = _attention(q, k, v, p, "same")
+    return o.to(p.dtype), lse.to(torch.float32)
+
+
+def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
+                             expand_to_chunk=True, kv_start=0, sm_scale=None
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""HiLS sliding-window attention, forward: the canonical interface (SPEC.md).
+
+    Computed exactly (float64) and returned as ``o`` in ``q.dtype`` (canonical
+    layout, contiguous) and ``lse`` in fp32, natural log.
+
+    Shapes::
+
+        q   (B, Hq,  Lq, Dqk)      k (B, Hkv, Lk, Dqk)      v (B, Hkv, Lk, Dv)
+        o   (B, Hq,  Lq, Dv)       lse (B, Hq, Lq)
+
+    Any strides are accepted (``x.transpose(1, 2)`` of a ``(B, L, H, D)`` tensor
+    included). ``G = Hq / Hkv``; query head ``h`` reads key/value head ``h // G``.
+
+    Positions are absolute; the queries are the last ``Lq`` key positions::
+
+        qpos(i) = kv_start + (Lk - Lq) + i        kpos(j) = kv_start + j
+        left(i) = qpos(i) - window_size + 1
+        if expand_to_chunk: left(i) = floor(left(i) / chunk_size) * chunk_size
+        visible(i, j) = left(i) <= kpos(j) <= qpos(i)
+                        and (not mask_lmk or (kpos(j) + 1) % chunk_size != 0)
+
+        s_ij  = sm_scale * <q_i, k_j>          sm_scale defaults to 1 / sqrt(Dqk)
+        lse_i = log(sum_{j visible} exp(s_ij))
+        o_i   = sum_{j visible} exp(s_ij - lse_i) * v_j
+
+    A row with no visible key has ``o_i = 0`` and ``lse_i = -inf`` (never NaN).
+    Values in key slots that no query of the call can see (NaN included) do not
+    change any output. Empty dimensions return empty outputs.
+
+    Masks from :func:`reference.mask.render_mask` (``#`` visible, ``.`` not,
+    ``L`` inside the window but a landmark), ``Lq = Lk = 8``,
+    ``window_size = 3``, ``chunk_size = 4``, ``kv_start = 0``::
+
+        plain causal window       expand_to_chunk=True      expand_to_chunk=True
+        mask_lmk=False            mask_lmk=False            mask_lmk=True (defaults)
+        expand_to_chunk=False
+        #.......                  #.......                  #.......
+        ##......                  ##......                  ##......
+        ###.....                  ###.....                  ###.....
+        .###....                  ####....                  ###L....
+        ..###...                  #####...                  ###L#...
+        ...###..                  ######..                  ###L##..
+        ....###.                  ....###.                  ....###.
+        .....###                  ....####                  ....###L
+
+    Query 4 (position 4): ``left = 4 - 3 + 1 = 2``, floored to the chunk start
+    0, so it sees keys 0..4 except the landmark at position 3. Query 6:
+    ``left = 4`` already on a chunk start.
+
+    ``Lq = 4 < Lk = 10``, ``kv_start = 5`` (same window and chunk, defaults):
+    keys sit at positions 5..14, queries at 11..14, and landmarks are where
+    ``(position + 1) % 4 == 0`` (positions 7 and 11: ``j = 2, 6``), not
+    where ``(j + 1) % 4 == 0``::
+
+        ...###L...
+        ...###L#..
+        ...###L##.
+        .......###
+
+    Raises ``ValueError`` (naming the argument) for bad input, before any work.
+    """
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale,
+                     dtypes=_REF_DTYPES)
+    o, lse = _attention(q, k, v, p, "golden")
+    return o.to(p.dtype), lse.to(torch.float32)

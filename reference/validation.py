@@ -1,0 +1,165 @@
+"""One input validation for every backend (SPEC.md, "Errors").
+
+Every backend's public ``sliding_window_attention`` calls :func:`check_inputs`
+first, so bad input raises the same ``ValueError`` (naming the argument and the
+rule) everywhere, before any kernel runs. The returned :class:`Problem` carries
+the sizes and the resolved scalars the launchers need.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs"]
+
+#: dtypes of the canonical interface (SPEC.md).
+CANONICAL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Sizes and resolved parameters of one valid call."""
+
+    B: int
+    Hq: int
+    Hkv: int
+    Lq: int
+    Lk: int
+    Dqk: int
+    Dv: int
+    dtype: torch.dtype
+    device: torch.device
+    window_size: int
+    chunk_size: int
+    mask_lmk: bool
+    expand_to_chunk: bool
+    kv_start: int
+    sm_scale: float
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (``Hq // Hkv``)."""
+        return self.Hq // self.Hkv if self.Hkv else 0
+
+    @property
+    def q_offset(self) -> int:
+        """Absolute position of query 0: ``kv_start + Lk - Lq``."""
+        return self.kv_start + self.Lk - self.Lq
+
+    @property
+    def empty(self) -> bool:
+        """True when an output has no element (the call returns empty outputs)."""
+        return 0 in (self.B, self.Hq, self.Lq, self.Dv)
+
+    def new_outputs(self, poison: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh ``o`` (canonical layout, contiguous) and ``lse`` (fp32).
+
+        With ``poison`` they are filled with NaN, so an element no kernel wrote
+        is caught by any check; without it they are uninitialised.
+        """
+        o = torch.empty((self.B, self.Hq, self.Lq, self.Dv), dtype=self.dtype, device=self.device)
+        lse = torch.empty((self.B, self.Hq, self.Lq), dtype=torch.float32, device=self.device)
+        if poison:
+            o.fill_(float("nan"))
+            lse.fill_(float("nan"))
+        return o, lse
+
+
+def _int_arg(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got bool {value!r}")
+    try:
+        iv = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    if iv < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {iv}")
+    return iv
+
+
+def _bool_arg(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_inputs(
+    q,
+    k,
+    v,
+    *,
+    window_size,
+    chunk_size,
+    mask_lmk=True,
+    expand_to_chunk=True,
+    kv_start=0,
+    sm_scale=None,
+    dtypes: tuple[torch.dtype, ...] = CANONICAL_DTYPES,
+) -> Problem:
+    """Validate a call against SPEC.md and return its :class:`Problem`.
+
+    Raises ``ValueError`` naming the argument and the rule for: tensors that
+    are not 4-D ``torch.Tensor`` s; non-floating or unsupported dtypes; mixed
+    dtypes or devices; mismatched ``B`` / ``Dqk`` / ``Lk`` / ``Hkv``;
+    ``Hq % Hkv != 0``; ``Lq > Lk``; ``window_size < 1``; ``chunk_size < 1``;
+    ``kv_start < 0``; a non-finite ``sm_scale``; flags that are not bools.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:
+            raise ValueError(f"{name}.dtype must be floating point, got {t.dtype}")
+        if t.dtype not in dtypes:
+            allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise ValueError(f"{name}.dtype must be one of {allowed}, got {t.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
+
+    B, Hq, Lq, Dqk = q.shape
+    Bk, Hkv, Lk, Dk = k.shape
+    Bv, Hv, Lv, Dv = v.shape
+    if Bk != B or Bv != B:
+        raise ValueError(f"batch size B must match: q has {B}, k has {Bk}, v has {Bv}")
+    if Dk != Dqk:
+        raise ValueError(f"head dim Dqk must match: q has {Dqk}, k has {Dk}")
+    if Lv != Lk:
+        raise ValueError(f"key length Lk must match: k has {Lk}, v has {Lv}")
+    if Hv != Hkv:
+        raise ValueError(f"key/value heads Hkv must match: k has {Hkv}, v has {Hv}")
+    if Hkv == 0 and Hq != 0:
+        raise ValueError(f"Hq % Hkv must be 0: Hq={Hq} query heads cannot share Hkv=0 key/value heads")
+    if Hkv != 0 and Hq % Hkv != 0:
+        raise ValueError(f"Hq % Hkv must be 0 (whole query heads per key/value head), got Hq={Hq}, Hkv={Hkv}")
+    if Lq > Lk:
+        raise ValueError(f"Lq must be <= Lk (queries are the last Lq key positions), got Lq={Lq}, Lk={Lk}")
+
+    window_size = _int_arg("window_size", window_size, 1)
+    chunk_size = _int_arg("chunk_size", chunk_size, 1)
+    kv_start = _int_arg("kv_start", kv_start, 0)
+    mask_lmk = _bool_arg("mask_lmk", mask_lmk)
+    expand_to_chunk = _bool_arg("expand_to_chunk", expand_to_chunk)
+
+    if sm_scale is None:
+        scale = 1.0 / math.sqrt(Dqk) if Dqk > 0 else 1.0
+    else:
+        if isinstance(sm_scale, (bool, torch.Tensor)):
+            raise ValueError(f"sm_scale must be a finite float or None, got {sm_scale!r}")
+        try:
+            scale = float(sm_scale)  # int, float, numpy scalar
+        except (TypeError, ValueError):
+            raise ValueError(f"sm_scale must be a finite float or None, got {sm_scale!r}") from None
+        if not math.isfinite(scale):
+            raise ValueError(f"sm_scale must be finite, got {sm_scale!r}")
+
+    return Problem(B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, Dqk=Dqk, Dv=Dv, dtype=q.dtype,
+                   device=q.device, window_size=window_size, chunk_size=chunk_size,
+                   mask_lmk=mask_lmk, expand_to_chunk=expand_to_chunk, kv_start=kv_start,
+                   sm_scale=scale)

@@ -1,0 +1,1 @@
+"""Command-line tools of hils-swa: ``hils-swa conform | bench | diff | probe``."""
