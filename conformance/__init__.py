@@ -1,0 +1,1 @@
+"""Conformance suite: every registered backend against the exact reference and each other."""

@@ -1,0 +1,134 @@
+"""The registry of backends: one place that says what implements the operator.
+
+A backend is a function with the canonical signature of SPEC.md plus a
+``supports(case) -> (ok, reason)`` check. Built-in backends are registered by
+name here; external ones come from ``--backend package.module:function`` or the
+entry-point group ``hils_swa.backends`` and get exactly the same cases.
+
+A backend that cannot serve a case says so (``supports`` returns
+``(False, reason)``, or the call raises ``reference.UnsupportedConfig``); the
+suite reports ``unsupported`` with that reason and never substitutes another
+backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+ENTRY_POINT_GROUP = "hils_swa.backends"
+
+
+def _always(case: Any) -> tuple[bool, str]:
+    return True, ""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A named implementation of the canonical interface."""
+
+    name: str
+    fn: Callable[..., Any] = field(repr=False)
+    supports: Callable[[Any], tuple[bool, str]] = field(default=_always, repr=False)
+    origin: str = ""  # where it came from: "builtin", "entry point", "module:function"
+
+
+def _device_of(case: Any) -> str:
+    return str(getattr(case, "device", "cpu"))
+
+
+def _triton_supports(case: Any) -> tuple[bool, str]:
+    if _device_of(case).startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1":
+        return False, "triton: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1 before import)"
+    return True, ""
+
+
+def _lazy(module: str, attr: str = "sliding_window_attention") -> Callable[..., Any]:
+    """A function that imports ``module`` on first call (keeps imports cheap)."""
+
+    def call(*args, **kwargs):
+        fn = getattr(importlib.import_module(module), attr)
+        return fn(*args, **kwargs)
+
+    call.__name__ = f"{module}.{attr}"
+    call.__qualname__ = call.__name__
+    return call
+
+
+# Built-ins: name -> (module, supports). Optional ones are listed by
+# ``available()`` only when their import succeeds.
+_BUILTIN: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
+    "reference": ("reference", _always),
+    "triton": ("triton_impl", _triton_supports),
+    "tilelang": ("tilelang_impl", _always),
+}
+_OPTIONAL: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
+    "flex": ("tools.flex_backend", _always),
+}
+DEFAULT_BACKENDS = ("reference", "triton", "tilelang")
+
+
+def _from_module_spec(spec: str) -> Backend:
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"backend spec {spec!r}: expected a registered name or 'package.module:function'")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"backend spec {spec!r}: cannot load it ({e})") from e
+    return _as_backend(obj, name=spec, origin=spec)
+
+
+def _as_backend(obj: Any, *, name: str, origin: str) -> Backend:
+    """Accept a ready ``Backend`` or a bare canonical function (optionally
+    carrying a ``supports`` attribute)."""
+    if isinstance(obj, Backend):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"backend {name!r} is not callable")
+    return Backend(name=name, fn=obj, supports=getattr(obj, "supports", _always), origin=origin)
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_backend(spec: str) -> Backend:
+    """Resolve one backend: a built-in name, an entry-point name, or
+    ``package.module:function``."""
+    if spec in _BUILTIN or spec in _OPTIONAL:
+        module, supports = _BUILTIN.get(spec) or _OPTIONAL[spec]
+        return Backend(name=spec, fn=_lazy(module), supports=supports, origin="builtin")
+    if ":" in spec:
+        return _from_module_spec(spec)
+    eps = _entry_points()
+    if spec in eps:
+        return _as_backend(eps[spec].load(), name=spec, origin=f"entry point {eps[spec].value}")
+    known = sorted(set(_BUILTIN) | set(_OPTIONAL) | set(eps))
+    raise ValueError(f"unknown backend {spec!r}; known: {', '.join(known)}; or use 'package.module:function'")
+
+
+def default_backends() -> list[Backend]:
+    """The built-in backends plus every installed entry-point backend."""
+    out = [load_backend(name) for name in DEFAULT_BACKENDS]
+    for name in sorted(_entry_points()):
+        if name not in DEFAULT_BACKENDS:
+            out.append(load_backend(name))
+    return out
+
+
+def resolve(specs: list[str] | None) -> list[Backend]:
+    """Backends named on a command line, or the defaults when none are."""
+    if not specs:
+        return default_backends()
+    seen, out = set(), []
+    for spec in specs:
+        b = load_backend(spec)
+        if b.name not in seen:
+            seen.add(b.name)
+            out.append(b)
+    return out
