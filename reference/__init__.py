@@ -18,6 +18,7 @@ from .mask import (
     render_mask,
     visibility_mask,
     visible,
+    visible_counts,
     visible_key_range,
     window_left,
 )
@@ -26,6 +27,6 @@ from .validation import CANONICAL_DTYPES, Problem, check_inputs
 __all__ = [
     "sliding_window_attention", "golden", "same_dtype", "UnsupportedConfig",
     "check_inputs", "Problem", "CANONICAL_DTYPES",
-    "visible", "visibility_mask", "visible_key_range", "window_left", "is_landmark",
+    "visible", "visibility_mask", "visible_counts", "visible_key_range", "window_left", "is_landmark",
     "query_positions", "key_positions", "render_mask",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "visibility_mask",
     "visible_key_range",
     "render_mask",
+    "visible_counts",
 ]
 
 
@@ -143,6 +144,34 @@ def visible_key_range(
     j_lo = max(0, left - kv_start)
     j_hi = min(Lk, offset + i1 - 1 - kv_start + 1)
     return j_lo, max(j_lo, j_hi)
+
+
+def visible_counts(
+    Lq: int,
+    Lk: int,
+    *,
+    window_size: int,
+    chunk_size: int,
+    mask_lmk: bool = True,
+    expand_to_chunk: bool = True,
+    kv_start: int = 0,
+    device=None,
+) -> torch.Tensor:
+    """Number of visible keys of every query, ``(Lq,)`` int64, in closed form.
+
+    Linear in ``Lq`` (no mask is built): the window ``[max(left, kv_start), qpos]``
+    minus the landmarks inside it, ``floor((b + 1) / C) - floor(a / C)`` for a
+    range ``[a, b]``. Benchmarks count FLOPs over these visible pairs; tests
+    check it against :func:`visibility_mask`.
+    """
+    qpos = query_positions(Lq, Lk, kv_start, device)
+    lo = torch.clamp(window_left(qpos, window_size=window_size, chunk_size=chunk_size,
+                                 expand_to_chunk=expand_to_chunk), min=kv_start)
+    n = torch.clamp(qpos - lo + 1, min=0)
+    if mask_lmk:
+        lmk = _floor_div(qpos + 1, chunk_size) - _floor_div(lo, chunk_size)
+        n = n - torch.where(n > 0, lmk, torch.zeros_like(lmk))
+    return n
 
 
 def render_mask(mask: torch.Tensor, *, window: torch.Tensor | None = None,
