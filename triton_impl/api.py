@@ -1,0 +1,62 @@
+"""Public adapter of the Triton backend: the canonical interface of SPEC.md."""
+
+from __future__ import annotations
+
+import torch
+
+from reference.errors import UnsupportedConfig
+from reference.validation import check_inputs
+
+from . import launch as _launch
+
+__all__ = ["sliding_window_attention", "UnsupportedConfig", "MIN_HEAD_DIM", "MAX_HEAD_DIM"]
+
+MIN_HEAD_DIM = 32
+MAX_HEAD_DIM = 256
+
+
+def _check_supported(p) -> None:
+    for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
+        if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
+            raise UnsupportedConfig(
+                f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
+    if p.device.type == "cpu":
+        if not _launch.interpreter_active():
+            raise UnsupportedConfig(
+                "triton: CPU tensors need the Triton interpreter; set TRITON_INTERPRET=1 "
+                "before importing triton_impl (or pass CUDA tensors)")
+    elif p.device.type != "cuda":
+        raise UnsupportedConfig(f"triton: device type {p.device.type!r} is not supported (cuda, "
+                                "or cpu under TRITON_INTERPRET=1)")
+
+
+def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
+                             expand_to_chunk=True, kv_start=0, sm_scale=None,
+                             _force_path=None, _config=None, _num_splits=None):
+    """HiLS sliding-window attention forward (SPEC.md), Triton kernels.
+
+    Returns ``(o, lse)``: ``o`` of shape ``(B, Hq, Lq, Dv)`` in ``q.dtype``,
+    contiguous; ``lse`` of shape ``(B, Hq, Lq)``, fp32, natural log. Inputs may
+    have any strides (``x.transpose(1, 2)`` of a ``(B, L, H, D)`` tensor is read
+    in place). fp32 inputs are computed with exact fp32 products
+    (``input_precision="ieee"``, no tf32).
+
+    Raises ``ValueError`` for invalid input (``reference.check_inputs``) and
+    ``UnsupportedConfig`` for head dims outside 32..256 or CPU tensors without
+    ``TRITON_INTERPRET=1``. The keyword arguments starting with ``_`` are
+    private test/tuning knobs (``"prefill"`` / ``"splitkv"`` path, a
+    ``launch.Config``, a split count), not part of the interface.
+    """
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    o = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=p.dtype, device=p.device)
+    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32, device=p.device)
+    if p.empty:
+        return o, lse
+    _check_supported(p)
+    if p.Lk == 0 or p.Hkv == 0:  # unreachable with empty()==False, kept explicit
+        o.zero_()
+        lse.fill_(float("-inf"))
+        return o, lse
+    _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits)
+    return o, lse

@@ -1,0 +1,340 @@
+"""Triton kernels of HiLS sliding-window attention, forward (SPEC.md).
+
+Three kernels:
+
+- :func:`_swa_fwd_kernel`: prefill / training. One program per (query block,
+  batch x query head). It loops only over the key blocks its rows can see, in
+  three phases: masked blocks at the left edge of the window, unmasked blocks
+  in the middle (only the cheap per-column landmark test), masked blocks at
+  the diagonal.
+- :func:`_swa_splitkv_kernel`: split-KV for small grids (decode, short chunks).
+  The ``G`` query heads of one key/value head and the ``Lq`` queries are packed
+  into the M rows of a tile (row ``r`` is query ``r // G`` of head
+  ``kv_head * G + r % G``), so one K/V load serves all of them; the visible key
+  range of the tile is split over ``NUM_SPLITS`` programs, each writing a
+  partial online-softmax state (normalised ``o`` and base-2 LSE, fp32).
+- :func:`_swa_combine_kernel`: merges the partial states of one row.
+
+Both attention kernels work in base 2 (``exp2``; scores pre-multiplied by
+``sm_scale * log2(e)``) and write the natural-log LSE ``(m + log2 l) * ln 2``
+and ``o`` straight into the canonical contiguous ``(B, Hq, Lq, Dv)`` layout.
+
+The visibility rule of SPEC.md (the Python copy is ``reference.mask``)::
+
+    qpos(i) = kv_start + (Lk - Lq) + i,   kpos(j) = kv_start + j
+    left(i) = qpos(i) - W + 1;  if EXPAND: left(i) = floor(left(i) / C) * C
+    visible(i, j) = left(i) <= kpos(j) <= qpos(i)
+                    and not (MASK_LMK and (kpos(j) + 1) % C == 0)
+
+NaN safety: a matrix product turns ``0 * NaN`` into NaN, so a key that no row
+of the program can see (left of the first row's window edge, right of the last
+row, or a landmark when ``MASK_LMK``) is *loaded* as 0 (``mask=..., other=0``),
+not only masked in the scores.
+
+Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
+arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets
+``UPCAST=True`` and every tile is converted to fp32 right after ``tl.load``;
+on a GPU ``UPCAST`` is False and the code is unchanged.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _window_left(qpos, W, C, EXPAND: tl.constexpr):
+    """Left window edge (absolute, inclusive) of queries at ``qpos``.
+
+    Triton's integer ``//`` truncates toward zero on runtime values, and SPEC
+    needs a floor. Key positions are >= 0, so an edge below 0 sees exactly the
+    keys an edge of 0 sees: clamping to 0 first keeps the visible set and makes
+    truncation equal to the floor.
+    """
+    left = qpos - W + 1
+    if EXPAND:
+        left = tl.maximum(left, 0)
+        left = (left // C) * C
+    return left
+
+
+@triton.jit
+def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
+    """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
+    if HAS_R:
+        if HAS_C:
+            x = tl.load(ptrs, mask=rmask[:, None] & cmask[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rmask[:, None], other=0.0)
+    else:
+        if HAS_C:
+            x = tl.load(ptrs, mask=cmask[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs)
+    if UPCAST:  # interpreter only: its bf16 is wrong (triton-lang/triton#11584)
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left, kv_start, C, qk_scale,
+            dk_ok, dv_ok,
+            BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr,
+            PAD_DK: tl.constexpr, PAD_DV: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+    """One key block ``[n0, n0 + BLOCK_N)`` of the online softmax (base 2).
+
+    ``MASK_WINDOW``: the block may hold keys outside some row's window (or
+    outside ``[j_lo, j_hi)``): bounds-masked loads and the full window test.
+    Otherwise every key of the block is inside every row's window and only the
+    landmark column test (``MASK_LMK``) remains.
+    """
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    kpos = kv_start + offs_n
+    if MASK_WINDOW:
+        col_ok = (offs_n >= j_lo) & (offs_n < j_hi)
+        if MASK_LMK:
+            col_ok = col_ok & (((kpos + 1) % C) != 0)
+    else:
+        col_ok = ((kpos + 1) % C) != 0
+    HAS_COL: tl.constexpr = MASK_WINDOW or MASK_LMK
+    # k is loaded transposed: (D, BLOCK_N); v as (BLOCK_N, D).
+    k = _load_tile(k_ptrs, dk_ok, col_ok, PAD_DK, HAS_COL, UPCAST)
+    v = _load_tile(v_ptrs, col_ok, dv_ok, HAS_COL, PAD_DV, UPCAST)
+    if IEEE:
+        s = tl.dot(q, k, input_precision="ieee")
+    else:
+        s = tl.dot(q, k)
+    s = s * qk_scale
+    if MASK_WINDOW:
+        vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None]) & col_ok[None, :]
+        s = tl.where(vis, s, float("-inf"))
+    elif MASK_LMK:
+        s = tl.where(col_ok[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+    alpha = tl.math.exp2(m_i - m_safe)
+    p = tl.math.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if IEEE:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _swa_fwd_kernel(
+    Q, K, V, O, LSE,
+    sqb, sqh, sql, sqd,
+    skb, skh, skl, skd,
+    svb, svh, svl, svd,
+    sob, soh, sol, sod,
+    Hq, G, Lq, Lk, kv_start, W, C, qk_scale,
+    DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kvh = h // G
+    PAD_DK: tl.constexpr = BLOCK_DK != DK
+    PAD_DV: tl.constexpr = BLOCK_DV != DV
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dk_ok = offs_dk < DK
+    dv_ok = offs_dv < DV
+    row_ok = offs_m < Lq
+
+    q_off = kv_start + Lk - Lq  # absolute position of query 0
+    qpos = q_off + offs_m
+    left = _window_left(qpos, W, C, EXPAND)
+
+    # Key indices [j_lo, j_hi) some row of this block can see (left edges are
+    # non-decreasing in the row, windows of consecutive rows overlap or touch).
+    m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
+    j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
+    j_hi = Lk - Lq + m_last + 1
+    # Keys every row of the block sees (apart from landmarks): [full_lo, full_hi].
+    full_lo = _window_left(q_off + m_last, W, C, EXPAND) - kv_start
+    full_hi = Lk - Lq + m0  # the first row's own position
+
+    start = (j_lo // BLOCK_N) * BLOCK_N
+    end = j_hi
+    mid_lo = tl.maximum(tl.cdiv(tl.maximum(full_lo, 0), BLOCK_N) * BLOCK_N, start)
+    mid_hi = ((full_hi + 1) // BLOCK_N) * BLOCK_N
+    b_ = tl.minimum(mid_lo, end)
+    c_ = tl.minimum(tl.maximum(mid_hi, b_), end)
+    c_ = tl.maximum(c_, b_)
+
+    b64 = b.to(tl.int64)
+    q_base = Q + b64 * sqb + h.to(tl.int64) * sqh
+    k_base = K + b64 * skb + kvh.to(tl.int64) * skh
+    v_base = V + b64 * svb + kvh.to(tl.int64) * svh
+
+    q_ptrs = q_base + offs_m[:, None].to(tl.int64) * sql + offs_dk[None, :] * sqd
+    q = _load_tile(q_ptrs, row_ok, dk_ok, True, PAD_DK, UPCAST)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    # Phase 1: left edge, masked.
+    k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(start, b_, BLOCK_N):
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        k_ptrs += BLOCK_N * skl
+        v_ptrs += BLOCK_N * svl
+    # Phase 2: inside every row's window: landmark test only.
+    k_ptrs = k_base + (b_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (b_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(b_, c_, BLOCK_N):
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
+                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        k_ptrs += BLOCK_N * skl
+        v_ptrs += BLOCK_N * svl
+    # Phase 3: diagonal, masked.
+    k_ptrs = k_base + (c_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (c_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(c_, end, BLOCK_N):
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        k_ptrs += BLOCK_N * skl
+        v_ptrs += BLOCK_N * svl
+
+    empty = l_i == 0.0  # no visible key: o = 0, lse = -inf (never NaN)
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+
+    o_ptrs = (O + b64 * sob + h.to(tl.int64) * soh + offs_m[:, None].to(tl.int64) * sol
+              + offs_dv[None, :] * sod)
+    if PAD_DV:
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+    else:
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    lse_ptrs = LSE + (pid_bh.to(tl.int64) * Lq + offs_m)
+    tl.store(lse_ptrs, lse, mask=row_ok)
+
+
+@triton.jit
+def _swa_splitkv_kernel(
+    Q, K, V, OP, LP,
+    sqb, sqh, sql, sqd,
+    skb, skh, skl, skd,
+    svb, svh, svl, svd,
+    Hq, Hkv, G, Lq, Lk, kv_start, W, C, qk_scale, split_len, rows_total,
+    DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):
+    """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
+    (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
+    ``rows_total = B * Hq * Lq`` is the stride of one split."""
+    pid_m = tl.program_id(0)
+    pid_bk = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    b = pid_bk // Hkv
+    kvh = pid_bk % Hkv
+    PAD_DK: tl.constexpr = BLOCK_DK != DK
+    PAD_DV: tl.constexpr = BLOCK_DV != DV
+
+    GL = G * Lq
+    r0 = pid_m * BLOCK_M
+    offs_r = r0 + tl.arange(0, BLOCK_M)
+    row_ok = offs_r < GL
+    i_row = offs_r // G  # query index (non-decreasing in r)
+    g_row = offs_r % G
+    h_row = kvh * G + g_row
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dk_ok = offs_dk < DK
+    dv_ok = offs_dv < DV
+
+    q_off = kv_start + Lk - Lq
+    qpos = q_off + i_row
+    left = _window_left(qpos, W, C, EXPAND)
+    i_first = r0 // G
+    i_last = (tl.minimum(r0 + BLOCK_M, GL) - 1) // G
+    j_lo = tl.maximum(_window_left(q_off + i_first, W, C, EXPAND) - kv_start, 0)
+    j_hi = Lk - Lq + i_last + 1
+    start = (j_lo // BLOCK_N) * BLOCK_N + pid_s * split_len
+    end = tl.minimum(start + split_len, j_hi)
+
+    b64 = b.to(tl.int64)
+    q_ptrs = (Q + b64 * sqb + h_row[:, None].to(tl.int64) * sqh + i_row[:, None].to(tl.int64) * sql
+              + offs_dk[None, :] * sqd)
+    q = _load_tile(q_ptrs, row_ok, dk_ok, True, PAD_DK, UPCAST)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    k_base = K + b64 * skb + kvh.to(tl.int64) * skh
+    v_base = V + b64 * svb + kvh.to(tl.int64) * svh
+    k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(start, end, BLOCK_N):
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        k_ptrs += BLOCK_N * skl
+        v_ptrs += BLOCK_N * svl
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    row = (b64 * Hq + h_row) * Lq + i_row  # int64
+    part = pid_s.to(tl.int64) * rows_total + row
+    op_ptrs = OP + part[:, None] * DV + offs_dv[None, :]
+    if PAD_DV:
+        tl.store(op_ptrs, out, mask=row_ok[:, None] & dv_ok[None, :])
+    else:
+        tl.store(op_ptrs, out, mask=row_ok[:, None])
+    tl.store(LP + part, lse2, mask=row_ok)
+
+
+@triton.jit
+def _swa_combine_kernel(
+    OP, LP, O, LSE, rows_total, num_splits,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
+):
+    """``O[row] = sum_s w_s OP[s, row]``, ``w_s = 2^(LP[s,row] - lse2)``; ``O`` is the
+    contiguous canonical output, so its row ``(b*Hq + h)*Lq + i`` is at ``row * DV``."""
+    pid = tl.program_id(0)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_DV)
+    s_ok = offs_s < num_splits
+    d_ok = offs_d < DV
+    for rr in range(ROWS):
+        row = pid.to(tl.int64) * ROWS + rr
+        if row < rows_total:
+            lp = tl.load(LP + offs_s.to(tl.int64) * rows_total + row, mask=s_ok, other=float("-inf"))
+            m = tl.max(lp, 0)
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            w = tl.math.exp2(lp - m_safe)  # 0 for empty splits
+            denom = tl.sum(w, 0)
+            op = tl.load(OP + (offs_s.to(tl.int64) * rows_total + row)[:, None] * DV + offs_d[None, :],
+                         mask=(s_ok & (w > 0))[:, None] & d_ok[None, :], other=0.0)
+            empty = denom == 0.0
+            d_safe = tl.where(empty, 1.0, denom)
+            out = tl.sum(op * w[:, None], 0) / d_safe
+            lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(d_safe)) * 0.6931471805599453)
+            tl.store(O + row * DV + offs_d, out.to(O.dtype.element_ty), mask=d_ok)
+            tl.store(LSE + row, lse)
