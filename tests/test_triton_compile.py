@@ -1,0 +1,165 @@
+"""Every (kernel, config) row of the Triton config table compiles for sm_90 (no GPU needed).
+
+``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 128))`` builds the
+cubin on CPU; for bf16/fp16 the SASS (``cuobjdump`` from the triton wheel)
+must contain Hopper's warpgroup MMA (``HGMMA``), i.e. the kernels really use
+the tensor cores the config table was tuned for. fp32 uses exact fp32
+products (``input_precision="ieee"``), which have no tensor-core form, so its
+rows are only compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from triton_impl import kernels
+from triton_impl import launch as L
+
+TARGET = GPUTarget("cuda", 90, 128)
+TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+# Runtime ints that are 1 for contiguous last dims are specialised by Triton's JIT
+# as constexpr 1; the compile mirrors that for representative code.
+UNIT_STRIDES = {"sqd", "skd", "svd", "sod"}
+FLOAT_ARGS = {"qk_scale"}
+
+
+def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, dict]:
+    sig, consts = {}, dict(constexprs)
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in UNIT_STRIDES:
+            sig[name] = "constexpr"
+            consts[name] = 1
+        elif name in ptr_types:
+            sig[name] = ptr_types[name]
+        elif name in FLOAT_ARGS:
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig, consts
+
+
+def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
+    sig, consts = _signature(fn, ptr_types, constexprs)
+    # 16-byte alignment of every pointer, as the JIT specialises for torch allocations.
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptr_types}
+    src = ASTSource(fn, sig, consts, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def _sass(ck, tmp_path) -> str:  # tmp_path: a pathlib.Path
+    binary = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(ck.asm["cubin"])
+    return subprocess.run([binary, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _dims(bucket: int) -> tuple[int, int]:
+    """Head dims (D, padded D) used for a table bucket: the non-power-of-two
+    member where there is one (96 for 128, 192 for 256), so the padded loads compile too."""
+    return {32: (32, 32), 64: (64, 64), 128: (96, 128), 256: (192, 256)}[bucket]
+
+
+def _dtypes(cls: str):
+    return (torch.bfloat16, torch.float16) if cls == "16" else (torch.float32,)
+
+
+def variants():
+    """Every shipped (kernel, config) combination: name -> (group, kernel, ptr types, constexprs, warps, stages, hgmma)."""
+    out = {}
+    for (cls, bucket), cfg in L.PREFILL.items():
+        d, bd = _dims(bucket)
+        for dt in _dtypes(cls):
+            t = TYPES[dt]
+            out[f"prefill-{t}-D{d}"] = (f"prefill-{cls}", "_swa_fwd_kernel",
+                                        {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"},
+                                        dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
+                                             BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
+                                             IEEE=dt == torch.float32),
+                                        cfg.num_warps, cfg.num_stages, dt != torch.float32)
+    for (cls, bucket), cfg in L.SPLIT.items():
+        d, bd = _dims(bucket)
+        for dt in _dtypes(cls):
+            t = TYPES[dt]
+            for bm in L.SPLIT_BLOCK_M:
+                if bm > cfg.block_m:
+                    continue
+                grp = f"split-{cls}" if cls == "32" else f"split-{t}"
+                out[f"splitkv-{t}-D{d}-M{bm}"] = (grp, "_swa_splitkv_kernel",
+                                                  {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": "*fp32",
+                                                   "LP": "*fp32"},
+                                                  dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
+                                                       BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
+                                                       UPCAST=False, IEEE=dt == torch.float32),
+                                                  cfg.num_warps, cfg.num_stages,
+                                                  dt != torch.float32 and bm >= 64)
+    for bucket in (32, 64, 128, 256):
+        d, bd = _dims(bucket)
+        for t in ("bf16", "fp32"):
+            out[f"combine-{t}-D{d}"] = ("prefill-32", "_swa_combine_kernel",
+                                        {"OP": "*fp32", "LP": "*fp32", "O": f"*{t}", "LSE": "*fp32"},
+                                        dict(DV=d, BLOCK_DV=bd, BLOCK_S=L.MAX_SPLITS, ROWS=L.COMBINE_ROWS),
+                                        L.COMBINE_WARPS, 1, False)
+    return out
+
+
+def _run_group(group: str) -> dict:
+    """Compile one group (in this process, which must not run the interpreter)."""
+    import tempfile
+    from pathlib import Path
+
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (grp, fn_name, ptrs, consts, warps, stages, hgmma) in variants().items():
+            if grp != group:
+                continue
+            t0 = time.time()
+            try:
+                ck = _compile(getattr(kernels, fn_name), ptrs, consts, warps, stages)
+                sass = _sass(ck, Path(tmp))
+                res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
+                                 want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2))
+            except Exception as e:  # reported to the test, which fails on it
+                res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
+    return res
+
+
+GROUPS = sorted({v[0] for v in variants().values()})
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_config_table_compiles_for_sm90(group):
+    """Each shipped variant compiles for sm_90, fits in shared memory, and the
+    bf16/fp16 tensor-core tiles use HGMMA. Runs in a subprocess without
+    ``TRITON_INTERPRET``: under the interpreter ``@triton.jit`` (also inside
+    ``triton.language``) yields interpreter objects that cannot be compiled."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), group], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res, f"group {group} compiled nothing"
+    for name, r in res.items():
+        assert r["ok"], f"{name}: {r.get('error')}"
+        assert r["exit"], f"{name}: no SASS"
+        assert r["shared"] <= 232448, f"{name}: shared memory {r['shared']} B exceeds sm_90's 227 KB"
+        if r["want_hgmma"]:
+            assert r["hgmma"], f"{name}: no HGMMA (warpgroup MMA) in the bf16/fp16 SASS"
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        sys.exit("run without TRITON_INTERPRET")
+    print(json.dumps(_run_group(sys.argv[1])))

@@ -1,0 +1,291 @@
+"""GPU check and timing of the Triton backend, in one device call.
+
+    PYTHONUNBUFFERED=1 python tools/gpu_triton.py --out $OUT [--budget-s 240]
+
+1. Correctness (fresh random inputs, outputs poisoned with NaN before the
+   kernel): every case against ``reference.golden`` (float64 on the GPU),
+   tolerance ``max err <= 2 * (same-dtype reference error) + floor``, both
+   paths (prefill and split-KV), bf16 / fp16 / fp32, head dims 64..256,
+   BLHD-stored inputs passed as ``x.transpose(1, 2)``, NaN in slots no query
+   sees, GQA, Lq < Lk, large kv_start.
+2. Timing of the issue's shapes and of config variants: kernel-only time from
+   CUDA-graph replay (several input sets rotated so the window does not sit in
+   L2), eager end-to-end time of the public function, wrapper overhead = eager
+   - kernel. TFLOP/s over visible (q, k) pairs, ``4 * D * pairs * B * Hq``, the
+   pairs counted in closed form (``reference.mask.visible_counts``).
+
+Writes ``triton_gpu.json`` under ``--out`` (incrementally) and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import reference  # noqa: E402
+from reference.mask import visibility_mask, visible_counts  # noqa: E402
+from triton_impl import launch as L  # noqa: E402
+from triton_impl import sliding_window_attention as swa  # noqa: E402
+
+EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+T0 = time.time()
+DEV = "cuda"
+
+
+def make(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+
+    def r(b, h, l, d):
+        if blhd:
+            return torch.randn(b, l, h, d, device=DEV, dtype=dtype, generator=g).transpose(1, 2)
+        return torch.randn(b, h, l, d, device=DEV, dtype=dtype, generator=g)
+
+    return r(B, Hq, Lq, Dqk), r(B, Hkv, Lk, Dqk), r(B, Hkv, Lk, Dv)
+
+
+def check_case(c, results):
+    B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype = (c[k] for k in ("B", "Hq", "Hkv", "Lq", "Lk", "Dqk", "Dv", "dtype"))
+    kw = dict(window_size=c["W"], chunk_size=c["C"], mask_lmk=c.get("mask_lmk", True),
+              expand_to_chunk=c.get("expand", True), kv_start=c.get("kv_start", 0),
+              sm_scale=c.get("sm_scale"))
+    q, k, v = make(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, c.get("blhd", False), seed=c.get("seed", 0))
+    if c.get("nan_invisible"):
+        seen = visibility_mask(Lq, Lk, window_size=kw["window_size"], chunk_size=kw["chunk_size"],
+                               mask_lmk=kw["mask_lmk"], expand_to_chunk=kw["expand_to_chunk"],
+                               kv_start=kw["kv_start"], device=DEV).any(0)
+        k[:, :, ~seen] = float("nan")
+        v[:, :, ~seen] = float("nan")
+    p = reference.check_inputs(q, k, v, **kw)
+    o, lse = p.new_outputs(poison=True)
+    path = L.launch(p, q, k, v, o, lse, path=c.get("path"))
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    go, gl = reference.golden(q, k, v, **kw)
+    so, sl = reference.same_dtype(q, k, v, **kw)
+    fin = torch.isfinite(gl)
+    err_o = (o.double() - go).abs().max().item()
+    ref_o = (so.double() - go).abs().max().item()
+    err_l = (lse.double() - gl)[fin].abs().max().item() if fin.any() else 0.0
+    ref_l = (sl.double() - gl)[fin].abs().max().item() if fin.any() else 0.0
+    tol_o = 2 * ref_o + EPS[dtype] * max(1.0, go.abs().max().item())
+    tol_l = 2 * ref_l + 2 * EPS[torch.float32] * max(1.0, gl[fin].abs().max().item() if fin.any() else 1.0)
+    nan = bool(torch.isnan(o).any() or torch.isnan(lse).any())
+    inf_ok = bool(torch.equal(torch.isneginf(lse), torch.isneginf(gl)))
+    ok = (not nan) and inf_ok and err_o <= tol_o and err_l <= tol_l
+    row = dict(case={k_: (str(v_) if k_ == "dtype" else v_) for k_, v_ in c.items()}, path=path, ok=ok,
+               err_o=err_o, tol_o=tol_o, err_lse=err_l, tol_lse=tol_l, nan=nan, inf_match=inf_ok)
+    results.append(row)
+    print(f"{'ok ' if ok else 'BAD'} {path:8s} {str(dtype)[6:]:8s} B{B} H{Hq}/{Hkv} Lq{Lq} Lk{Lk} "
+          f"D{Dqk}/{Dv} W{kw['window_size']} C{kw['chunk_size']} lmk{int(kw['mask_lmk'])} "
+          f"exp{int(kw['expand_to_chunk'])} ks{kw['kv_start']} blhd{int(c.get('blhd', False))} "
+          f"o {err_o:.2e}/{tol_o:.2e} lse {err_l:.2e}/{tol_l:.2e}", flush=True)
+    return ok
+
+
+def correctness_cases():
+    cases = []
+    bf, fp, f32 = torch.bfloat16, torch.float16, torch.float32
+    base = dict(B=2, Hq=4, Hkv=2, Lq=700, Lk=700, W=200, C=64)
+    for dt in (bf, fp, f32):
+        for D in (64, 96, 128, 192, 256):
+            cases.append(dict(base, Dqk=D, Dv=D, dtype=dt, path="prefill", nan_invisible=True,
+                              Lq=600, kv_start=3 if D == 96 else 0))
+        for D in (64, 128):
+            cases.append(dict(base, Dqk=D, Dv=D, dtype=dt, path="splitkv", Lq=3, Lk=1500, Hq=8, Hkv=2,
+                              nan_invisible=True, kv_start=10 ** 6 + 3))
+    cases += [
+        dict(B=1, Hq=8, Hkv=1, Lq=1, Lk=5000, Dqk=128, Dv=128, W=512, C=64, dtype=bf, path=None),  # MQA decode
+        dict(B=2, Hq=6, Hkv=2, Lq=333, Lk=1000, Dqk=128, Dv=64, W=100, C=16, dtype=bf, blhd=True),
+        dict(B=2, Hq=6, Hkv=2, Lq=333, Lk=1000, Dqk=128, Dv=64, W=100, C=16, dtype=bf, blhd=True,
+             path="splitkv"),
+        dict(B=1, Hq=4, Hkv=4, Lq=512, Lk=512, Dqk=128, Dv=128, W=37, C=1, dtype=fp),  # C=1: all rows empty
+        dict(B=1, Hq=4, Hkv=2, Lq=900, Lk=900, Dqk=64, Dv=64, W=300, C=50, dtype=bf, mask_lmk=False,
+             expand=False, sm_scale=0.3),
+        dict(B=1, Hq=4, Hkv=2, Lq=900, Lk=900, Dqk=64, Dv=64, W=300, C=50, dtype=bf, mask_lmk=True,
+             expand=False, blhd=True),
+        dict(B=1, Hq=32, Hkv=4, Lq=1, Lk=32768, Dqk=64, Dv=64, W=512, C=64, dtype=bf),  # auto: split
+        dict(B=1, Hq=8, Hkv=8, Lq=512, Lk=4096, Dqk=128, Dv=128, W=512, C=64, dtype=bf, blhd=True),
+    ]
+    return cases
+
+
+def visible_pairs(Lq, Lk, W, C, kv_start=0):
+    return int(visible_counts(Lq, Lk, window_size=W, chunk_size=C, kv_start=kv_start).sum())
+
+
+def time_shape(s, variants, results, sets=3, reps=10):
+    """Kernel-only (graph replay) and eager times of one shape per variant."""
+    B, Hq, Hkv, Lq, Lk, D, W, C = (s[k] for k in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "W", "C"))
+    dtype = torch.bfloat16
+    kw = dict(window_size=W, chunk_size=C)
+    inputs = [make(B, Hq, Hkv, Lq, Lk, D, D, dtype, s.get("blhd", False), seed=100 + i) for i in range(sets)]
+    flops = 4.0 * D * visible_pairs(Lq, Lk, W, C) * B * Hq
+    out = []
+    for name, knobs in variants:
+        if time.time() - T0 > ARGS.budget_s:
+            print(f"  (budget reached, skipping {s['name']} {name})", flush=True)
+            break
+        try:
+            fn = lambda q, k, v: swa(q, k, v, **kw, **knobs)  # noqa: E731
+            for q, k, v in inputs:
+                fn(q, k, v)
+            torch.cuda.synchronize()
+            st = torch.cuda.Stream()
+            st.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(st):
+                for q, k, v in inputs:
+                    fn(q, k, v)
+            torch.cuda.current_stream().wait_stream(st)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(reps):
+                    for q, k, v in inputs:
+                        fn(q, k, v)
+            graph.replay()
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(7):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                graph.replay()
+                e1.record()
+                e1.synchronize()
+                ts.append(e0.elapsed_time(e1) * 1e3 / (reps * sets))
+            kern_us = sorted(ts)[len(ts) // 2]
+            del graph
+            # eager end-to-end
+            es = []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(reps):
+                    for q, k, v in inputs:
+                        fn(q, k, v)
+                e1.record()
+                e1.synchronize()
+                es.append(e0.elapsed_time(e1) * 1e3 / (reps * sets))
+            eager_us = sorted(es)[len(es) // 2]
+            # host-side cost of one call (no GPU wait): the wrapper
+            torch.cuda.synchronize()
+            h0 = time.perf_counter()
+            for _ in range(50):
+                fn(*inputs[0])
+            host_us = (time.perf_counter() - h0) * 1e6 / 50
+            torch.cuda.synchronize()
+            p = reference.check_inputs(*inputs[0], **kw)
+            cfg = knobs.get("_config") or L.PREFILL[(L.dtype_class(p.dtype), L.head_bucket(p))]
+            path = knobs.get("_force_path") or L.choose_path(p, cfg)
+            row = dict(shape=s["name"], variant=name, path=path, kernel_us=kern_us, eager_us=eager_us,
+                       wrapper_us=eager_us - kern_us, host_us=host_us,
+                       tflops=flops / (kern_us * 1e-6) / 1e12, flops=flops)
+        except Exception as e:  # a variant that fails to compile or launch is reported, not fatal
+            row = dict(shape=s["name"], variant=name, error=f"{type(e).__name__}: {e}"[:400])
+            traceback.print_exc()
+        out.append(row)
+        results.append(row)
+        if "error" in row:
+            print(f"  {s['name']:22s} {name:26s} ERROR {row['error'][:120]}", flush=True)
+        else:
+            print(f"  {s['name']:22s} {name:26s} {row['path']:8s} kern {kern_us:8.1f} us  eager "
+                  f"{eager_us:8.1f} us  host {host_us:6.1f} us  {row['tflops']:6.1f} TFLOP/s", flush=True)
+    del inputs
+    torch.cuda.empty_cache()
+    return out
+
+
+def prefill_variants(D):
+    cf = L.Config
+    if D <= 64:
+        cands = [cf(128, 64, 4, 3), cf(128, 32, 4, 3), cf(128, 64, 8, 3), cf(128, 128, 8, 3), cf(64, 64, 4, 3)]
+    else:
+        cands = [cf(128, 64, 8, 3), cf(128, 32, 4, 3), cf(128, 64, 4, 3), cf(128, 128, 8, 2),
+                 cf(128, 32, 8, 4), cf(64, 64, 4, 3)]
+    return [("table", {})] + [(f"pre {c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}",
+                               dict(_force_path="prefill", _config=c)) for c in cands]
+
+
+def main(argv=None):
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
+    ap.add_argument("--budget-s", type=float, default=240.0)
+    ap.add_argument("--skip-check", action="store_true")
+    ARGS = ap.parse_args(argv)
+    os.makedirs(ARGS.out, exist_ok=True)
+    import triton
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               sm_count=L.sm_count(torch.device("cuda")), checks=[], timings=[])
+    path = os.path.join(ARGS.out, "triton_gpu.json")
+
+    def dump():
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+
+    if not ARGS.skip_check:
+        for c in correctness_cases():
+            try:
+                check_case(c, res["checks"])
+            except Exception as e:
+                traceback.print_exc()
+                res["checks"].append(dict(case={k: str(v) for k, v in c.items()}, ok=False,
+                                          error=f"{type(e).__name__}: {e}"[:400]))
+            dump()
+        print(f"correctness: {sum(r['ok'] for r in res['checks'])}/{len(res['checks'])} ok, "
+              f"{time.time() - T0:.0f} s", flush=True)
+
+    shapes = [
+        dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64),
+        dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64),
+        dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64),
+        dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64),
+        dict(name="batch4x4K D128", B=4, Hq=32, Hkv=32, Lq=4096, Lk=4096, D=128, W=512, C=64),
+        dict(name="chunk Lq512/8K D128", B=1, Hq=32, Hkv=32, Lq=512, Lk=8192, D=128, W=512, C=64),
+        dict(name="decode B1 8K", B=1, Hq=32, Hkv=32, Lq=1, Lk=8192, D=128, W=512, C=64),
+        dict(name="decode B1 128K", B=1, Hq=32, Hkv=32, Lq=1, Lk=131072, D=128, W=512, C=64),
+        dict(name="decode B8 gqa 32K", B=8, Hq=32, Hkv=4, Lq=1, Lk=32768, D=64, W=512, C=64),
+        dict(name="mha D128 L8K blhd", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64, blhd=True),
+    ]
+    split_vars = [("table", {}), ("split auto", dict(_force_path="splitkv")),
+                  ("split s4", dict(_force_path="splitkv", _num_splits=4)),
+                  ("split s16", dict(_force_path="splitkv", _num_splits=16)),
+                  ("split n32", dict(_force_path="splitkv", _config=L.Config(64, 32, 4, 3))),
+                  ("split n128 s2", dict(_force_path="splitkv", _config=L.Config(64, 128, 4, 2)))]
+    for s in shapes:
+        if s["name"].startswith("decode"):
+            v = split_vars
+        elif s["name"].startswith("chunk"):
+            v = [("table", {}), ("prefill", dict(_force_path="prefill")), ("split auto", dict(_force_path="splitkv"))] \
+                + prefill_variants(s["D"])[1:4]
+        elif s.get("blhd"):
+            v = [("table", {})]
+        else:
+            v = prefill_variants(s["D"])
+        time_shape(s, v, res["timings"])
+        dump()
+
+    print("\n=== summary (kernel-only = CUDA graph replay; eager = public call; wrapper = eager - kernel)")
+    print(f"{'shape':22s} {'variant':26s} {'path':8s} {'kern us':>9s} {'eager us':>9s} {'wrap us':>8s} {'TFLOP/s':>8s}")
+    for r in res["timings"]:
+        if "error" in r:
+            print(f"{r['shape']:22s} {r['variant']:26s} ERROR")
+            continue
+        print(f"{r['shape']:22s} {r['variant']:26s} {r['path']:8s} {r['kernel_us']:9.1f} {r['eager_us']:9.1f} "
+              f"{r['wrapper_us']:8.1f} {r['tflops']:8.1f}")
+    bad = [r for r in res["checks"] if not r["ok"]]
+    print(f"correctness: {len(res['checks']) - len(bad)}/{len(res['checks'])} ok; total {time.time() - T0:.0f} s")
+    dump()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
