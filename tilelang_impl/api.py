@@ -1,0 +1,83 @@
+"""The canonical interface of the TileLang backend (SPEC.md).
+
+Adapter only: validate (``reference.check_inputs`` first, so bad input raises
+before anything else), return empty outputs for empty problems, refuse what
+the kernels are not built for (:class:`UnsupportedConfig`), pick the input
+layouts the kernels read in place, allocate the canonical outputs, launch.
+
+Layouts. The kernels read either ``(B, H, L, D)`` or ``(B, L, H, D)``
+contiguous memory (a baked-in flag per input). A tensor that is contiguous in
+the canonical order is read as is; a ``(B, L, H, D)`` tensor passed as
+``x.transpose(1, 2)`` is read in place through ``x.transpose(1, 2)`` (a view,
+no copy). Any other stride pattern is copied once to the canonical order
+(``.contiguous()``) -- the only copy the adapter ever makes on the GPU. If
+``k`` and ``v`` arrive in different orders, ``v`` is copied into ``k``'s.
+
+CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
+upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
+has no bf16/fp16 arithmetic of its own, and fp32 accumulation is what the
+GPU kernels do anyway.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.errors import UnsupportedConfig
+from reference.validation import check_inputs
+
+from . import launch
+
+__all__ = ["sliding_window_attention", "UnsupportedConfig"]
+
+
+def _order(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``(tensor the kernel reads, is_blhd)`` without copying when possible."""
+    if x.is_contiguous():
+        return x, False
+    t = x.transpose(1, 2)
+    if t.is_contiguous():
+        return t, True
+    return x.contiguous(), False
+
+
+def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    k_, k_blhd = _order(k)
+    v_, v_blhd = _order(v)
+    if v_blhd != k_blhd:
+        v_ = v.transpose(1, 2).contiguous() if k_blhd else v.contiguous()
+    return k_, v_, k_blhd
+
+
+def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
+                             expand_to_chunk=True, kv_start=0, sm_scale=None):
+    """HiLS sliding-window attention forward with TileLang kernels.
+
+    Same contract as :func:`reference.sliding_window_attention`: returns
+    ``o (B, Hq, Lq, Dv)`` contiguous in ``q.dtype`` and ``lse (B, Hq, Lq)``
+    fp32, natural log. Raises ``ValueError`` for bad input and
+    :class:`UnsupportedConfig` for head dims outside 32..256 (multiples of
+    16), ``Lk + chunk_size >= 2**22``, devices other than CUDA/CPU, and
+    bf16/fp16 on a CUDA device that is not Hopper.
+    """
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    if p.empty:
+        return p.new_outputs()
+    dev = p.device.type
+    if dev not in ("cuda", "cpu"):
+        raise UnsupportedConfig(
+            f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
+    launch.check_limits(p)
+    if dev == "cuda":
+        q_, q_blhd = _order(q)
+        k_, v_, kv_blhd = _kv_order(k, v)
+        o, lse = p.new_outputs()
+        launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse)
+        return o, lse
+    q_, q_blhd = _order(q.float())
+    k_, v_, kv_blhd = _kv_order(k.float(), v.float())
+    o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
+    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
+    launch.run_cpu(p, q_, k_, v_, q_blhd, kv_blhd, o32, lse)
+    return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse

@@ -1,0 +1,138 @@
+"""Launchers: config table, compile cache, workspace, path choice.
+
+Everything here runs after :func:`reference.check_inputs` accepted the call and
+:mod:`tilelang_impl.api` resolved the layouts. A compiled kernel is fetched
+from a plain dict keyed by its static configuration (one dict lookup per call;
+TileLang's own JIT cache is consulted only on a miss).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.errors import UnsupportedConfig
+
+LOG2E = 1.4426950408889634
+
+# Head dims served (both Dqk and Dv): the wgmma K step is 16.
+MIN_D, MAX_D, D_STEP = 32, 256, 16
+# The landmark test divides in float32 (macros.is_landmark): positions < 2**22.
+MAX_POSITIONS = 1 << 22
+
+_TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
+    """``(block_M, block_N, num_stages, threads)`` of the prefill tensor-core kernel."""
+    d = max(Dqk, Dv)
+    if d <= 64:
+        return 128, 128, 2, 256
+    if d <= 128:
+        return 128, 64, 2, 256
+    return 64, 64, 2, 128
+
+
+#: Split-KV (decode) kernel tile: few queries per block, deep key range.
+SPLIT_CONFIG = (64, 64, 2, 128)
+
+_cache: dict[tuple, object] = {}
+_sm_count: dict[int, int] = {}
+
+
+def _kernel(kind: str, *args):
+    key = (kind,) + args
+    ker = _cache.get(key)
+    if ker is None:
+        from . import kernels  # TileLang import deferred to the first launch
+        ker = getattr(kernels, kind)(*args)
+        _cache[key] = ker
+    return ker
+
+
+def num_sms(device: torch.device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _sm_count.get(idx)
+    if n is None:
+        n = _sm_count[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return n
+
+
+def check_limits(p) -> None:
+    """Raise :class:`UnsupportedConfig` for valid inputs this backend cannot serve."""
+    for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
+        if not (MIN_D <= d <= MAX_D and d % D_STEP == 0):
+            raise UnsupportedConfig(
+                f"tilelang: head dim {name}={d} is not supported "
+                f"({MIN_D}..{MAX_D}, a multiple of {D_STEP})")
+    if p.Lk + p.chunk_size >= MAX_POSITIONS:
+        raise UnsupportedConfig(
+            f"tilelang: Lk + chunk_size = {p.Lk + p.chunk_size} is not supported "
+            f"(< 2**22: the in-kernel landmark test divides in float32)")
+
+
+def scalars(p) -> tuple[int, int, int, float, float]:
+    """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)``.
+
+    ``W`` is clamped to ``Lk + C``: any wider window already reaches left of
+    key 0 for every query (expanded or not), so visibility is unchanged and
+    the value fits int32.
+    """
+    C = p.chunk_size
+    W = min(p.window_size, p.Lk + C)
+    return W, C, p.kv_start % C, 1.0 / C, p.sm_scale * LOG2E
+
+
+def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
+    """Number of KV splits (1 = no split), chosen by grid saturation.
+
+    The prefill grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When that
+    fills the SMs, splitting only adds a combine pass; below it, each query
+    block's key range is cut into ``S`` pieces so about two programs per SM
+    run, never more pieces than the range has key tiles.
+    """
+    programs = -(-p.Lq // block_M) * p.B * p.Hq
+    sms = num_sms(device)
+    if programs >= sms:
+        return 1
+    reach = min(p.Lk, p.window_size + p.chunk_size + block_M)
+    tiles = max(1, -(-reach // block_N))
+    return max(1, min(tiles, -(-2 * sms // programs), 64))
+
+
+def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
+             config: tuple | None = None) -> None:
+    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical)."""
+    W, C, r, inv_c, sl2 = scalars(p)
+    if p.dtype == torch.float32:
+        ker = _kernel("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+        ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
+        return
+    if torch.cuda.get_device_capability(p.device)[0] != 9:
+        raise UnsupportedConfig(
+            "tilelang: the bf16/fp16 kernels are built for Hopper (sm_90a); "
+            f"device {torch.cuda.get_device_name(p.device)!r} is not supported")
+    dt = _TL_DTYPE[p.dtype]
+    bM, bN, ns, th = config or tc_config(p.Dqk, p.Dv)
+    S = force_split if force_split is not None else split_count(p, *SPLIT_CONFIG[:2], p.device)
+    if S <= 1:
+        ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                      bM, bN, ns, th, False)
+        ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
+        return
+    bM, bN, ns, th = config or SPLIT_CONFIG
+    ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                  bM, bN, ns, th, True)
+    # Workspace: normalised partial outputs and their LSEs (fp32), from torch's
+    # caching allocator (no synchronisation; CUDA-graph capturable).
+    op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)
+    lp = torch.empty((p.B, p.Hq, S, p.Lq), dtype=torch.float32, device=p.device)
+    ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
+    _kernel("combine", p.Dv, dt)(op, lp, o, lse)
+
+
+def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
+    """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``."""
+    W, C, r, inv_c, sl2 = scalars(p)
+    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+    ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)
+

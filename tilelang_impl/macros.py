@@ -1,0 +1,187 @@
+"""The rule and the online softmax, written once as TileLang macros.
+
+Every kernel of this backend (the Hopper kernels in :mod:`tilelang_impl.kernels`
+and the CPU kernel built with TileLang's C target) calls these macros, so the
+window bounds, the visibility predicate and the online-softmax update exist
+exactly once in TileLang. The Python copy of the rule lives in
+:mod:`reference.mask`; the conformance suite checks the two against each other.
+
+Position frame. The kernels never see ``kv_start`` itself. They receive
+``r = kv_start % chunk_size`` and work with *relative* positions::
+
+    kpos(j) = r + j                 qpos(i) = r + (Lk - Lq) + i
+
+Both the floor alignment of the expanded left edge and the landmark rule
+depend on a position only modulo ``chunk_size``, and ``kv_start - r`` is a
+multiple of ``chunk_size``, so the relative frame gives the same visibility as
+the absolute one while every integer stays small (no int32 overflow for any
+``kv_start``, 10**6 + 3 or 2**40).
+
+Loops. Buffer-level macros take ``gpu``: on the GPU they loop with
+``T.Parallel`` over fragments; the C target rejects ``T.Parallel`` over local
+buffers, so the CPU kernel passes ``gpu=False`` and the same body runs under
+``T.grid`` (row maxima and sums as plain loops there; ``T.reduce_max`` /
+``T.reduce_sum`` over fragments on the GPU).
+"""
+
+from __future__ import annotations
+
+import tilelang.language as T
+
+LN2 = 0.6931471805599453
+LOG2E = 1.4426950408889634
+
+
+def _loop(gpu: bool):
+    return T.Parallel if gpu else T.grid
+
+
+@T.macro
+def window_left(qpos, window_size, chunk_size, expand_to_chunk):
+    """Left edge (inclusive, relative position) of the window of a query at ``qpos``.
+
+    ``T.floordiv`` rounds toward minus infinity, as SPEC.md requires for an
+    edge left of position 0. ``expand_to_chunk`` is a Python bool (baked in).
+    """
+    left = qpos - window_size + 1
+    if expand_to_chunk:
+        left = T.floordiv(left, chunk_size) * chunk_size
+    return left
+
+
+@T.macro
+def is_landmark(kpos, chunk_size, inv_chunk):
+    """``(kpos + 1) % chunk_size == 0`` for ``kpos >= 0`` without an integer division.
+
+    ``inv_chunk`` is ``float32(1 / chunk_size)``. For ``x = kpos + 1 < 2**22``
+    the float quotient is off by at most one, so ``x - q * chunk_size`` lies in
+    ``[-C, 2C)`` and ``x`` is a multiple of ``C`` exactly when that remainder
+    is ``-C``, ``0`` or ``C`` (the launcher refuses ``Lk + chunk_size >= 2**22``).
+    """
+    x = kpos + 1
+    rem = x - T.Cast("int32", T.Cast("float32", x) * inv_chunk) * chunk_size
+    return T.Or(T.Or(rem == 0, rem == chunk_size), rem == -chunk_size)
+
+
+@T.macro
+def visible(qpos, kpos, left, chunk_size, inv_chunk, mask_lmk):
+    """Whether the query at ``qpos`` (window edge ``left``) sees the key at ``kpos``."""
+    ok = T.And(kpos >= left, kpos <= qpos)
+    if mask_lmk:
+        ok = T.And(ok, T.Not(is_landmark(kpos, chunk_size, inv_chunk)))
+    return ok
+
+
+@T.macro
+def block_key_range(q_first, q_end, Lq, Lk, r, window_size, chunk_size, expand_to_chunk):
+    """Key indices ``[lo, hi)`` any query index in ``[q_first, q_end)`` can see.
+
+    ``left`` is non-decreasing in the query position, so the range runs from the
+    first query's left edge to the last query itself, clipped to ``[0, Lk)``.
+    Keys left of ``lo`` are never loaded: whatever they hold (NaN included)
+    cannot reach an output.
+    """
+    off = Lk - Lq
+    lo = T.max(window_left(r + off + q_first, window_size, chunk_size, expand_to_chunk) - r, 0)
+    hi = T.min(off + q_end, Lk)
+    return lo, T.max(hi, lo)
+
+
+@T.macro
+def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_size,
+                   expand_to_chunk, gpu):
+    """``left_row[i]`` = relative left edge of query ``q_first + i`` (once per block)."""
+    for i in _loop(gpu)(block_M):
+        left_row[i] = window_left(r + Lk - Lq + q_first + i, window_size, chunk_size,
+                                  expand_to_chunk)
+
+
+@T.macro
+def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
+                inv_chunk, mask_lmk, gpu):
+    """Replace the score of every invisible (row, key) pair by ``-inf``.
+
+    A select, not an addition: a NaN score of an invisible key (from a NaN in
+    ``k``) becomes ``-inf`` too. Keys at or beyond ``Lk`` are invisible because
+    ``kpos <= qpos <= r + Lk - 1`` for every real row.
+    """
+    for i, j in _loop(gpu)(block_M, block_N):
+        acc_s[i, j] = T.if_then_else(
+            visible(r + Lk - Lq + q_first + i, r + k_first + j, left_row[i], chunk_size,
+                    inv_chunk, mask_lmk),
+            acc_s[i, j], -T.infinity("float32"))
+
+
+@T.macro
+def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, scale_log2, gpu):
+    """One step of the online softmax over a masked score tile ``acc_s`` (fp32).
+
+    Updates the running max ``m`` (raw scores), turns ``acc_s`` into
+    ``exp2((s - m) * scale_log2)``, writes the rescale factor of the old state
+    into ``alpha`` and updates the running sum ``l``. A row whose max is still
+    ``-inf`` (nothing visible yet) uses 0 as its reference, so it gets
+    ``p = 0`` and ``alpha = 0``, never ``exp(-inf + inf) = NaN``.
+    """
+    loop = _loop(gpu)
+    T.copy(m, m_prev)
+    if gpu:
+        T.reduce_max(acc_s, m, dim=1, clear=False)
+    else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
+        for i, j in T.grid(block_M, block_N):
+            m[i] = T.max(m[i], acc_s[i, j])
+    for i in loop(block_M):
+        m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+        alpha[i] = T.exp2((m_prev[i] - m_ref) * scale_log2)
+    for i, j in loop(block_M, block_N):
+        m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+        acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_ref * scale_log2)
+    if gpu:
+        T.reduce_sum(acc_s, row_sum, dim=1)
+    else:
+        T.clear(row_sum)
+        for i, j in T.grid(block_M, block_N):
+            row_sum[i] = row_sum[i] + acc_s[i, j]
+    for i in loop(block_M):
+        l[i] = l[i] * alpha[i] + row_sum[i]
+
+
+@T.macro
+def rescale_output(acc_o, alpha, block_M, Dv, gpu):
+    """``acc_o[i, :] *= alpha[i]`` before the tile's ``P @ V`` is added."""
+    for i, d in _loop(gpu)(block_M, Dv):
+        acc_o[i, d] = acc_o[i, d] * alpha[i]
+
+
+@T.macro
+def softmax_init(acc_o, m, l):
+    """Empty online-softmax state: no key seen yet."""
+    T.clear(acc_o)
+    T.clear(l)
+    T.fill(m, -T.infinity("float32"))
+
+
+@T.macro
+def finalize_output(acc_o, l, block_M, Dv, gpu):
+    """``o = acc_o / l``; a row with no visible key (``l == 0``) gets ``o = 0``."""
+    for i, d in _loop(gpu)(block_M, Dv):
+        acc_o[i, d] = T.if_then_else(l[i] > 0, acc_o[i, d] / l[i], 0.0)
+
+
+@T.macro
+def row_lse(m_i, l_i, scale_log2):
+    """Natural-log LSE of a finished row: ``(m * scale_log2 + log2 l) * ln 2``;
+    ``-inf`` when the row saw no key."""
+    return T.if_then_else(l_i > 0, (m_i * scale_log2 + T.log2(l_i)) * LN2,
+                          -T.infinity("float32"))
+
+
+@T.macro
+def key_kept(kidx, hi, r, chunk_size, inv_chunk, mask_lmk):
+    """Whether key ``kidx`` of a tile is loaded at all: inside the block's key
+    range and not a landmark (when ``mask_lmk``). Keys that fail this are seen
+    by no query of the block; they are zero-filled on load so a NaN there
+    cannot turn ``0 * NaN`` into NaN in ``P @ V``."""
+    ok = kidx < hi
+    if mask_lmk:
+        ok = T.And(ok, T.Not(is_landmark(r + kidx, chunk_size, inv_chunk)))
+    return ok

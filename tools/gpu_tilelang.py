@@ -1,0 +1,390 @@
+"""GPU check and benchmark of the TileLang backend (one script per device call).
+
+    python -m tools.gpu_tilelang --out $OUT [--quick]
+
+1. Compiles every kernel variant it uses up front (parallel nvcc).
+2. Correctness against ``reference.golden`` (float64) on fresh random inputs,
+   outputs poisoned with NaN before the kernel: both paths (prefill, split-KV +
+   combine), bf16/fp16/fp32, D in {64, 96, 128, 192, 256}, Dqk != Dv, GQA/MQA,
+   Lq < Lk, large kv_start, both flags, chunk_size 1 (empty rows), NaN in
+   invisible slots, BLHD views, every pipelining depth shipped, CUDA-graph
+   capture. Tolerance: max err <= 2 x (same-dtype reference error) + floor.
+3. Timing on the issue's shapes: kernel-only (CUDA-graph replay) and eager
+   end-to-end; the difference is the wrapper overhead. TFLOP/s over visible
+   pairs (4 * D * pairs * B * Hq, pairs from ``reference.visible_counts``).
+
+Writes ``$OUT/tilelang_gpu.json`` and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+import reference
+from reference import visible_counts
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+FLOOR = {BF16: 2e-2, FP16: 3e-3, FP32: 2e-5}
+
+
+def _log(*a):
+    print(*a, flush=True)
+
+
+def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    def mk(H, L, D):
+        if blhd:
+            return torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+        return torch.randn(B, H, L, D, device="cuda", dtype=dtype, generator=g)
+    return mk(Hq, Lq, Dqk), mk(Hkv, Lk, Dqk), mk(Hkv, Lk, Dv)
+
+
+def _poison_invisible(k, v, Lq, Lk, kw):
+    """NaN into every key slot no query of the call sees (left of all windows, landmarks)."""
+    from reference import visibility_mask
+    seen = visibility_mask(Lq, Lk, **kw, device="cuda").any(0)
+    bad = ~seen
+    k[:, :, bad] = float("nan")
+    v[:, :, bad] = float("nan")
+    return int(bad.sum())
+
+
+def _errs(o, lse, go, gl):
+    fin = torch.isfinite(gl)
+    inf_ok = bool(torch.equal(torch.isneginf(lse), torch.isneginf(gl)))
+    eo = (o.double() - go).abs().max().item() if o.numel() else 0.0
+    el = (lse.double() - gl)[fin].abs().max().item() if fin.any() else 0.0
+    return eo, el, inf_ok
+
+
+def check_case(name, fn, B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, *, window_size, chunk_size,
+               mask_lmk=True, expand_to_chunk=True, kv_start=0, sm_scale=None, blhd=False,
+               nan_slots=False, seed=0):
+    kw = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+              expand_to_chunk=expand_to_chunk, kv_start=kv_start)
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd, seed)
+    go, gl = reference.golden(q, k, v, sm_scale=sm_scale, **kw)
+    so, sl = reference.same_dtype(q, k, v, sm_scale=sm_scale, **kw)
+    ref_eo, ref_el, _ = _errs(so, sl, go, gl)
+    n_nan = 0
+    if nan_slots:
+        n_nan = _poison_invisible(k, v, Lq, Lk, kw)
+    o, lse = fn(q, k, v, sm_scale=sm_scale, **kw)
+    torch.cuda.synchronize()
+    eo, el, inf_ok = _errs(o, lse, go, gl)
+    tol_o = 2 * ref_eo + FLOOR[dtype]
+    tol_l = 2 * ref_el + FLOOR[dtype]
+    nan = bool(torch.isnan(o).any() or torch.isnan(lse).any())
+    ok = (eo <= tol_o and el <= tol_l and inf_ok and not nan and o.is_contiguous()
+          and o.shape == (B, Hq, Lq, Dv) and o.dtype == dtype and lse.dtype == FP32)
+    rec = dict(name=name, ok=ok, err_o=eo, tol_o=tol_o, err_lse=el, tol_lse=tol_l,
+               inf_match=inf_ok, nan=nan, nan_slots=n_nan)
+    _log(f"  {'PASS' if ok else 'FAIL'} {name}: err_o={eo:.3g} (tol {tol_o:.3g}) "
+         f"err_lse={el:.3g} (tol {tol_l:.3g}) inf_match={inf_ok} nan={nan}")
+    return rec
+
+
+def _poisoned_call(p_override=None, split=None, config=None):
+    """The public adapter, but with outputs poisoned and optional forced path."""
+    from tilelang_impl import api, launch
+    from reference.validation import check_inputs
+
+    def fn(q, k, v, **kw):
+        p = check_inputs(q, k, v, **kw)
+        q_, qb = api._order(q)
+        k_, v_, kb = api._kv_order(k, v)
+        o, lse = p.new_outputs(poison=True)
+        launch.run_cuda(p, q_, k_, v_, qb, kb, o, lse, force_split=split, config=config)
+        return o, lse
+    return fn
+
+
+def correctness(quick=False):
+    from tilelang_impl import sliding_window_attention as swa
+    res = []
+    def run(*a, **k):
+        try:
+            res.append(check_case(*a, **k))
+        except Exception as e:  # a failure is a result, keep going
+            traceback.print_exc()
+            res.append(dict(name=a[0], ok=False, error=repr(e)[:500]))
+    P = _poisoned_call
+    base = dict(window_size=100, chunk_size=16, kv_start=3)
+    for D in (64, 96, 128, 192, 256):
+        run(f"prefill bf16 D={D}", P(), 2, 4, 2, 700, 700, D, D, BF16, **base)
+    run("prefill bf16 Dqk=128 Dv=64", P(), 1, 4, 4, 333, 333, 128, 64, BF16, **base)
+    run("prefill bf16 Dqk=64 Dv=128", P(), 1, 4, 4, 333, 333, 64, 128, BF16, **base)
+    run("prefill fp16 D=128", P(), 2, 4, 2, 700, 700, 128, 128, FP16, **base)
+    for lmk in (True, False):
+        for exp in (True, False):
+            run(f"flags lmk={lmk} exp={exp} D=128", P(), 1, 4, 1, 517, 517, 128, 128, BF16,
+                window_size=37, chunk_size=16, mask_lmk=lmk, expand_to_chunk=exp, kv_start=0)
+    run("Lq<Lk kv_start=1e6+3 GQA 8/2", P(), 2, 8, 2, 300, 1000, 128, 128, BF16,
+        window_size=200, chunk_size=64, kv_start=10**6 + 3)
+    run("MQA 8/1 kv_start=2**40 sm_scale", P(), 1, 8, 1, 129, 400, 64, 64, BF16,
+        window_size=50, chunk_size=7, kv_start=2**40, sm_scale=0.3)
+    run("chunk_size=1 empty rows", P(), 1, 2, 2, 64, 64, 64, 64, BF16,
+        window_size=8, chunk_size=1)
+    run("NaN invisible slots", P(), 1, 4, 2, 256, 600, 128, 128, BF16,
+        window_size=64, chunk_size=16, kv_start=5, nan_slots=True)
+    run("NaN invisible slots D=64", P(), 1, 4, 2, 256, 600, 64, 64, BF16,
+        window_size=64, chunk_size=32, kv_start=5, nan_slots=True)
+    run("BLHD views D=128", P(), 2, 8, 2, 400, 400, 128, 128, BF16, blhd=True, **base)
+    run("BLHD views public API", swa, 2, 8, 2, 400, 400, 64, 64, BF16, blhd=True, **base)
+    run("Lq=Lk=1", P(), 1, 2, 1, 1, 1, 128, 128, BF16, window_size=4, chunk_size=4,
+        mask_lmk=False)
+    for S in (None, 1, 3, 7):
+        run(f"decode split={S} Lq=1 Lk=5000", P(split=S), 2, 8, 2, 1, 5000, 128, 128, BF16,
+            window_size=512, chunk_size=64, kv_start=10**6 + 3)
+    run("decode split=5 Lq=3 NaN slots D=64", P(split=5), 2, 8, 2, 3, 3000, 64, 64, BF16,
+        window_size=300, chunk_size=64, kv_start=7, nan_slots=True)
+    run("decode split=4 chunk=1 empty rows", P(split=4), 1, 4, 4, 2, 100, 64, 64, BF16,
+        window_size=8, chunk_size=1)
+    run("decode public API B=1 H=32", swa, 1, 32, 32, 1, 8192, 128, 128, BF16,
+        window_size=512, chunk_size=64)
+    for ns in (1, 2, 3):
+        run(f"pipeline num_stages={ns} (128x64)", P(config=(128, 64, ns, 256)), 1, 4, 2, 900, 900,
+            128, 128, BF16, **base)
+    run("config 128x128 D=128", P(config=(128, 128, 2, 256)), 1, 4, 2, 900, 900, 128, 128, BF16,
+        **base)
+    if not quick:
+        run("fp32 D=64", P(), 1, 4, 2, 300, 300, 64, 64, FP32, **base)
+        run("fp32 D=128 kv_start=1e6+3 NaN slots", P(), 1, 2, 1, 200, 500, 128, 128, FP32,
+            window_size=64, chunk_size=16, kv_start=10**6 + 3, nan_slots=True)
+    # CUDA graph capture of the public call (prefill and split paths)
+    for Lq, Lk, nm in ((512, 512, "prefill"), (1, 4096, "decode")):
+        try:
+            q, k, v = _inputs(1, 8, 8, Lq, Lk, 128, 128, BF16)
+            kw = dict(window_size=256, chunk_size=64)
+            swa(q, k, v, **kw)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                o, lse = swa(q, k, v, **kw)
+            q2, k2, v2 = _inputs(1, 8, 8, Lq, Lk, 128, 128, BF16, seed=5)
+            q.copy_(q2); k.copy_(k2); v.copy_(v2)
+            g.replay(); torch.cuda.synchronize()
+            go, gl = reference.golden(q, k, v, **kw)
+            eo, el, inf_ok = _errs(o, lse, go, gl)
+            ok = eo < 3e-2 and el < 3e-2 and inf_ok
+            res.append(dict(name=f"cuda graph {nm}", ok=ok, err_o=eo, err_lse=el))
+            _log(f"  {'PASS' if ok else 'FAIL'} cuda graph {nm}: err_o={eo:.3g} err_lse={el:.3g}")
+        except Exception as e:
+            traceback.print_exc()
+            res.append(dict(name=f"cuda graph {nm}", ok=False, error=repr(e)[:500]))
+    return res
+
+
+def _bench_graph(fn, reps=50):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(10):
+            fn()
+    g.replay(); torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        e0.record()
+        for _ in range(reps // 5):
+            g.replay()
+        e1.record(); torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1) / (reps // 5 * 10))
+    return min(times) * 1e3  # us per call
+
+
+def _bench_eager(fn, reps=100):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(3):
+        e0.record()
+        for _ in range(reps):
+            fn()
+        e1.record(); torch.cuda.synchronize()
+        best = min(best, e0.elapsed_time(e1) / reps)
+    return best * 1e3
+
+
+SHAPES = [
+    # name, B, Hq, Hkv, Lq, Lk, D, target (TFLOP/s or us)
+    ("prefill H32 D128 L8K", 1, 32, 32, 8192, 8192, 128, ("tflops", 400)),
+    ("prefill H32 D128 L16K", 1, 32, 32, 16384, 16384, 128, ("tflops", 400)),
+    ("GQA 32/4 D64 L8K", 1, 32, 4, 8192, 8192, 64, ("tflops", 300)),
+    ("GQA 16/2 D64 L8K", 1, 16, 2, 8192, 8192, 64, ("tflops", 300)),
+    ("batch 4x4K H32 D128", 4, 32, 32, 4096, 4096, 128, ("tflops", 400)),
+    ("chunked prefill Lq512/Lk8K H32 D128", 1, 32, 32, 512, 8192, 128, ("tflops", 250)),
+    ("decode B1 H32 D128 Lk8K", 1, 32, 32, 1, 8192, 128, ("us", 4)),
+    ("decode B1 H32 D128 Lk128K", 1, 32, 32, 1, 131072, 128, ("us", 4)),
+    ("decode B8 GQA32/4 D64 Lk32K", 8, 32, 4, 1, 32768, 64, ("us", 4)),
+]
+
+
+def bench(quick=False, out=None, save=lambda: None):
+    from tilelang_impl import sliding_window_attention as swa, launch
+    from reference.validation import check_inputs
+    out = [] if out is None else out
+    W, C = 512, 64
+    for name, B, Hq, Hkv, Lq, Lk, D, target in SHAPES:
+        q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, BF16)
+        kw = dict(window_size=W, chunk_size=C)
+        pairs = int(visible_counts(Lq, Lk, **kw).sum())
+        flops = 4 * D * pairs * B * Hq
+        rec = dict(name=name, B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, D=D, W=W, C=C,
+                   visible_pairs=pairs, target=target)
+        try:
+            p = check_inputs(q, k, v, **kw)
+            rec["splits"] = launch.split_count(p, *launch.SPLIT_CONFIG[:2], p.device)
+            o, lse = p.new_outputs()
+            def kern(cfg=None, split=None, lmk=True):
+                pp = p if lmk else check_inputs(q, k, v, mask_lmk=False, **kw)
+                return lambda: launch.run_cuda(pp, q, k, v, False, False, o, lse,
+                                               force_split=split, config=cfg)
+            t_k = _bench_graph(kern())
+            t_e = _bench_eager(lambda: swa(q, k, v, **kw))
+            rec.update(kernel_us=t_k, eager_us=t_e, wrapper_us=t_e - t_k,
+                       tflops=flops / t_k / 1e6)
+            variants = {}
+            if Lq > 1 and not quick:
+                for cfg in ((128, 64, 1, 256), (128, 64, 3, 256), (128, 128, 2, 256),
+                            (64, 64, 2, 128)):
+                    if cfg[1] == 128 and D > 128:
+                        continue
+                    try:
+                        t = _bench_graph(kern(cfg=cfg, split=1))
+                        variants[str(cfg)] = dict(kernel_us=t, tflops=flops / t / 1e6)
+                    except Exception as e:
+                        variants[str(cfg)] = dict(error=repr(e)[:300])
+                t = _bench_graph(kern(lmk=False))
+                variants["mask_lmk=False (TMA V, no zero-fill)"] = dict(kernel_us=t)
+            else:
+                for S in (1, 2, 4, 8, 16):
+                    try:
+                        t = _bench_graph(kern(split=S))
+                        variants[f"split={S}"] = dict(kernel_us=t)
+                    except Exception as e:
+                        variants[f"split={S}"] = dict(error=repr(e)[:300])
+            rec["variants"] = variants
+        except Exception as e:
+            traceback.print_exc()
+            rec["error"] = repr(e)[:500]
+        _log(f"  {name}: " + json.dumps({k_: rec.get(k_) for k_ in
+                                          ("kernel_us", "eager_us", "tflops", "splits")}))
+        out.append(rec)
+        save()
+        del q, k, v
+        torch.cuda.empty_cache()
+    return out
+
+
+def precompile():
+    """Compile every variant this script launches, in parallel (nvcc per kernel)."""
+    from tilelang_impl import kernels, launch
+    t0 = time.time()
+    cfgs = []
+    def tc(Dqk, Dv, dt, lmk, exp, qb, kb, cfg, split):
+        cfgs.append((Dqk, Dv, dt, lmk, exp, qb, kb) + tuple(cfg) + (split,))
+    for D in (64, 96, 128, 192, 256):
+        tc(D, D, "bfloat16", True, True, False, False, launch.tc_config(D, D), False)
+    tc(128, 64, "bfloat16", True, True, False, False, launch.tc_config(128, 64), False)
+    tc(64, 128, "bfloat16", True, True, False, False, launch.tc_config(64, 128), False)
+    tc(128, 128, "float16", True, True, False, False, launch.tc_config(128, 128), False)
+    for lmk in (True, False):
+        for exp in (True, False):
+            if lmk and exp:
+                continue
+            tc(128, 128, "bfloat16", lmk, exp, False, False, launch.tc_config(128, 128), False)
+    tc(64, 64, "bfloat16", False, True, False, False, launch.tc_config(64, 64), False)
+    tc(128, 128, "bfloat16", True, True, True, True, launch.tc_config(128, 128), False)
+    tc(64, 64, "bfloat16", True, True, True, True, launch.tc_config(64, 64), False)
+    for D in (64, 128):
+        tc(D, D, "bfloat16", True, True, False, False, launch.SPLIT_CONFIG, True)
+        tc(D, D, "bfloat16", True, True, True, True, launch.SPLIT_CONFIG, True)
+    for cfg in ((128, 64, 1, 256), (128, 64, 3, 256), (128, 128, 2, 256), (64, 64, 2, 128)):
+        tc(128, 128, "bfloat16", True, True, False, False, cfg, False)
+    for cfg in ((128, 64, 1, 256), (128, 64, 3, 256), (64, 64, 2, 128)):
+        tc(64, 64, "bfloat16", True, True, False, False, cfg, False)
+    cfgs = list(dict.fromkeys(cfgs))
+    kers = kernels.fwd_tc.par_compile(cfgs, num_workers=16, ignore_error=True)
+    failed = []
+    for c, kk in zip(cfgs, kers):
+        if kk is None:
+            failed.append(str(c))
+        else:
+            launch._cache[("fwd_tc",) + c] = kk
+    comb = [(64, "bfloat16"), (128, "bfloat16")]
+    for c, kk in zip(comb, kernels.combine.par_compile(comb, num_workers=4, ignore_error=True)):
+        if kk is None:
+            failed.append("combine" + str(c))
+        else:
+            launch._cache[("combine",) + c] = kk
+    _log(f"precompiled {len(cfgs) + 2} kernels in {time.time() - t0:.1f}s; failed: {failed}")
+    return dict(seconds=time.time() - t0, count=len(cfgs) + 2, failed=failed)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-bench", action="store_true")
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    import subprocess
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or os.environ.get("COMMIT", "?")
+    result = dict(commit=commit, device=torch.cuda.get_device_name(),
+                  torch=torch.__version__)
+    try:
+        import tilelang
+        result["tilelang"] = tilelang.__version__
+    except Exception:
+        pass
+    path = os.path.join(a.out, "tilelang_gpu.json")
+    def save():
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    try:
+        result["precompile"] = precompile()
+    except Exception as e:
+        traceback.print_exc()
+        result["precompile"] = dict(error=repr(e)[:500])
+    save()
+    _log("== correctness")
+    result["correctness"] = correctness(a.quick)
+    save()
+    if not a.skip_bench:
+        _log("== bench")
+        result["bench"] = []
+        bench(a.quick, result["bench"], save)
+    c = result["correctness"]
+    _log(f"\ncorrectness: {sum(r['ok'] for r in c)}/{len(c)} pass; failing: "
+         f"{[r['name'] for r in c if not r['ok']]}")
+    for r in result.get("bench", []):
+        tgt = r["target"]
+        val = r.get("tflops") if tgt[0] == "tflops" else r.get("kernel_us")
+        _log(f"{r['name']:38s} kernel {r.get('kernel_us', float('nan')):9.2f} us  "
+             f"eager {r.get('eager_us', float('nan')):9.2f} us  "
+             f"{r.get('tflops', float('nan')):7.1f} TF/s  target {tgt}  "
+             f"{'MET' if val is not None and ((val >= tgt[1]) if tgt[0] == 'tflops' else (val <= tgt[1])) else 'missed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
