@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 
@@ -260,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Recover a backend's effective visibility mask (zero queries, one-hot values) "
                     "and draw it beside the reference's. Exit 0 when equal, 1 when not.")
     ap.add_argument("backend", help="registered name (reference, triton, tilelang, flex), "
-                                    "an entry-point name, or package.module:function")
+                                    "an entry-point name, package.module:function, or mutant:NAME")
     ap.add_argument("--lq", type=int, default=8)
     ap.add_argument("--lk", type=int, default=None, help="default: --lq")
     ap.add_argument("--window", type=int, default=3, help="window_size")
@@ -279,16 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     Lk = args.lq if args.lk is None else args.lk
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cpu"):
-        # The Triton backend runs on CPU tensors only under its interpreter,
-        # which must be chosen before triton is imported.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from conformance.registry import load_backend
-    from reference import UnsupportedConfig
+    from tools._common import pick_device, resolve_backend
 
     try:
-        backend = load_backend(args.backend)
+        device = pick_device(args.device)
+        backend = resolve_backend(args.backend)
     except ValueError as e:
         print(f"hils-swa probe: {e}", file=sys.stderr)
         return 2

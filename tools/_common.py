@@ -1,0 +1,38 @@
+"""Small helpers shared by ``hils-swa probe``, ``diff`` and ``bench``."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def pick_device(requested: str | None) -> str:
+    """``requested`` or cuda when present, else cpu. On CPU the Triton backend
+    needs its interpreter, which must be chosen before triton is imported."""
+    device = requested or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cpu"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    elif not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch {torch.__version__} sees no CUDA device")
+    return device
+
+
+def resolve_backend(spec: str):
+    """A :class:`conformance.registry.Backend` from a registered name, an
+    entry-point name, ``package.module:function``, or ``mutant:NAME`` (one of
+    ``conformance.mutants``, the deliberately broken backends)."""
+    if spec.startswith("mutant:"):
+        from conformance.mutants import mutant
+
+        return mutant(spec)
+    from conformance.registry import load_backend
+
+    return load_backend(spec)
