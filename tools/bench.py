@@ -601,6 +601,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes: exercise the code paths (CPU CI)")
     ap.add_argument("--budget-s", type=float, default=420.0,
                     help="stop starting new (shape, backend) timings after this many seconds (default 420)")
+    ap.add_argument("--flex-static", action="store_true",
+                    help="compile flex statically per shape (default: torch's automatic dynamic shapes, fewer compiles)")
     ap.add_argument("--list", action="store_true", help="print the shape suite and exit")
     return ap
 
@@ -630,6 +632,10 @@ def main(argv: list[str] | None = None) -> int:
     for b in (args.backend or [",".join(DEFAULT_BACKENDS if cuda else ("reference", "flex", "sdpa"))]):
         backends += [x.strip() for x in b.split(",") if x.strip()]
     reps = args.reps or (20 if cuda else 3)
+    if args.flex_static:
+        from . import flex_backend
+
+        flex_backend.DYNAMIC = False
     dtype = torch.bfloat16
     t_start = time.perf_counter()
     timer = Timer(device, reps)

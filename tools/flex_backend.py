@@ -39,13 +39,18 @@ What the adapter owns, and how this one does it:
 * **Compilation**: on CUDA the call runs ``torch.compile(flex_attention)``;
   on CPU it runs flex's eager path (it materialises the score matrix: fine for
   tests, not for speed). The window, chunk and flags are Python constants of
-  the ``mask_mod`` (a new value recompiles once); the two offsets (``kv_start``
-  and the query offset ``Lk - Lq``) are captured as 0-d int64 device tensors
-  cached per value, so a new offset is a new input, not a recompile, and no
+  the ``mask_mod`` (a new value recompiles once); the two offsets (absolute
+  positions of query 0 and of the first key passed) are captured as 0-d int64
+  device tensors cached per value: dynamo lifts them to graph inputs (checked
+  with ``backend="aot_eager"`` on CPU: three different ``kv_start`` of one
+  shape give one graph), so a new offset is not a recompile, and no
   host-to-device copy happens per call (CUDA-graph capturable after warm-up).
-  The block mask is cached per (shape, rule, offsets). ``torch._dynamo``'s
-  recompile limit is raised to 64 on first use so a benchmark's shape suite
-  never silently falls back to the eager path.
+  Sizes change with the call (and with the dropped key prefix): ``DYNAMIC``
+  (default None) leaves torch's automatic dynamic shapes on, so a new size
+  costs one recompile with symbolic sizes and then none. The block mask is
+  cached per (shape, rule, offsets). ``torch._dynamo``'s recompile limit is
+  raised to 64 on first use so a benchmark's shape suite never silently falls
+  back to the eager path.
 """
 
 from __future__ import annotations
@@ -60,6 +65,12 @@ from reference import UnsupportedConfig, check_inputs, visible, visible_key_rang
 from reference.mask import is_landmark, key_positions
 
 __all__ = ["sliding_window_attention", "make_mask_mod", "clear_caches"]
+
+#: ``dynamic`` of ``torch.compile``: None = torch's automatic dynamic shapes (the
+#: first shape compiles static, a second distinct shape recompiles once with
+#: symbolic sizes, later shapes reuse it; Lq = 1 decode specialises once).
+#: ``hils-swa bench --flex-static`` sets False: one static compile per shape.
+DYNAMIC: bool | None = None
 
 _OFFSETS: dict[tuple[str, int], torch.Tensor] = {}
 _BLOCK_MASKS: dict[tuple, object] = {}
@@ -109,7 +120,7 @@ def _compiled_flex(device: torch.device) -> Callable:
     fa = _flex()
     if device.type == "cpu":
         return fa.flex_attention
-    key = str(device.type)
+    key = f"{device.type}:{DYNAMIC}"
     fn = _COMPILED.get(key)
     if fn is None:
         try:
@@ -124,7 +135,7 @@ def _compiled_flex(device: torch.device) -> Callable:
                 dcfg.accumulated_cache_size_limit = max(int(dcfg.accumulated_cache_size_limit), 4096)
         except Exception:  # config layout differs: keep torch's defaults
             pass
-        fn = torch.compile(fa.flex_attention, dynamic=False)
+        fn = torch.compile(fa.flex_attention, dynamic=DYNAMIC)
         _COMPILED[key] = fn
     return fn
 

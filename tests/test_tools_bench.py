@@ -1,0 +1,70 @@
+"""hils-swa bench in CPU smoke mode: every code path but CUDA graphs (which need a GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from reference import visibility_mask
+from tools import bench
+
+
+def test_smoke_run_writes_json_md_png(tmp_path, capsys):
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# Benchmarks\n\nintro\n\n" + bench.MD_BEGIN + "\nold table\n" + bench.MD_END + "\n\n## after\nkeep me\n")
+    js, png = tmp_path / "b.json", tmp_path / "b.png"
+    rc = bench.main(["--device", "cpu", "--smoke", "--backend", "reference,flex", "--backend", "sdpa",
+                     "--reps", "1", "--json", str(js), "--md", str(md), "--png", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "CUDA graphs skipped" in out
+    data = json.loads(js.read_text())
+    res = data["results"]
+    assert len(res) == len(bench.SMOKE_SHAPES) * 3
+    assert all(r["status"] == "ok" for r in res), [r for r in res if r["status"] != "ok"]
+    assert all(r["eager_us"] > 0 and r["kernel_us"] is None for r in res)
+    assert all(r["gate"].startswith("pass") for r in res if r["backend"] != "sdpa")
+    assert all(r["gbps"] is not None for r in res if r["kind"] == "decode")
+    text = md.read_text()
+    assert "old table" not in text and "keep me" in text and text.startswith("# Benchmarks\n\nintro")
+    assert text.count(bench.MD_BEGIN) == 1 and "| smoke-decode | flex |" in text
+    assert png.stat().st_size > 10_000
+
+
+def test_gate_refuses_a_wrong_backend(capsys):
+    rc = bench.main(["--device", "cpu", "--smoke", "--shapes", "smoke-chunked", "--backend",
+                     "mutant:kv_start_ignored,mutant:window_off_by_one", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert out.count("refused") >= 2 and "conformance gate" in out
+
+
+def test_flops_count_visible_pairs_in_closed_form():
+    s = bench.Shape("t", "prefill", 2, 4, 2, 16, 40, 64, W=9, C=8, kv_start=3)
+    m = visibility_mask(40, 64, window_size=9, chunk_size=8, kv_start=3)
+    assert s.pairs() == int(m.sum())
+    assert s.flops() == 4 * 16 * int(m.sum()) * 2 * 4
+    d = bench.Shape("d", "decode", 1, 4, 2, 16, 1, 1000, W=100, C=16)
+    first = int(visibility_mask(1, 1000, window_size=100, chunk_size=16)[0].nonzero().min())
+    assert d.window_keys() == 1000 - first
+
+
+def test_default_suite_has_the_issue_shapes():
+    names = [s.name for s in bench.SHAPES]
+    assert len(names) >= 11 and len(set(names)) == len(names)
+    kinds = {(s.Hq, s.Hkv, s.D, s.Lq) for s in bench.SHAPES if s.name.startswith("train")}
+    assert kinds == {(h, g, d, L) for (h, g, d) in ((32, 32, 128), (32, 4, 64), (16, 2, 64))
+                     for L in (4096, 8192, 16384)}
+    dec = [s for s in bench.SHAPES if s.kind == "decode"]
+    assert sorted((s.B, s.Lk) for s in dec) == [(1, 8192), (1, 32768), (1, 131072), (8, 32768)]
+    assert any(s.W == 4096 and s.Lq == 8192 for s in bench.SHAPES)
+    assert any(s.Lq == 512 and s.Lk == 8192 for s in bench.SHAPES)
+    assert any(s.B == 4 and s.Lq == 4096 for s in bench.SHAPES)
+
+
+def test_refuses_full_suite_without_cuda(capsys):
+    if torch.cuda.is_available():
+        return
+    assert bench.main(["--device", "cpu"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""hils-swa diff: the right rule for every mutant, equivalence, and a two-bug backend."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conformance.mutants import MUTANTS
+from tools import diff
+from tools._common import resolve_backend
+
+# mutant -> the rule key diff must name (tools.diff.RULES)
+EXPECTED = {
+    "lse_base2": "lse_base",
+    "reshaped_output": "layout",
+    "window_off_by_one": "window_left",
+    "no_chunk_expansion": "chunk_expansion",
+    "landmark_shifted": "landmark_shifted",
+    "landmark_from_index": "landmark_index",
+    "kv_start_ignored": "kv_start",
+    "query_offset_ignored": "query_offset",
+    "gqa_modulo": "gqa",
+    "scale_from_dv": "default_scale",
+    "sm_scale_ignored": "explicit_scale",
+    "empty_rows_nan": "empty_rows",
+    "nan_leak": "nan_leak",
+    "strides_ignored": "strides",
+    "low_precision_accumulation": "low_precision",
+    "output_dtype_fp32": "output_dtype",
+    "tail_unwritten": "unwritten_rows",
+    "no_validation": "validation",
+}
+REF = resolve_backend("reference")
+
+
+def test_every_mutant_has_an_expected_rule():
+    assert set(EXPECTED) == set(MUTANTS), "a mutant was added or renamed: map it to the rule diff must name"
+    assert set(EXPECTED.values()) <= set(diff.RULES)
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_diff_names_the_mutants_rule(name):
+    cmp = diff.compare_backends(REF, MUTANTS[name][0], "cpu")
+    assert not cmp.equivalent
+    assert cmp.a.conforms
+    found = cmp.b.explained_by
+    assert found is not None, diff.format_report(cmp, "cpu")
+    assert found.rule == EXPECTED[name], diff.format_report(cmp, "cpu")
+    report = diff.format_report(cmp, "cpu")
+    assert f"[{EXPECTED[name]}]" in report.splitlines()[-1]
+
+
+def test_diff_reference_reference_exits_0(capsys):
+    assert diff.main(["reference", "reference", "--device", "cpu"]) == 0
+    assert "result: EQUIVALENT" in capsys.readouterr().out
+
+
+def test_diff_cli_mutant_exits_1_and_draws(tmp_path, capsys):
+    png = tmp_path / "d.png"
+    assert diff.main(["reference", "mutant:kv_start_ignored", "--device", "cpu", "--png", str(png)]) == 1
+    out = capsys.readouterr().out
+    assert "[kv_start]" in out and "masks differ" in out
+    assert png.stat().st_size > 10_000
+
+
+def test_same_bug_on_both_sides_is_equivalent():
+    m = MUTANTS["lse_base2"][0]
+    cmp = diff.compare_backends(m, m, "cpu")
+    assert cmp.equivalent and not cmp.a.conforms
+
+
+def _two_bugs(q, k, v, *, window_size, **kw):
+    import reference
+
+    o, lse = reference.sliding_window_attention(q, k, v, window_size=window_size + 1, **kw)
+    return o, lse / math.log(2.0)
+
+
+def test_two_bugs_are_not_explained_by_one_rule(capsys):
+    cmp = diff.compare_backends(REF, _two_bugs, "cpu")
+    assert not cmp.equivalent
+    assert cmp.b.explained_by is None
+    report = diff.format_report(cmp, "cpu")
+    assert "no single rule explains" in report
