@@ -68,3 +68,15 @@ def test_probe_cli_exit_codes_and_pictures(capsys):
     out = capsys.readouterr().out
     assert "result: DIFFERENT" in out and "+" in out
     assert probe.main(["reference", "--lq", "9", "--lk", "4", "--device", "cpu"]) == 2
+
+
+def test_porting_guide_probe_sample_is_current(capsys):
+    """docs/porting.md shows a probe of a mutant: it must be what the tool prints."""
+    import pathlib
+
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "porting.md").read_text()
+    probe.main(["mutant:landmark_from_index", "--lq", "4", "--lk", "10", "--kv-start", "5", "--device", "cpu"])
+    out = capsys.readouterr().out.splitlines()
+    shown = out[:out.index("") + 1 + 2 + 4 + 1]  # header, blank, two title lines, four rows
+    for line in shown:
+        assert line.rstrip() in doc, line

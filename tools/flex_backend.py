@@ -49,8 +49,8 @@ What the adapter owns, and how this one does it:
   (default None) leaves torch's automatic dynamic shapes on, so a new size
   costs one recompile with symbolic sizes and then none. The block mask is
   cached per (shape, rule, offsets). ``torch._dynamo``'s recompile limit is
-  raised to 64 on first use so a benchmark's shape suite never silently falls
-  back to the eager path.
+  raised to 64 on first use and ``fail_on_recompile_limit_hit`` set, so a
+  benchmark's shape suite never silently falls back to the unfused eager path.
 """
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ def _compiled_flex(device: torch.device) -> Callable:
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(dcfg, name):
                     setattr(dcfg, name, max(int(getattr(dcfg, name)), 64))
+            if hasattr(dcfg, "fail_on_recompile_limit_hit"):
+                # past the limit dynamo would run flex unfused (eager): fail loudly instead
+                dcfg.fail_on_recompile_limit_hit = True
             if hasattr(dcfg, "accumulated_recompile_limit"):
                 dcfg.accumulated_recompile_limit = max(int(dcfg.accumulated_recompile_limit), 4096)
             elif hasattr(dcfg, "accumulated_cache_size_limit"):
