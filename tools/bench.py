@@ -603,6 +603,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="stop starting new (shape, backend) timings after this many seconds (default 420)")
     ap.add_argument("--flex-static", action="store_true",
                     help="compile flex statically per shape (default: torch's automatic dynamic shapes, fewer compiles)")
+    ap.add_argument("--commit", default=None, help="commit label for the report (default: git rev-parse HEAD)")
     ap.add_argument("--list", action="store_true", help="print the shape suite and exit")
     return ap
 
@@ -642,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     info = dict(device=device, device_name=torch.cuda.get_device_name(device) if cuda else
                 (platform.processor() or platform.machine()) + f" CPU ({os.cpu_count()} cores)",
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                reps=reps, commit=_commit(), python=platform.python_version())
+                reps=reps, commit=args.commit or _commit(), python=platform.python_version())
     try:
         import triton
 
@@ -692,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{_fmt(r.tflops, '.4g')} TFLOP/s{'' if r.gbps is None else f', {r.gbps:.4g} GB/s'}"
                  f"{'' if not r.reason else '  (' + r.reason[:150] + ')'}"
                  f"{'' if not r.graph_note else '  [' + r.graph_note[:100] + ']'}"
-                 f"  [{time.perf_counter() - t0:.1f} s, total {time.perf_counter() - t_start:.0f} s]")
+                 f"  [first call {r.extra.get('first_call_s', '-')} s, {time.perf_counter() - t0:.1f} s, "
+                 f"total {time.perf_counter() - t_start:.0f} s]")
         gate.release()
         del sets, gate
         if cuda:
