@@ -80,3 +80,12 @@ def test_porting_guide_probe_sample_is_current(capsys):
     shown = out[:out.index("") + 1 + 2 + 4 + 1]  # header, blank, two title lines, four rows
     for line in shown:
         assert line.rstrip() in doc, line
+
+
+def _broken(q, k, v, **kw):
+    raise RuntimeError("kernel launch failed")
+
+
+def test_probe_cli_reports_a_crashing_backend(capsys):
+    assert probe.main(["tests.test_tools_probe:_broken", "--device", "cpu"]) == 1
+    assert "raised RuntimeError" in capsys.readouterr().err

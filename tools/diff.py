@@ -82,8 +82,8 @@ class Case:
     Hkv: int = 2
     Lq: int = 12
     Lk: int = 20
-    Dqk: int = 16
-    Dv: int = 16
+    Dqk: int = 32      # the kernels serve 32..256
+    Dv: int = 32
     dtype: torch.dtype = torch.float32
     window_size: int = 5
     chunk_size: int = 4
@@ -113,7 +113,7 @@ CASES: tuple[Case, ...] = (
          kv_start=2, expand_to_chunk=False),
     Case("no_lmk", "mask_lmk=False", B=1, Hq=2, Hkv=1, Lq=10, Lk=16, window_size=4, chunk_size=3, kv_start=2,
          mask_lmk=False),
-    Case("dv", "Dqk != Dv, default scale", B=1, Hq=2, Hkv=2, Dqk=16, Dv=32, kv_start=0, seed=1),
+    Case("dv", "Dqk != Dv, default scale", B=1, Hq=2, Hkv=2, Dqk=32, Dv=64, kv_start=0, seed=1),
     Case("scale", "explicit sm_scale", B=1, Hq=2, Hkv=2, sm_scale=0.37, seed=2),
     Case("empty", "every other row has no visible key (W=1, C=2, no expansion)", B=1, Hq=2, Hkv=2, Lq=10, Lk=10,
          window_size=1, chunk_size=2, expand_to_chunk=False, kv_start=0),
@@ -158,27 +158,27 @@ def make_inputs(case: Case, device) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 BAD_INPUTS: tuple[tuple[str, Callable[[str], tuple]], ...] = (
-    ("Hq % Hkv != 0", lambda d: ((torch.randn(1, 3, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                                  torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4))),
-    ("Lq > Lk", lambda d: ((torch.randn(1, 2, 9, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                            torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4))),
-    ("window_size = 0", lambda d: ((torch.randn(1, 2, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                                    torch.randn(1, 2, 8, 16, device=d)), dict(window_size=0, chunk_size=4))),
-    ("chunk_size = 0", lambda d: ((torch.randn(1, 2, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                                   torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=0))),
-    ("kv_start = -1", lambda d: ((torch.randn(1, 2, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                                  torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4,
+    ("Hq % Hkv != 0", lambda d: ((torch.randn(1, 3, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                                  torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4))),
+    ("Lq > Lk", lambda d: ((torch.randn(1, 2, 9, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                            torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4))),
+    ("window_size = 0", lambda d: ((torch.randn(1, 2, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                                    torch.randn(1, 2, 8, 32, device=d)), dict(window_size=0, chunk_size=4))),
+    ("chunk_size = 0", lambda d: ((torch.randn(1, 2, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                                   torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=0))),
+    ("kv_start = -1", lambda d: ((torch.randn(1, 2, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                                  torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4,
                                                                             kv_start=-1))),
-    ("sm_scale = nan", lambda d: ((torch.randn(1, 2, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                                   torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4,
+    ("sm_scale = nan", lambda d: ((torch.randn(1, 2, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                                   torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4,
                                                                              sm_scale=float("nan")))),
-    ("mixed dtypes", lambda d: ((torch.randn(1, 2, 4, 16, device=d),
-                                 torch.randn(1, 2, 8, 16, device=d, dtype=torch.float16),
-                                 torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4))),
-    ("3-D q", lambda d: ((torch.randn(2, 4, 16, device=d), torch.randn(1, 2, 8, 16, device=d),
-                          torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4))),
-    ("mismatched Dqk", lambda d: ((torch.randn(1, 2, 4, 16, device=d), torch.randn(1, 2, 8, 32, device=d),
-                                   torch.randn(1, 2, 8, 16, device=d)), dict(window_size=3, chunk_size=4))),
+    ("mixed dtypes", lambda d: ((torch.randn(1, 2, 4, 32, device=d),
+                                 torch.randn(1, 2, 8, 32, device=d, dtype=torch.float16),
+                                 torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4))),
+    ("3-D q", lambda d: ((torch.randn(2, 4, 32, device=d), torch.randn(1, 2, 8, 32, device=d),
+                          torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4))),
+    ("mismatched Dqk", lambda d: ((torch.randn(1, 2, 4, 32, device=d), torch.randn(1, 2, 8, 64, device=d),
+                                   torch.randn(1, 2, 8, 32, device=d)), dict(window_size=3, chunk_size=4))),
 )
 
 
@@ -490,6 +490,7 @@ class Diagnosis:
     results: dict[str, CaseResult]
     truths: dict[str, CaseTruth]
     validation: list[str]                        # bad inputs not refused with ValueError
+    unsupported: dict[str, str] = field(default_factory=dict)  # case -> the backend's UnsupportedConfig
     explained_by: Finding | None = None          # the single rule explaining every difference
     also: list[Finding] = field(default_factory=list)
     per_case: dict[str, list[str]] = field(default_factory=dict)  # failing case -> rules consistent with it
@@ -714,16 +715,20 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
     case set and explain its differences from SPEC.md."""
     fn = getattr(backend, "fn", backend)
     name = getattr(backend, "name", getattr(fn, "__name__", "backend"))
-    results, truths = {}, {}
+    results, truths, unsupported = {}, {}, {}
     for case in cases:
         t = truth(case, device)
         run = run_backend(fn, t)
+        if isinstance(run.error, reference.UnsupportedConfig):
+            unsupported[case.name] = str(run.error).splitlines()[0]
+            continue
         v = None
         if t.expected is not None and run.error is None:
             v = tol.suite_verdict().judge(run.o, run.lse, t.expected)
         results[case.name] = CaseResult(case, run, _cmp(run, t.golden, t.bound), _meta(run, case), v)
         truths[case.name] = t
-    d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device))
+    d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device),
+                  unsupported=unsupported)
     if probe_masks:
         from .probe import probe_mask
 
@@ -776,9 +781,11 @@ def compare_backends(a, b, device="cpu", **kw) -> Comparison:
     db = diagnose(b, device, **kw)
     agree, errs = {}, {}
     for name in da.results:
+        if name not in db.results:
+            continue
         ok, err = _agree(da.results[name], db.results[name], da.truths[name].bound)
         agree[name], errs[name] = ok, err
-    eq = all(agree.values()) and (bool(da.validation) == bool(db.validation))
+    eq = bool(agree) and all(agree.values()) and (bool(da.validation) == bool(db.validation))
     return Comparison(da, db, agree, errs, eq)
 
 
@@ -814,7 +821,9 @@ def _probe_block(cmp: Comparison) -> list[str]:
 
 def _diag_lines(d: Diagnosis) -> list[str]:
     if d.conforms:
-        return [f"{d.name}: conforms to SPEC.md on all {len(d.results)} cases and the {len(BAD_INPUTS)} bad inputs"]
+        extra = f" ({len(d.unsupported)} unsupported: {', '.join(d.unsupported)})" if d.unsupported else ""
+        return [f"{d.name}: conforms to SPEC.md on all {len(d.results)} cases it serves{extra} "
+                f"and the {len(BAD_INPUTS)} bad inputs"]
     out = []
     if d.explained_by is not None:
         f = d.explained_by
@@ -825,6 +834,11 @@ def _diag_lines(d: Diagnosis) -> list[str]:
         if d.validation and f.rule != "validation":
             out.append(f"    note: bad inputs not refused (may follow from the same bug): {'; '.join(d.validation[:3])}")
     else:
+        errs = {f"{type(r.run.error).__name__}: {str(r.run.error).splitlines()[0][:160] if str(r.run.error) else ''}"
+                for r in d.results.values() if r.run.error is not None}
+        if len(errs) == 1 and all(r.run.error is not None for r in d.results.values()):
+            out.append(f"{d.name}: every case raised the same error, nothing to diagnose: {errs.pop()}")
+            return out
         out.append(f"{d.name}: differs from SPEC.md; no single rule explains every difference")
         if d.validation:
             out.append(f"    [validation] {'; '.join(d.validation[:3])}")
@@ -841,12 +855,15 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
     lines = [f"hils-swa diff {a.name} {b.name}  ({device}, {len(a.results)} cases against reference.golden "
              f"under the conformance tolerance, {len(BAD_INPUTS)} bad inputs)", ""]
     lines.append(f"{'case':<10} {'A: ' + a.name:<{w + 3}} {'B: ' + b.name:<{w + 3}} B~A  what it isolates")
-    for name, ra in a.results.items():
-        rb = b.results[name]
-        sa = "ok" if ra.ok else "FAIL"
-        sb = "ok" if rb.ok else "FAIL"
-        lines.append(f"{name:<10} {sa:<{w + 3}} {sb:<{w + 3}} {'yes' if cmp.case_agree[name] else 'NO ':<4} "
-                     f"{ra.case.purpose}")
+    for case in CASES:
+        name = case.name
+        if name not in a.results and name not in a.unsupported:
+            continue
+        ra, rb = a.results.get(name), b.results.get(name)
+        sa = "unsupported" if ra is None else "ok" if ra.ok else "FAIL"
+        sb = "unsupported" if rb is None else "ok" if rb.ok else "FAIL"
+        same = "-" if name not in cmp.case_agree else "yes" if cmp.case_agree[name] else "NO"
+        lines.append(f"{name:<10} {sa:<{w + 3}} {sb:<{w + 3}} {same:<4} {case.purpose}")
     lines.append(f"{'errors':<10} {'ok' if not a.validation else 'FAIL':<{w + 3}} "
                  f"{'ok' if not b.validation else 'FAIL':<{w + 3}} "
                  f"{'yes' if bool(a.validation) == bool(b.validation) else 'NO ':<4} bad inputs raise ValueError")
@@ -855,6 +872,9 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
         lines += ["", "details:"]
         for d, n in failing:
             lines.append(f"  {d.name} / {n}: {d.results[n].summary(d.truths[n].bound)}")
+    for d in (a, b):
+        for n, why in d.unsupported.items():
+            lines.append(f"  {d.name} does not serve case {n}: {why}")
     lines.append("")
     lines += _probe_block(cmp)
     lines.append("")
@@ -889,6 +909,8 @@ def write_png(cmp: Comparison, path: str) -> None:
 
     probes = [(cfg, pa, pb) for (cfg, pa), (_, pb) in zip(cmp.a.probes, cmp.b.probes)
               if not isinstance(pa, BaseException) and not isinstance(pb, BaseException)]
+    if not cmp.row_err:
+        return
     n_cases = len(cmp.row_err)
     cap = 72  # rows drawn per case: the long case would squash the others
     max_lq = min(cap, max(len(e) for e in cmp.row_err.values()))

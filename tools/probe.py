@@ -299,12 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"hils-swa probe: {e}", file=sys.stderr)
         return 2
+    from reference import UnsupportedConfig
+
     try:
         res = probe_mask(backend.fn, args.lq, Lk, device=device,
                          dtype=_DTYPES[args.dtype] if args.dtype else None,
                          head_dim=args.head_dim, **rule)
     except UnsupportedConfig as e:
         print(f"hils-swa probe: {backend.name} cannot serve the probe: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # the backend itself failed: say so plainly, no traceback wall
+        print(f"hils-swa probe: {backend.name} raised {type(e).__name__} on the probe inputs: {e}",
+              file=sys.stderr)
         return 1
     text, ok = format_report(backend.name, res, Lq=args.lq, Lk=Lk, device=device, **rule)
     print(text)
