@@ -31,6 +31,7 @@ TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # as constexpr 1; the compile mirrors that for representative code.
 UNIT_STRIDES = {"sqd", "skd", "svd", "sod"}
 FLOAT_ARGS = {"qk_scale"}
+STRIDE_TENSORS = {"qb", "qh", "ql", "kb", "kh", "kl", "vb", "vh", "vl", "ob", "oh", "ol"}
 
 
 def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, dict]:
@@ -52,8 +53,10 @@ def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, d
 
 def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
     sig, consts = _signature(fn, ptr_types, constexprs)
-    # 16-byte alignment of every pointer, as the JIT specialises for torch allocations.
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptr_types}
+    # As the JIT specialises real calls: pointers 16-byte aligned (torch
+    # allocations), strides divisible by 16 (any head dim 32..256 in BHLD or BLHD).
+    aligned = set(ptr_types) | {n for n in fn.arg_names if n.startswith("s") and n[1:3] in STRIDE_TENSORS}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if sig[n] != "constexpr"}
     src = ASTSource(fn, sig, consts, attrs)
     return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
 
@@ -86,8 +89,18 @@ def variants():
                                         {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"},
                                         dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
                                              BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
-                                             IEEE=dt == torch.float32),
+                                             IEEE=dt == torch.float32, PHASES=L.PHASES[(cls, bucket)]),
                                         cfg.num_warps, cfg.num_stages, dt != torch.float32)
+    for (cls, bucket), cfg in L.PACKED.items():
+        d, bd = _dims(bucket)
+        for dt in _dtypes(cls):
+            t = TYPES[dt]
+            out[f"packed-{t}-D{d}"] = (f"packed-{cls}", "_swa_splitkv_kernel",
+                                       {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": f"*{t}", "LP": "*fp32"},
+                                       dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
+                                            BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
+                                            IEEE=dt == torch.float32, DIRECT=True),
+                                       cfg.num_warps, cfg.num_stages, dt != torch.float32)
     for (cls, bucket), cfg in L.SPLIT.items():
         d, bd = _dims(bucket)
         for dt in _dtypes(cls):
@@ -101,7 +114,7 @@ def variants():
                                                    "LP": "*fp32"},
                                                   dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
                                                        BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
-                                                       UPCAST=False, IEEE=dt == torch.float32),
+                                                       UPCAST=False, IEEE=dt == torch.float32, DIRECT=False),
                                                   cfg.num_warps, cfg.num_stages,
                                                   dt != torch.float32 and bm >= 64)
     for bucket in (32, 64, 128, 256):
@@ -129,7 +142,8 @@ def _run_group(group: str) -> dict:
                 ck = _compile(getattr(kernels, fn_name), ptrs, consts, warps, stages)
                 sass = _sass(ck, Path(tmp))
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
-                                 want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2))
+                                 want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
+                                 local_mem=("LDL" in sass) or ("STL" in sass))
             except Exception as e:  # reported to the test, which fails on it
                 res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
     return res
@@ -141,7 +155,8 @@ GROUPS = sorted({v[0] for v in variants().values()})
 @pytest.mark.parametrize("group", GROUPS)
 def test_config_table_compiles_for_sm90(group):
     """Each shipped variant compiles for sm_90, fits in shared memory, and the
-    bf16/fp16 tensor-core tiles use HGMMA. Runs in a subprocess without
+    bf16/fp16 tensor-core tiles use HGMMA, and nothing spills registers to
+    local memory (a spilling config is a bad config). Runs in a subprocess without
     ``TRITON_INTERPRET``: under the interpreter ``@triton.jit`` (also inside
     ``triton.language``) yields interpreter objects that cannot be compiled."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -155,6 +170,7 @@ def test_config_table_compiles_for_sm90(group):
         assert r["ok"], f"{name}: {r.get('error')}"
         assert r["exit"], f"{name}: no SASS"
         assert r["shared"] <= 232448, f"{name}: shared memory {r['shared']} B exceeds sm_90's 227 KB"
+        assert not r["local_mem"], f"{name}: register spills (LDL/STL local memory) in the SASS"
         if r["want_hgmma"]:
             assert r["hgmma"], f"{name}: no HGMMA (warpgroup MMA) in the bf16/fp16 SASS"
 

@@ -32,7 +32,7 @@ def _check_supported(p) -> None:
 
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
                              expand_to_chunk=True, kv_start=0, sm_scale=None,
-                             _force_path=None, _config=None, _num_splits=None):
+                             _force_path=None, _config=None, _num_splits=None, _phases=None):
     """HiLS sliding-window attention forward (SPEC.md), Triton kernels.
 
     Returns ``(o, lse)``: ``o`` of shape ``(B, Hq, Lq, Dv)`` in ``q.dtype``,
@@ -44,8 +44,9 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     Raises ``ValueError`` for invalid input (``reference.check_inputs``) and
     ``UnsupportedConfig`` for head dims outside 32..256 or CPU tensors without
     ``TRITON_INTERPRET=1``. The keyword arguments starting with ``_`` are
-    private test/tuning knobs (``"prefill"`` / ``"splitkv"`` path, a
-    ``launch.Config``, a split count), not part of the interface.
+    private test/tuning knobs (``"prefill"`` / ``"packed"`` / ``"splitkv"`` path, a
+    ``launch.Config``, a split count, the prefill loop structure), not part of
+    the interface.
     """
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
@@ -58,5 +59,6 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
         o.zero_()
         lse.fill_(float("-inf"))
         return o, lse
-    _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits)
+    _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits,
+                   phases=_phases)
     return o, lse

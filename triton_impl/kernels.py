@@ -94,15 +94,19 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left, kv_sta
     """
     offs_n = n0 + tl.arange(0, BLOCK_N)
     kpos = kv_start + offs_n
+    in_range = (offs_n >= j_lo) & (offs_n < j_hi)
     if MASK_WINDOW:
-        col_ok = (offs_n >= j_lo) & (offs_n < j_hi)
+        col_ok = in_range
         if MASK_LMK:
             col_ok = col_ok & (((kpos + 1) % C) != 0)
     else:
         col_ok = ((kpos + 1) % C) != 0
     HAS_COL: tl.constexpr = MASK_WINDOW or MASK_LMK
-    # k is loaded transposed: (D, BLOCK_N); v as (BLOCK_N, D).
-    k = _load_tile(k_ptrs, dk_ok, col_ok, PAD_DK, HAS_COL, UPCAST)
+    # k is loaded transposed: (D, BLOCK_N); v as (BLOCK_N, D). A NaN in an
+    # in-range k column only reaches scores that tl.where below replaces, so k
+    # needs just the range mask; v enters a product with p = 0, so every
+    # column no row sees (range or landmark) is loaded as 0.
+    k = _load_tile(k_ptrs, dk_ok, in_range, PAD_DK, MASK_WINDOW, UPCAST)
     v = _load_tile(v_ptrs, col_ok, dv_ok, HAS_COL, PAD_DV, UPCAST)
     if IEEE:
         s = tl.dot(q, k, input_precision="ieee")
@@ -138,6 +142,7 @@ def _swa_fwd_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    PHASES: tl.constexpr = True,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -189,28 +194,32 @@ def _swa_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
 
-    # Phase 1: left edge, masked.
-    k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-    v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-    for n0 in range(start, b_, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                PAD_DK, PAD_DV, UPCAST, IEEE)
-        k_ptrs += BLOCK_N * skl
-        v_ptrs += BLOCK_N * svl
-    # Phase 2: inside every row's window: landmark test only.
-    k_ptrs = k_base + (b_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-    v_ptrs = v_base + (b_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-    for n0 in range(b_, c_, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
-                                PAD_DK, PAD_DV, UPCAST, IEEE)
-        k_ptrs += BLOCK_N * skl
-        v_ptrs += BLOCK_N * svl
+    if PHASES:
+        # Phase 1: left edge, masked.
+        k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+        v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+        for n0 in range(start, b_, BLOCK_N):
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                    kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                    PAD_DK, PAD_DV, UPCAST, IEEE)
+            k_ptrs += BLOCK_N * skl
+            v_ptrs += BLOCK_N * svl
+        # Phase 2: inside every row's window: landmark test only.
+        k_ptrs = k_base + (b_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+        v_ptrs = v_base + (b_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+        for n0 in range(b_, c_, BLOCK_N):
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
+                                    kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
+                                    PAD_DK, PAD_DV, UPCAST, IEEE)
+            k_ptrs += BLOCK_N * skl
+            v_ptrs += BLOCK_N * svl
+        c0 = c_
+    else:
+        c0 = start  # one loop, every block masked
     # Phase 3: diagonal, masked.
-    k_ptrs = k_base + (c_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-    v_ptrs = v_base + (c_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-    for n0 in range(c_, end, BLOCK_N):
+    k_ptrs = k_base + (c0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (c0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(c0, end, BLOCK_N):
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
                                 kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
                                 PAD_DK, PAD_DV, UPCAST, IEEE)
@@ -238,14 +247,19 @@ def _swa_splitkv_kernel(
     sqb, sqh, sql, sqd,
     skb, skh, skl, skd,
     svb, svh, svl, svd,
-    Hq, Hkv, G, Lq, Lk, kv_start, W, C, qk_scale, split_len, rows_total,
+    Hq, Hkv, G, Lq, Lk, kv_start, W, C, split_len, rows_total, qk_scale,
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    DIRECT: tl.constexpr = False,
 ):
     """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
     (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
-    ``rows_total = B * Hq * Lq`` is the stride of one split."""
+    ``rows_total = B * Hq * Lq`` is the stride of one split.
+
+    ``DIRECT`` (one split only): ``OP``/``LP`` are the final ``o`` (contiguous
+    canonical layout) and ``lse``, written with the natural-log LSE; this is
+    the GQA-packed prefill path (one K/V tile serves the ``G`` heads)."""
     pid_m = tl.program_id(0)
     pid_bk = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -301,13 +315,18 @@ def _swa_splitkv_kernel(
     out = acc / l_safe[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
     row = (b64 * Hq + h_row) * Lq + i_row  # int64
-    part = pid_s.to(tl.int64) * rows_total + row
+    if DIRECT:
+        part = row
+        lse_out = lse2 * 0.6931471805599453
+    else:
+        part = pid_s.to(tl.int64) * rows_total + row
+        lse_out = lse2
     op_ptrs = OP + part[:, None] * DV + offs_dv[None, :]
     if PAD_DV:
-        tl.store(op_ptrs, out, mask=row_ok[:, None] & dv_ok[None, :])
+        tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
     else:
-        tl.store(op_ptrs, out, mask=row_ok[:, None])
-    tl.store(LP + part, lse2, mask=row_ok)
+        tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LP + part, lse_out, mask=row_ok)
 
 
 @triton.jit

@@ -53,31 +53,118 @@ class Config:
 # ---------------------------------------------------------------------------
 PREFILL: dict[tuple[str, int], Config] = {
     ("16", 32): Config(128, 64, 4, 3),
-    ("16", 64): Config(128, 64, 4, 3),
+    ("16", 64): Config(128, 32, 4, 3),
     ("16", 128): Config(128, 64, 8, 3),
     ("16", 256): Config(64, 32, 4, 3),
-    ("32", 32): Config(64, 32, 4, 2),
-    ("32", 64): Config(64, 32, 4, 2),
-    ("32", 128): Config(32, 32, 4, 2),
-    ("32", 256): Config(32, 16, 4, 2),
+    ("32", 32): Config(64, 32, 8, 2),
+    ("32", 64): Config(64, 32, 8, 2),
+    ("32", 128): Config(32, 16, 8, 3),
+    ("32", 256): Config(32, 16, 8, 2),
 }
+# Prefill loop structure: True = three loops (masked left edge, unmasked
+# middle, masked diagonal); False = one loop with every block masked (one
+# software-pipeline fill instead of three, and fewer live registers).
+PHASES: dict[tuple[str, int], bool] = {
+    ("16", 32): True, ("16", 64): True, ("16", 128): True, ("16", 256): False,
+    ("32", 32): False, ("32", 64): False, ("32", 128): False, ("32", 256): False,
+}
+# GQA-packed prefill (the split-KV kernel with one split writing o directly):
+# rows are G heads x Lq / G queries.
+PACKED: dict[tuple[str, int], Config] = {
+    ("16", 32): Config(128, 64, 8, 3),
+    ("16", 64): Config(128, 64, 8, 3),
+    ("16", 128): Config(128, 64, 8, 3),
+    ("16", 256): Config(64, 32, 8, 3),
+    ("32", 32): Config(32, 32, 8, 2),
+    ("32", 64): Config(32, 32, 8, 2),
+    ("32", 128): Config(32, 16, 8, 2),
+    ("32", 256): Config(16, 16, 4, 2),
+}
+PACK_MIN_GROUP = 4
 # Split-KV: BLOCK_N, warps and stages per (precision, head dim); BLOCK_M is the
 # packed row count (G query heads x Lq queries of one key/value head) rounded
-# up to a power of two, between 16 and SPLIT_MAX_M.
+# up to a power of two, between 16 and the row's block_m.
 SPLIT: dict[tuple[str, int], Config] = {
     ("16", 32): Config(64, 64, 4, 3),
     ("16", 64): Config(64, 64, 4, 3),
     ("16", 128): Config(64, 64, 4, 3),
-    ("16", 256): Config(64, 32, 4, 2),
-    ("32", 32): Config(32, 32, 4, 2),
-    ("32", 64): Config(32, 32, 4, 2),
-    ("32", 128): Config(32, 32, 4, 2),
+    ("16", 256): Config(64, 32, 8, 2),
+    ("32", 32): Config(32, 32, 8, 2),
+    ("32", 64): Config(32, 32, 8, 2),
+    ("32", 128): Config(32, 16, 8, 2),
     ("32", 256): Config(16, 16, 4, 2),
 }
 SPLIT_BLOCK_M = (16, 32, 64)  # the shipped split-KV row tiles (capped by SPLIT[...].block_m)
+SPLIT_TARGET = 2  # split-KV aims at this many programs per SM
 MAX_SPLITS = 64
 COMBINE_ROWS = 1
 COMBINE_WARPS = 4
+
+
+class _Kernel:
+    """One ``@triton.jit`` kernel with a host fast path.
+
+    The first call of a static configuration goes through Triton's JIT (which
+    compiles, caches and launches); the returned compiled kernel is kept under
+    a key that covers everything the JIT specialises on (constexprs, warps,
+    stages, each pointer's 16-byte alignment, each int's ``== 1`` /
+    ``% 16 == 0`` / 32-bit range), and later calls with the same key launch it
+    directly, skipping the JIT's per-call binding and cache lookup (the bulk
+    of a small call's host time). Any failure of the direct launch turns the
+    fast path off for the process and falls back to the JIT.
+    """
+
+    enabled = os.environ.get("HILS_SWA_TRITON_FAST_LAUNCH", "1") != "0"
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.cache: dict = {}
+
+    @staticmethod
+    def _key(static, tensors, ints):
+        spec = tuple((x == 1) + 2 * (x % 16 == 0) + 4 * (x >= 2 ** 31 or x < -2 ** 31) for x in ints)
+        align = tuple(t.data_ptr() % 16 == 0 for t in tensors)
+        return static, spec, align
+
+    def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int):
+        """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order."""
+        args = (*tensors, *ints, *floats)
+        if interpreter_active() or not _Kernel.enabled:
+            self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+            return
+        static = (tuple(constexprs.items()), num_warps, num_stages, tensors[0].dtype,
+                  tuple(t.dtype for t in tensors))
+        key = self._key(static, tensors, ints)
+        ck = self.cache.get(key)
+        if ck is not None:
+            try:
+                _direct_launch(ck, grid, (*args, *constexprs.values()))
+                return
+            except Exception:  # version drift in Triton's private launch API: use the JIT from now on
+                _Kernel.enabled = False
+        ck = self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        # Cache only when the direct call will pass the arguments in the kernel's own order.
+        names = list(getattr(self.fn, "arg_names", ()))
+        if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
+                and names[len(args):] == list(constexprs)):
+            self.cache[key] = ck
+
+
+def _direct_launch(ck, grid, full_args) -> None:
+    """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9)."""
+    drv = triton.runtime.driver.active
+    stream = drv.get_current_stream(drv.get_current_device())
+    g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    knobs = getattr(triton, "knobs", None)
+    enter = knobs.runtime.launch_enter_hook if knobs is not None else None
+    exit_ = knobs.runtime.launch_exit_hook if knobs is not None else None
+    meta = ck.launch_metadata(g, stream, *full_args)
+    ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, meta, enter, exit_, *full_args)
+
+
+_FWD = _Kernel(kernels._swa_fwd_kernel)
+_SPLIT = _Kernel(kernels._swa_splitkv_kernel)
+_COMBINE = _Kernel(kernels._swa_combine_kernel)
 
 
 def dtype_class(dtype: torch.dtype) -> str:
@@ -126,74 +213,84 @@ def _span(p: Problem) -> int:
     return min(p.Lk, p.window_size + extra)
 
 
-def choose_path(p: Problem, cfg: Config) -> str:
-    """``"prefill"`` unless its grid would not fill the GPU: split-KV when
-    query blocks x B x Hq is under the SM count and the key range per program
-    is long enough to split. Decided by grid saturation, never by ``Lq`` alone."""
-    programs = triton.cdiv(p.Lq, cfg.block_m) * p.B * p.Hq
-    if programs >= sm_count(p.device):
-        return "prefill"
+def choose_path(p: Problem, cfg: Config | None = None) -> str:
+    """The kernel for a call, by grid saturation (never by ``Lq`` alone).
+
+    The unit of parallel work is a tile of query rows of one key/value head,
+    the ``G`` heads sharing it packed together: ``cdiv(G * Lq, 64) * B * Hkv``
+    tiles. Under half the SM count the GPU would idle: split-KV spreads each
+    tile's key range over several programs (decode, short chunks). Otherwise
+    GQA with ``G >= PACK_MIN_GROUP`` uses the packed kernel (one K/V tile feeds
+    ``G`` heads, fewer query positions per tile so less of the window edge is
+    wasted) and everything else the prefill kernel.
+    """
+    tiles = triton.cdiv(p.group * p.Lq, 64) * p.B * p.Hkv
     split_cfg = SPLIT[(dtype_class(p.dtype), head_bucket(p))]
-    if _span(p) + min(p.Lq, cfg.block_m) <= 2 * split_cfg.block_n:
-        return "prefill"  # nothing worth splitting
-    return "splitkv"
+    if tiles * 2 < sm_count(p.device) and _span(p) + p.Lq > 2 * split_cfg.block_n:
+        return "splitkv"
+    if p.group >= PACK_MIN_GROUP:
+        return "packed"
+    return "prefill"
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
-           num_splits: int | None = None) -> str:
-    """Run one call; returns the path taken. ``path``/``config``/``num_splits``
-    are private knobs for tests and tuning (``tools/gpu_triton.py``)."""
+           num_splits: int | None = None, phases: bool | None = None) -> str:
+    """Run one call; returns the path taken. ``path`` (``"prefill"``,
+    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits`` and ``phases`` are
+    private knobs for tests and tuning (``tools/gpu_triton.py``)."""
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
     bdk, bdv = max(16, _pow2(p.Dqk)), max(16, _pow2(p.Dv))
     qk_scale = p.sm_scale * LOG2E
-    pre_cfg = config if (config is not None and path != "splitkv") else PREFILL[(cls, bucket)]
     if path is None:
-        path = choose_path(p, pre_cfg)
-    common = dict(DK=p.Dqk, DV=p.Dv, BLOCK_DK=bdk, BLOCK_DV=bdv, MASK_LMK=p.mask_lmk,
-                  EXPAND=p.expand_to_chunk, UPCAST=upcast, IEEE=ieee)
+        path = choose_path(p)
+    common = dict(DK=p.Dqk, DV=p.Dv, BLOCK_DK=bdk, BLOCK_DV=bdv)
+    flags = dict(MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, UPCAST=upcast, IEEE=ieee)
     if path == "prefill":
-        cfg = pre_cfg
+        cfg = config or PREFILL[(cls, bucket)]
+        ph = PHASES[(cls, bucket)] if phases is None else phases
         grid = (triton.cdiv(p.Lq, cfg.block_m), p.B * p.Hq)
-        kernels._swa_fwd_kernel[grid](
-            q, k, v, o, lse,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            p.Hq, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size, qk_scale,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **common)
+        _FWD(grid, (q, k, v, o, lse),
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(),
+              p.Hq, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size), (qk_scale,),
+             dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
+             cfg.num_warps, cfg.num_stages)
         return path
-    if path != "splitkv":
+    if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
-    base = config if config is not None else SPLIT[(cls, bucket)]
+    packed = path == "packed"
+    base = config or (PACKED if packed else SPLIT)[(cls, bucket)]
     rows = p.group * p.Lq
     block_m = min(base.block_m, max(16, _pow2(rows)))
     block_n = base.block_n
     m_tiles = triton.cdiv(rows, block_m)
     grid_base = m_tiles * p.B * p.Hkv
-    # Keys a tile can need: the window of its first query to its last query.
-    q_per_tile = min(p.Lq, triton.cdiv(block_m, p.group) + 1)
-    n_blocks = triton.cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
-    if num_splits is None:
-        target = 2 * sm_count(p.device)
-        num_splits = max(1, min(n_blocks, MAX_SPLITS, triton.cdiv(target, grid_base)))
-    num_splits = max(1, min(num_splits, n_blocks))
-    split_len = triton.cdiv(n_blocks, num_splits) * block_n
-    num_splits = triton.cdiv(n_blocks * block_n, split_len)
     rows_total = p.B * p.Hq * p.Lq
-    ws = workspace(p.device, num_splits * rows_total * (p.Dv + 1))
-    op = ws[: num_splits * rows_total * p.Dv]
-    lp = ws[num_splits * rows_total * p.Dv: num_splits * rows_total * (p.Dv + 1)]
-    grid = (m_tiles, p.B * p.Hkv, num_splits)
-    kernels._swa_splitkv_kernel[grid](
-        q, k, v, op, lp,
-        *q.stride(), *k.stride(), *v.stride(),
-        p.Hq, p.Hkv, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size, qk_scale,
-        split_len, rows_total,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=base.num_warps, num_stages=base.num_stages,
-        **common)
-    kernels._swa_combine_kernel[(triton.cdiv(rows_total, COMBINE_ROWS),)](
-        op, lp, o, lse, rows_total, num_splits,
-        DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)), ROWS=COMBINE_ROWS,
-        num_warps=COMBINE_WARPS)
+    if packed:
+        num_splits, split_len = 1, triton.cdiv(p.Lk + block_n, block_n) * block_n
+        op, lp = o, lse
+    else:
+        # Keys a tile can need: the window of its first query to its last query.
+        q_per_tile = min(p.Lq, triton.cdiv(block_m, p.group) + 1)
+        n_blocks = triton.cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
+        if num_splits is None:
+            num_splits = max(1, min(n_blocks, MAX_SPLITS, triton.cdiv(SPLIT_TARGET * sm_count(p.device), grid_base)))
+        num_splits = max(1, min(num_splits, n_blocks))
+        split_len = triton.cdiv(n_blocks, num_splits) * block_n
+        num_splits = triton.cdiv(n_blocks * block_n, split_len)
+        ws = workspace(p.device, num_splits * rows_total * (p.Dv + 1))
+        op = ws[: num_splits * rows_total * p.Dv]
+        lp = ws[num_splits * rows_total * p.Dv: num_splits * rows_total * (p.Dv + 1)]
+    _SPLIT((m_tiles, p.B * p.Hkv, num_splits), (q, k, v, op, lp),
+           (*q.stride(), *k.stride(), *v.stride(),
+            p.Hq, p.Hkv, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size, split_len, rows_total),
+           (qk_scale,),
+           dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
+           base.num_warps, base.num_stages)
+    if packed:
+        return path
+    _COMBINE((triton.cdiv(rows_total, COMBINE_ROWS),), (op, lp, o, lse), (rows_total, num_splits), (),
+             dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)), ROWS=COMBINE_ROWS),
+             COMBINE_WARPS, 1)
     return path
