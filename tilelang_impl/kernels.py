@@ -51,15 +51,9 @@ def _elem(X, blhd: bool, b, h, l, d):
 # --------------------------------------------------------------------------------------
 # Hopper kernel (bf16 / fp16): wgmma GEMMs, TMA loads, software pipeline
 # --------------------------------------------------------------------------------------
-@tilelang.jit(target=HOPPER)
-def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
-           q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
-           threads: int, split: bool):
-    """Tensor-core forward for bf16/fp16 on sm_90a.
-
-    Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
-    layouts, the tile ``block_M x block_N``, the pipeline depth ``num_stages``
-    (``T.Pipelined``), ``threads`` and ``split``.
+def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
+                 num_stages, threads, split, ws):
+    """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
     ``block_M`` queries once, then walks the key range ``[lo, hi)`` that the
@@ -113,19 +107,26 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
             lo, hi = M.block_key_range(q0, q0 + block_M, Lq, Lk, r, W, C, expand_to_chunk)
             n_kb = T.ceildiv(hi - lo, block_N)
             kb0 = 0
-            kb1 = n_kb
+            n_it = n_kb
             if split:
                 per = T.ceildiv(n_kb, S)
-                kb0 = T.min(sp * per, n_kb)
-                kb1 = T.min(kb0 + per, n_kb)
+                kb0 = sp * per
+                n_it = T.max(T.min(per, n_kb - kb0), 0)
 
             T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True)
             M.softmax_init(acc_o, m, l)
 
-            for kb in T.Pipelined(kb1 - kb0, num_stages=num_stages):
+            for kb in T.Pipelined(n_it, num_stages=num_stages):
                 k0 = lo + (kb0 + kb) * block_N
                 T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
+                if mask_lmk and not ws:
+                    for j, d in T.Parallel(block_N, Dv):
+                        V_s[j, d] = T.if_then_else(
+                            M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
+                            _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
+                else:
+                    T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
                 M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
@@ -134,13 +135,10 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                                         scale_log2, True)
                 T.copy(acc_s, acc_p)
                 M.rescale_output(acc_o, alpha, block_M, Dv, True)
-                if mask_lmk:
+                if mask_lmk and ws:
                     for j, d in T.Parallel(block_N, Dv):
-                        V_s[j, d] = T.if_then_else(
-                            M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
-                            _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
-                else:
-                    T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
+                        V_s[j, d] = T.if_then_else(M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
+                                                   V_s[j, d], T.Cast(dtype, 0))
                 T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
@@ -157,6 +155,37 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                 T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
     return main
+
+
+@tilelang.jit(target=HOPPER)
+def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
+           q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
+           threads: int, split: bool):
+    """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
+
+    Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
+    layouts, the tile ``block_M x block_N``, the pipeline depth ``num_stages``
+    (``T.Pipelined``), ``threads`` (consumer threads; TileLang adds a producer
+    group that issues the TMA / cp.async loads) and ``split``.
+    """
+    return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
+                        block_N, num_stages, threads, split, True)
+
+
+@tilelang.jit(target=HOPPER,
+              pass_configs={tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True,
+                            tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True})
+def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
+                q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
+                threads: int, split: bool):
+    """Same kernel as :func:`fwd_tc` without warp specialisation.
+
+    Baked in: as :func:`fwd_tc`. All ``threads`` compute; the loads of the
+    next ``num_stages - 1`` tiles are issued ahead inside the software
+    pipeline (``T.Pipelined``) instead of by a producer warp group.
+    """
+    return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
+                        block_N, num_stages, threads, split, False)
 
 
 @tilelang.jit(target=HOPPER)

@@ -32,9 +32,6 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     return 64, 64, 2, 128
 
 
-#: Split-KV (decode) kernel tile: few queries per block, deep key range.
-SPLIT_CONFIG = (64, 64, 2, 128)
-
 _cache: dict[tuple, object] = {}
 _sm_count: dict[int, int] = {}
 
@@ -113,13 +110,14 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
             f"device {torch.cuda.get_device_name(p.device)!r} is not supported")
     dt = _TL_DTYPE[p.dtype]
     bM, bN, ns, th = config or tc_config(p.Dqk, p.Dv)
-    S = force_split if force_split is not None else split_count(p, *SPLIT_CONFIG[:2], p.device)
+    S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
     if S <= 1:
         ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                       bM, bN, ns, th, False)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    bM, bN, ns, th = config or SPLIT_CONFIG
+    # Split-KV uses the same tile as prefill (a 64-row, one-warpgroup variant
+    # is what D > 128 needs; see tc_config).
     ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                   bM, bN, ns, th, True)
     # Workspace: normalised partial outputs and their LSEs (fp32), from torch's

@@ -1,0 +1,144 @@
+"""The TileLang backend on CPU tensors: the CPU kernel (TileLang C target) is a
+real TileLang execution of the shared macros, checked against reference.golden.
+
+Tolerance (as the conformance suite): max |out - golden| <= 2 x (same-dtype
+reference error) + floor. The CPU kernel computes in fp32, so low-precision
+cases are far inside it; fp32 cases are held to 1e-5.
+"""
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("tilelang", reason="tilelang is not installed")
+
+import reference  # noqa: E402
+from reference import UnsupportedConfig, visibility_mask  # noqa: E402
+from tilelang_impl import launch, sliding_window_attention as swa  # noqa: E402
+
+FLOOR = {torch.bfloat16: 1e-2, torch.float16: 1e-3, torch.float32: 1e-5}
+
+
+def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, seed=0, blhd=False):
+    g = torch.Generator().manual_seed(seed)
+
+    def mk(H, L, D):
+        if blhd:
+            return torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2)
+        return torch.randn(B, H, L, D, generator=g).to(dtype)
+    return mk(Hq, Lq, Dqk), mk(Hkv, Lk, Dqk), mk(Hkv, Lk, Dv)
+
+
+def _check(q, k, v, *, nan_slots=False, **kw):
+    go, gl = reference.golden(q, k, v, **kw)
+    so, sl = reference.same_dtype(q, k, v, **kw)
+    if nan_slots:
+        Lq, Lk = q.shape[2], k.shape[2]
+        rule = {n: kw[n] for n in ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk",
+                                   "kv_start") if n in kw}
+        bad = ~visibility_mask(Lq, Lk, **rule).any(0)
+        assert bad.any(), "test must poison at least one slot"
+        k = k.clone()
+        v = v.clone()
+        k[:, :, bad] = float("nan")
+        v[:, :, bad] = float("nan")
+    o, lse = swa(q, k, v, **kw)
+    assert o.shape == go.shape and o.dtype == q.dtype and o.is_contiguous()
+    assert lse.shape == gl.shape and lse.dtype == torch.float32
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
+    fin = torch.isfinite(gl)
+    floor = FLOOR[q.dtype]
+    tol_o = 2 * (so.double() - go).abs().max().item() + floor
+    err_o = (o.double() - go).abs().max().item()
+    assert err_o <= tol_o, (err_o, tol_o)
+    if fin.any():
+        tol_l = 2 * (sl.double() - gl)[fin].abs().max().item() + floor
+        err_l = (lse.double() - gl)[fin].abs().max().item()
+        assert err_l <= tol_l, (err_l, tol_l)
+    return o, lse
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gqa_defaults(dtype):
+    q, k, v = _inputs(2, 4, 2, 45, 45, 64, 64, dtype)
+    _check(q, k, v, window_size=9, chunk_size=4)
+
+
+@pytest.mark.parametrize("mask_lmk,expand", [(False, False), (False, True), (True, False)])
+def test_flags(mask_lmk, expand):
+    q, k, v = _inputs(1, 2, 1, 40, 40, 64, 64, torch.float32, seed=1)
+    _check(q, k, v, window_size=7, chunk_size=5, mask_lmk=mask_lmk, expand_to_chunk=expand)
+
+
+def test_lq_lt_lk_large_kv_start_mqa_sm_scale():
+    q, k, v = _inputs(1, 3, 1, 17, 70, 64, 64, torch.float32, seed=2)
+    _check(q, k, v, window_size=20, chunk_size=6, kv_start=10**6 + 3, sm_scale=0.37)
+
+
+def test_kv_start_beyond_int32():
+    q, k, v = _inputs(1, 2, 2, 20, 50, 32, 32, torch.float32, seed=3)
+    _check(q, k, v, window_size=11, chunk_size=7, kv_start=2**40 + 5)
+
+
+def test_negative_left_edge_floor():
+    # left(i) = qpos - 37 + 1 < 0 for early rows; floor (not truncation) to the chunk
+    q, k, v = _inputs(1, 2, 2, 60, 60, 32, 32, torch.float32, seed=4)
+    _check(q, k, v, window_size=37, chunk_size=16)
+
+
+def test_chunk_size_one_rows_empty():
+    q, k, v = _inputs(1, 2, 2, 12, 12, 32, 32, torch.float32, seed=5)
+    o, lse = _check(q, k, v, window_size=4, chunk_size=1)
+    assert torch.isneginf(lse).all() and (o == 0).all()
+
+
+def test_nan_in_invisible_slots():
+    q, k, v = _inputs(1, 2, 1, 24, 80, 64, 64, torch.float32, seed=6)
+    _check(q, k, v, window_size=10, chunk_size=4, kv_start=3, nan_slots=True)
+
+
+def test_blhd_views_and_dqk_ne_dv():
+    q, k, v = _inputs(2, 4, 2, 33, 33, 64, 32, torch.float32, seed=7, blhd=True)
+    assert not q.is_contiguous() and q.transpose(1, 2).is_contiguous()
+    _check(q, k, v, window_size=8, chunk_size=4)
+
+
+def test_d96_and_odd_strides():
+    q, k, v = _inputs(1, 2, 2, 20, 20, 96, 96, torch.float32, seed=8)
+    v = torch.randn(1, 20, 96, 2).permute(0, 3, 1, 2)  # (1, 2, 20, 96), neither BHLD nor BLHD
+    assert not v.is_contiguous() and not v.transpose(1, 2).is_contiguous()
+    _check(q, k, v, window_size=6, chunk_size=3)
+
+
+def test_unsupported_and_errors():
+    q, k, v = _inputs(1, 1, 1, 4, 4, 40, 40, torch.float32)
+    with pytest.raises(UnsupportedConfig, match="Dqk=40"):
+        swa(q, k, v, window_size=2, chunk_size=2)
+    q, k, v = _inputs(1, 3, 2, 4, 4, 32, 32, torch.float32)
+    with pytest.raises(ValueError, match="Hq % Hkv"):
+        swa(q, k, v, window_size=2, chunk_size=2)
+    q, k, v = _inputs(1, 2, 2, 4, 4, 32, 32, torch.float32)
+    with pytest.raises(ValueError, match="window_size"):
+        swa(q, k, v, window_size=0, chunk_size=2)
+    with pytest.raises(UnsupportedConfig, match="2\\*\\*22"):
+        swa(q, k, v, window_size=2, chunk_size=1 << 22)
+
+
+def test_empty_outputs():
+    q, k, v = _inputs(0, 2, 2, 4, 4, 32, 32, torch.float32)
+    o, lse = swa(q, k, v, window_size=2, chunk_size=2)
+    assert o.shape == (0, 2, 4, 32) and lse.shape == (0, 2, 4)
+    q, k, v = _inputs(1, 2, 2, 0, 5, 32, 32, torch.float32)
+    o, lse = swa(q, k, v, window_size=2, chunk_size=2)
+    assert o.shape == (1, 2, 0, 32) and lse.shape == (1, 2, 0)
+
+
+def test_window_clamp_scalars():
+    # the launcher clamps a huge window; visibility must not change
+    q, k, v = _inputs(1, 1, 1, 10, 10, 32, 32, torch.float32)
+    p = reference.check_inputs(q, k, v, window_size=10**12, chunk_size=3)
+    W, C, r, inv_c, sl2 = launch.scalars(p)
+    assert W == 13 and C == 3 and r == 0 and math.isclose(sl2, p.sm_scale * launch.LOG2E)
+    _check(q, k, v, window_size=10**12, chunk_size=3)
