@@ -1,0 +1,520 @@
+"""The conformance cases: one generator for the CLI and for pytest.
+
+A :class:`Case` is a frozen description of one call (sizes, dtype, rule
+parameters, input form); :func:`make_inputs` turns it into tensors, seeded
+from the case id and a run seed so any failure reproduces from its id.
+
+Cases come in *categories* (rule groups: the columns of the matrix). Each
+category is a small set of *axes* (the parameters that group is about, each
+with the values that sit on or around the interesting boundaries) applied to a
+base case. The **full** tier is the full product of every category's axes
+(minus invalid combinations); the **quick** tier is a greedy pairwise covering
+array of the same product: every pair of values of any two axes of a category
+appears in at least one quick case, deterministically, with no random thinning.
+
+Devices: the CPU value lists keep lengths small (the Triton interpreter costs
+~0.3 s per small call); CUDA adds lengths 1000 and 2080, longer decode caches
+and the ``long`` category (keys up to 128K).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable
+
+import torch
+
+__all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case_seed",
+           "invisible_slots", "pairwise", "DTYPES"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+LAYOUTS = ("bhld", "bthd", "pad", "padt", "mix")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the operator. ``id`` names it completely (bar the device)."""
+
+    category: str = field(compare=False)
+    dtype: str = "bf16"
+    B: int = 2
+    Hq: int = 4
+    Hkv: int = 2
+    Lq: int = 129
+    Lk: int = 129
+    Dqk: int = 64
+    Dv: int = 64
+    window: int = 32
+    chunk: int = 16
+    mask_lmk: bool = True
+    expand: bool = True
+    kv_start: int = 0
+    sm_scale: float | None = None
+    layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | mix
+    nan_slots: bool = False  # NaN in every key slot no query can see
+    error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
+    device: str = field(default="cpu", compare=False)
+
+    @property
+    def id(self) -> str:
+        if self.error is not None:
+            return f"err-{self.error}-{self.dtype}"
+        s = (f"{self.dtype}-B{self.B}-H{self.Hq}x{self.Hkv}-q{self.Lq}k{self.Lk}"
+             f"-D{self.Dqk}x{self.Dv}-W{self.window}C{self.chunk}"
+             f"-lmk{int(self.mask_lmk)}exp{int(self.expand)}-kv{self.kv_start}-{self.layout}")
+        if self.sm_scale is not None:
+            s += f"-s{self.sm_scale:g}"
+        if self.nan_slots:
+            s += "-nan"
+        return s
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the canonical call."""
+        return dict(window_size=self.window, chunk_size=self.chunk, mask_lmk=self.mask_lmk,
+                    expand_to_chunk=self.expand, kv_start=self.kv_start, sm_scale=self.sm_scale)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+# ------------------------------------------------------------------ pairwise
+
+def _key(v: Any) -> str:
+    return repr(v)
+
+
+def pairwise(axes: dict[str, list], valid: Callable[[dict], bool] = lambda r: True) -> list[dict]:
+    """A deterministic covering array: every value of every axis and every pair
+    of values of any two axes that occurs in a valid row appears in at least one
+    chosen row (greedy set cover over the valid product; ties go to the row that
+    comes first in product order)."""
+    names = list(axes)
+    rows = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
+    rows = [r for r in rows if valid(r)]
+
+    def cover(r: dict) -> set:
+        singles = {(a, _key(r[a])) for a in names}
+        pairs = {(a, _key(r[a]), b, _key(r[b])) for a, b in itertools.combinations(names, 2)}
+        return singles | pairs
+
+    covers = [cover(r) for r in rows]
+    todo = set().union(*covers) if covers else set()
+    chosen = []
+    while todo:
+        best = max(range(len(rows)), key=lambda n: len(covers[n] & todo))
+        chosen.append(rows[best])
+        todo -= covers[best]
+    return chosen
+
+
+def _product(axes: dict[str, list], valid: Callable[[dict], bool] = lambda r: True) -> list[dict]:
+    names = list(axes)
+    rows = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
+    return [r for r in rows if valid(r)]
+
+
+# --------------------------------------------------------------- categories
+
+@dataclass(frozen=True)
+class Category:
+    """A rule group: axes over a base case, and how a row becomes a case."""
+
+    name: str
+    doc: str
+    axes: Callable[[bool], dict[str, list]]  # cuda -> axes
+    build: Callable[[Case, dict], Case | None]
+    valid: Callable[[dict], bool] = lambda r: True
+    cuda_only: bool = False
+
+
+def _set(**fixed):
+    """A builder that copies axis values with the same names onto the base case."""
+    def build(base: Case, row: dict) -> Case:
+        return replace(base, **fixed, **row)
+    return build
+
+
+def _shape_build(base: Case, row: dict) -> Case:
+    """Rows with a ``shape`` axis ('train' Lq == Lk, 'infer' Lq < Lk, 'decode')."""
+    row = dict(row)
+    shape = row.pop("shape", "train")
+    L = base.Lk
+    Lq = {"train": L, "infer": max(1, L // 2 - 1), "decode": 1}[shape]
+    return replace(base, Lq=Lq, Lk=L, **row)
+
+
+def _lengths_build(base: Case, row: dict) -> Case | None:
+    Lk, mode = row["Lk"], row["mode"]
+    Lq = {"train": Lk, "half": (Lk + 1) // 2, "tile": min(Lk, 64), "decode": 1}[mode]
+    W, C = row["wc"]
+    return replace(base, Lq=Lq, Lk=Lk, window=W, chunk=C, Hq=2, Hkv=1)
+
+
+def _lengths_valid(row: dict) -> bool:
+    Lk, mode = row["Lk"], row["mode"]
+    if mode == "tile" and Lk <= 64:
+        return False  # same as train
+    if mode in ("half", "decode") and Lk == 1:
+        return False  # same as train
+    return True
+
+
+def _window_build(base: Case, row: dict) -> Case:
+    W = row["W"]
+    Lk = base.Lk
+    W = {"Lk": Lk, "Lk+kv": Lk + row["kv_start"], "huge": 10**9}.get(W, W)
+    return replace(base, window=W, expand=row["expand"], kv_start=row["kv_start"],
+                   Lq=row.get("Lq", base.Lq))
+
+
+def _kv_build(base: Case, row: dict) -> Case:
+    C = base.chunk
+    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3}[row["kv"]]
+    lmk, exp = row["flags"]
+    return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
+
+
+def _flags_build(base: Case, row: dict) -> Case:
+    lmk, exp = row["flags"]
+    W, C = row["wc"]
+    return replace(base, mask_lmk=lmk, expand=exp, window=W, chunk=C, kv_start=row["kv_start"])
+
+
+def _empty_rows_build(base: Case, row: dict) -> Case:
+    # every config has rows with no visible key (checked by test_cases.py)
+    cfg = {
+        "C1": dict(chunk=1, window=7, mask_lmk=True, expand=True),  # every key is a landmark
+        "W1": dict(chunk=4, window=1, mask_lmk=True, expand=False),  # row at a landmark sees only itself
+        "W1kv": dict(chunk=2, window=1, mask_lmk=True, expand=False, kv_start=3),
+    }[row["cfg"]]
+    return replace(base, dtype=row["dtype"], Lq=row.get("Lq", 65), Lk=65, **cfg)
+
+
+def _scale_build(base: Case, row: dict) -> Case:
+    return replace(base, sm_scale=row["sm_scale"], dtype=row["dtype"], Dqk=row["D"][0], Dv=row["D"][1])
+
+
+def _nan_build(base: Case, row: dict) -> Case:
+    lmk, exp = row["flags"]
+    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+                                   expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
+
+
+def _decode_build(base: Case, row: dict) -> Case:
+    Hq, Hkv = row["heads"]
+    return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
+                   window=row["W"], chunk=64, nan_slots=row["nan"])
+
+
+def _long_build(base: Case, row: dict) -> Case:
+    Lq, Lk = row["L"]
+    return replace(base, B=1, Hq=8, Hkv=2, Lq=Lq, Lk=Lk, Dqk=128, Dv=128, window=row["W"], chunk=64,
+                   kv_start=row["kv_start"], dtype=row["dtype"], nan_slots=True)
+
+
+def _gqa_build(base: Case, row: dict) -> Case:
+    Hq, Hkv = row["heads"]
+    return _shape_build(base, dict(shape=row["shape"], Hq=Hq, Hkv=Hkv, B=row["B"], layout=row["layout"]))
+
+
+def _empty_dims_build(base: Case, row: dict) -> Case:
+    dims = {"B0": dict(B=0), "H0": dict(Hq=0, Hkv=0), "Lq0": dict(Lq=0, Lk=65),
+            "L0": dict(Lq=0, Lk=0)}[row["dims"]]
+    return replace(base, **{"Lq": 65, "Lk": 65, "dtype": row["dtype"], **dims})
+
+
+#: error rule -> (what it breaks, regexes that must all match the ValueError message)
+ERROR_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "q_3d": ("q is 3-D", (r"\bq\b", r"4-?D")),
+    "k_5d": ("k is 5-D", (r"\bk\b", r"4-?D")),
+    "int_dtype": ("q, k, v are int32", (r"dtype",)),
+    "mixed_dtype": ("k has another floating dtype than q", (r"dtype",)),
+    "mixed_device": ("k on the CPU, q and v on CUDA", (r"device",)),
+    "heads_not_multiple": ("Hq=3, Hkv=2", (r"\bHq\b", r"\bHkv\b")),
+    "lq_gt_lk": ("Lq=64 > Lk=63", (r"\bLq\b", r"\bLk\b")),
+    "batch_mismatch": ("k, v have B+1", (r"\bB\b|batch",)),
+    "dqk_mismatch": ("k has Dqk+8", (r"\bDqk\b",)),
+    "lk_mismatch": ("v has Lk-1 keys", (r"\bLk\b",)),
+    "hkv_mismatch": ("v has Hkv*2 heads", (r"\bHkv\b",)),
+    "window_zero": ("window_size=0", (r"\bwindow_size\b",)),
+    "window_negative": ("window_size=-5", (r"\bwindow_size\b",)),
+    "chunk_zero": ("chunk_size=0", (r"\bchunk_size\b",)),
+    "kv_start_negative": ("kv_start=-1", (r"\bkv_start\b",)),
+    "sm_scale_nan": ("sm_scale=nan", (r"\bsm_scale\b",)),
+    "sm_scale_inf": ("sm_scale=inf", (r"\bsm_scale\b",)),
+}
+
+
+def _errors_build(base: Case, row: dict) -> Case | None:
+    if row["rule"] == "mixed_device" and not base.device.startswith("cuda"):
+        return None  # needs two devices
+    return replace(base, error=row["rule"], dtype=row["dtype"], Lq=64, Lk=64, B=1)
+
+
+_F4 = [(True, True), (True, False), (False, True), (False, False)]
+
+
+def _categories() -> list[Category]:
+    C = []
+    C.append(Category(
+        "basic", "the default call in every dtype, training and inference",
+        lambda cuda: {"dtype": list(DTYPES), "shape": ["train", "infer"]},
+        _shape_build))
+    C.append(Category(
+        "dtype", "dtypes across head dims, flags and windows",
+        lambda cuda: {"dtype": list(DTYPES), "D": [(64, 64), (128, 128)], "flags": [(True, True), (False, False)],
+                      "window": [32, 100]},
+        lambda b, r: replace(b, dtype=r["dtype"], Dqk=r["D"][0], Dv=r["D"][1], mask_lmk=r["flags"][0],
+                             expand=r["flags"][1], window=r["window"])))
+    C.append(Category(
+        "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk))",
+        lambda cuda: {"D": [(32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (256, 256),
+                            (64, 128), (128, 64), (192, 128), (96, 64)],
+                      "dtype": list(DTYPES)},
+        lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=65, Lk=65, B=1)))
+    C.append(Category(
+        "gqa", "Hq/Hkv = 1, 2, 4, 8 and MQA; batch 1..3",
+        lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (16, 2), (3, 1)], "B": [1, 2, 3],
+                      "shape": ["train", "infer"], "layout": ["bhld", "bthd"]},
+        _gqa_build))
+    C.append(Category(
+        "lengths", "Lq == Lk and Lq < Lk on and around tile / chunk boundaries",
+        lambda cuda: {"Lk": [1, 63, 64, 65, 127, 128, 129, 333] + ([1000, 2080] if cuda else []),
+                      "mode": ["train", "half", "tile", "decode"],
+                      "wc": [(32, 16), (64, 64)]},
+        _lengths_build, _lengths_valid))
+    C.append(Category(
+        "window", "window below / equal / above / not a multiple of the chunk, >= the key range",
+        lambda cuda: {"W": [1, 8, 16, 32, 37, "Lk", "Lk+kv", "huge"], "expand": [True, False],
+                      "kv_start": [0, 5], "Lq": [129, 60]},
+        _window_build))
+    C.append(Category(
+        "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 with both flags",
+        lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128], "mask_lmk": [True, False], "expand": [True, False],
+                      "Lq": [129, 70]},
+        _set(window=40, Lk=129)))
+    C.append(Category(
+        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3 (landmarks and chunk starts by position)",
+        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3"], "shape": ["train", "infer", "decode"],
+                      "flags": [(True, True), (True, False), (False, True)]},
+        _kv_build))
+    C.append(Category(
+        "flags", "all four (mask_lmk, expand_to_chunk) combinations",
+        lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7]},
+        _flags_build))
+    C.append(Category(
+        "scale", "explicit sm_scale (inputs rescaled so the softmax stays informative)",
+        lambda cuda: {"sm_scale": [0.05, 0.3, 1.0], "dtype": list(DTYPES), "D": [(64, 64), (64, 32)]},
+        _scale_build))
+    C.append(Category(
+        "empty_rows", "rows with no visible key: o == 0 exactly, lse == -inf",
+        lambda cuda: {"cfg": ["C1", "W1", "W1kv"], "dtype": list(DTYPES), "Lq": [65, 20]},
+        _empty_rows_build))
+    C.append(Category(
+        "layout", "contiguous, BLHD transposed views, offset views in NaN-filled buffers, mixed",
+        lambda cuda: {"layout": list(LAYOUTS), "dtype": list(DTYPES), "heads": [(4, 2), (2, 2)],
+                      "shape": ["train", "infer"]},
+        lambda b, r: _shape_build(b, dict(shape=r["shape"], layout=r["layout"], dtype=r["dtype"],
+                                          Hq=r["heads"][0], Hkv=r["heads"][1]))))
+    C.append(Category(
+        "nan_slots", "NaN in every key slot no query can see (from reference.mask)",
+        lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
+                      "flags": [(True, True), (False, True), (True, False)], "W": [8, 40],
+                      "layout": ["bhld", "padt"]},
+        _nan_build))
+    C.append(Category(
+        "errors", "every SPEC error rule raises ValueError naming the argument",
+        lambda cuda: {"rule": list(ERROR_RULES), "dtype": ["bf16"]},
+        _errors_build))
+    C.append(Category(
+        "empty_dims", "B == 0, H == 0, Lq == 0, Lq == Lk == 0 return empty outputs",
+        lambda cuda: {"dims": ["B0", "H0", "Lq0", "L0"], "dtype": ["bf16", "fp32"]},
+        _empty_dims_build))
+    C.append(Category(
+        "decode", "single-token decode against short and long caches",
+        lambda cuda: {"Lk": [1, 17, 64, 65, 129, 333] + ([1000, 2080, 8191, 32768] if cuda else []),
+                      "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
+                      "nan": [False, True]},
+        _decode_build))
+    C.append(Category(
+        "long", "long keys on the GPU: decode and prefill against caches up to 128K",
+        lambda cuda: {"L": [(1, 131072), (64, 131072), (2048, 131072), (16384, 16384), (4096, 65536)],
+                      "W": [512, 4096], "dtype": ["bf16", "fp16"], "kv_start": [0, 1000]},
+        _long_build, cuda_only=True))
+    return C
+
+
+CATEGORIES: list[Category] = _categories()
+_CAT = {c.name: c for c in CATEGORIES}
+
+
+def _base(device: str) -> Case:
+    return Case(category="", device=device)
+
+
+def generate(tier: str = "quick", device: str | torch.device = "cpu",
+             categories: Iterable[str] | None = None) -> list[Case]:
+    """Every case of a tier on a device, in a fixed order, ids unique.
+
+    ``quick``: a pairwise covering array of each category's axes.
+    ``full``: the full product of each category's axes.
+    """
+    if tier not in ("quick", "full"):
+        raise ValueError(f"tier must be 'quick' or 'full', got {tier!r}")
+    device = str(device)
+    cuda = device.startswith("cuda")
+    wanted = list(categories) if categories is not None else [c.name for c in CATEGORIES]
+    unknown = [n for n in wanted if n not in _CAT]
+    if unknown:
+        raise ValueError(f"unknown categories {unknown}; known: {', '.join(_CAT)}")
+    out: list[Case] = []
+    seen: set[str] = set()
+    for name in wanted:
+        cat = _CAT[name]
+        if cat.cuda_only and not cuda:
+            continue
+        axes = cat.axes(cuda)
+        rows = pairwise(axes, cat.valid) if tier == "quick" else _product(axes, cat.valid)
+        for row in rows:
+            case = cat.build(replace(_base(device), category=name), row)
+            if case is None or case.id in seen:
+                continue
+            seen.add(case.id)
+            out.append(case)
+    return out
+
+
+# ------------------------------------------------------------------- inputs
+
+def case_seed(case: Case | str, run_seed: int) -> int:
+    """The seed of a case's inputs: a hash of the run seed and the case id."""
+    cid = case if isinstance(case, str) else case.id
+    h = hashlib.sha256(f"{int(run_seed)}:{cid}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
+    """``(Lk,)`` bool: key slots no query of the call can see, from ``reference.mask``.
+
+    Computed by query blocks, each over the key range ``visible_key_range``
+    says it can reach, so it stays linear in memory for long caches.
+    """
+    from reference.mask import key_positions, query_positions, visible, visible_key_range
+
+    seen = torch.zeros(case.Lk, dtype=torch.bool, device=device)
+    if case.Lq == 0:
+        return ~seen
+    rule = dict(window_size=case.window, chunk_size=case.chunk, mask_lmk=case.mask_lmk,
+                expand_to_chunk=case.expand)
+    qpos = query_positions(case.Lq, case.Lk, case.kv_start, device)
+    kpos = key_positions(case.Lk, case.kv_start, device)
+    for i0 in range(0, case.Lq, block):
+        i1 = min(case.Lq, i0 + block)
+        j0, j1 = visible_key_range(i0, i1, Lq=case.Lq, Lk=case.Lk, window_size=case.window,
+                                   chunk_size=case.chunk, expand_to_chunk=case.expand,
+                                   kv_start=case.kv_start)
+        if j0 >= j1:
+            continue
+        vis = visible(qpos[i0:i1, None], kpos[None, j0:j1], **rule)
+        seen[j0:j1] |= vis.any(dim=0)
+    return ~seen
+
+
+def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x`` (B, H, L, D) contiguous -> the same values in the given input form."""
+    B, H, L, D = x.shape
+    if layout == "bhld":
+        return x
+    if layout == "bthd":
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "pad":  # offset view inside a larger NaN-filled (B, H, L, D) buffer
+        buf = torch.full((B + 1, H + 2, L + 5, D + 8), float("nan"), dtype=x.dtype, device=x.device)
+        view = buf[1:1 + B, 1:1 + H, 3:3 + L, 4:4 + D]
+    elif layout == "padt":  # offset view inside a larger NaN-filled (B, L, H, D) buffer, transposed
+        buf = torch.full((B + 1, L + 5, H + 2, D + 8), float("nan"), dtype=x.dtype, device=x.device)
+        view = buf[1:1 + B, 3:3 + L, 1:1 + H, 4:4 + D].transpose(1, 2)
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    view.copy_(x)
+    return view
+
+
+def _randn(gen: torch.Generator, shape, std: float) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float32) * std
+
+
+def make_inputs(case: Case, run_seed: int, device=None):
+    """``(q, k, v, kwargs)`` of a case: fresh random inputs, never zeros.
+
+    q and k are scaled so the logits ``sm_scale * <q, k>`` have a standard
+    deviation of about 1.5 whatever ``sm_scale`` and ``Dqk`` are (softmax neither
+    uniform nor one-hot); v is standard normal. Error cases return the broken
+    inputs / arguments of their rule.
+    """
+    device = torch.device(device if device is not None else case.device)
+    gen = torch.Generator().manual_seed(case_seed(case, run_seed))
+    dt = case.torch_dtype
+    scale = case.sm_scale if case.sm_scale is not None else (1.0 / math.sqrt(case.Dqk) if case.Dqk else 1.0)
+    q_std = 1.5 / (scale * math.sqrt(max(case.Dqk, 1)))
+    q = _randn(gen, (case.B, case.Hq, case.Lq, case.Dqk), q_std)
+    k = _randn(gen, (case.B, case.Hkv, case.Lk, case.Dqk), 1.0)
+    v = _randn(gen, (case.B, case.Hkv, case.Lk, case.Dv), 1.0)
+    kw = case.kwargs()
+    if case.error is not None:
+        return _break(case, q.to(device, dt), k.to(device, dt), v.to(device, dt), kw)
+    q, k, v = (t.to(device=device, dtype=dt) for t in (q, k, v))
+    if case.nan_slots and case.Lk:
+        dead = invisible_slots(case, device)
+        k[:, :, dead] = float("nan")
+        v[:, :, dead] = float("nan")
+    layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
+    q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
+    return q, k, v, kw
+
+
+def _break(case: Case, q, k, v, kw):
+    rule = case.error
+    if rule == "q_3d":
+        q = q[0]
+    elif rule == "k_5d":
+        k = k.unsqueeze(0)
+    elif rule == "int_dtype":
+        q, k, v = (torch.ones(t.shape, dtype=torch.int32, device=t.device) for t in (q, k, v))
+    elif rule == "mixed_dtype":
+        k = k.to(torch.float16 if q.dtype != torch.float16 else torch.bfloat16)
+    elif rule == "mixed_device":
+        k = k.cpu()
+    elif rule == "heads_not_multiple":
+        q = q[:, :3]  # Hq=3 over Hkv=2
+    elif rule == "lq_gt_lk":
+        k, v = k[:, :, :-1], v[:, :, :-1]  # Lq=64 > Lk=63
+    elif rule == "batch_mismatch":
+        k, v = torch.cat([k, k], 0), torch.cat([v, v], 0)
+    elif rule == "dqk_mismatch":
+        k = torch.cat([k, k[..., :8]], -1)
+    elif rule == "lk_mismatch":
+        v = v[:, :, :-1]
+    elif rule == "hkv_mismatch":
+        v = torch.cat([v, v], 1)
+    elif rule == "window_zero":
+        kw["window_size"] = 0
+    elif rule == "window_negative":
+        kw["window_size"] = -5
+    elif rule == "chunk_zero":
+        kw["chunk_size"] = 0
+    elif rule == "kv_start_negative":
+        kw["kv_start"] = -1
+    elif rule == "sm_scale_nan":
+        kw["sm_scale"] = float("nan")
+    elif rule == "sm_scale_inf":
+        kw["sm_scale"] = float("inf")
+    else:
+        raise ValueError(f"unknown error rule {rule!r}")
+    return q, k, v, kw

@@ -1,0 +1,99 @@
+"""``hils-swa conform``: the conformance suite from the command line.
+
+A thin layer over pytest: it runs ``conformance/test_conformance.py`` (the very
+tests ``pytest`` runs) through ``pytest.main`` with the plugin
+``conformance.plugin``, which prints a progress bar and the matrix and writes
+the JSON report. ``-n N`` is pytest-xdist (each worker pinned to one GPU when
+there are several).
+
+Examples::
+
+    hils-swa conform                                   # quick tier, default device and backends
+    hils-swa conform --backend triton --only window,chunk --device cpu
+    hils-swa conform --device cuda --tier full -n 8 --json conformance/results/h200.json
+    hils-swa conform --backend mutant:lse_base2       # watch the suite catch a bug
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_conformance.py")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hils-swa conform", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("--backend", action="append", metavar="SPEC",
+                   help="registered name, entry point, package.module:function or mutant:NAME "
+                        "(repeatable; default: the registry's default backends)")
+    p.add_argument("--only", action="append", metavar="NAMES",
+                   help="comma-separated categories, case ids or id globs (repeatable)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="device of the cases (default: cuda when available, else cpu)")
+    p.add_argument("--tier", choices=("quick", "full"), default="quick")
+    p.add_argument("--json", metavar="PATH", help="write per-check results, matrix and workers as JSON")
+    p.add_argument("-n", "--workers", default=None, metavar="N",
+                   help="pytest-xdist workers (a number or 'auto'); default: run in this process")
+    p.add_argument("--seed", type=int, default=None, help="run seed of the inputs (default: random, printed)")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="pytest's per-test output instead of a progress bar")
+    p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing check")
+    return p
+
+
+def pytest_args(a: argparse.Namespace) -> list[str]:
+    """The ``pytest.main`` arguments of a parsed command line."""
+    args = [TESTS, "-p", "conformance.plugin", "-p", "no:cacheprovider", "-o", "addopts=",
+            "--tb=no", "--device", a.device, "--tier", a.tier]
+    for spec in a.backend or []:
+        args += ["--backend", spec]
+    for names in a.only or []:
+        args += ["--only", names]
+    if a.json:
+        args += ["--conform-json", os.path.abspath(a.json)]
+    if a.seed is not None:
+        args += ["--seed", str(a.seed)]
+    if a.workers not in (None, "0", "1"):
+        args += ["-n", str(a.workers)]
+    if a.exitfirst:
+        args.append("-x")
+    args += ["-v"] if a.verbose else ["-q", "--conform-progress"]
+    return args
+
+
+def _list(a: argparse.Namespace) -> int:
+    from .cases import generate
+
+    device = a.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    from .plugin import _selected
+
+    only = [n for spec in (a.only or []) for n in spec.split(",") if n]
+    cases = [c for c in generate(a.tier, device) if _selected(c, only)]
+    for c in cases:
+        print(f"{c.category:<11} {c.id}")
+    print(f"{len(cases)} cases ({a.tier} tier, {device})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from . import pinning
+
+    pinning.apply()  # before pytest (or anything) imports torch
+    if a.list:
+        return _list(a)
+    import pytest
+
+    return int(pytest.main(pytest_args(a)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Pin pytest-xdist workers to GPUs, and choose the Triton interpreter without one.
+
+Imported by the repo-root ``conftest.py`` (and ``conformance.plugin``) before
+anything imports ``torch``: this module imports neither torch nor triton and
+never initialises CUDA.
+
+- The controller (no ``PYTEST_XDIST_WORKER``) decides the GPU list once, from
+  ``CUDA_VISIBLE_DEVICES`` when set, else from ``nvidia-smi -L``, and hands it
+  to the workers it spawns through the environment variable ``HILS_SWA_GPUS``
+  (comma-separated; ``""`` = no GPU).
+- A worker ``gwN`` sets ``CUDA_VISIBLE_DEVICES`` to entry ``N % len(gpus)``, so
+  each worker sees exactly one GPU as ``cuda:0``.
+- With no GPU, ``TRITON_INTERPRET=1`` is set (Triton reads it when a kernel is
+  decorated, i.e. at ``import triton_impl``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Mapping, MutableMapping
+
+GPUS_VAR = "HILS_SWA_GPUS"
+PINNED_VAR = "HILS_SWA_PINNED"
+
+__all__ = ["gpu_list", "worker_index", "pin", "apply", "GPUS_VAR"]
+
+
+def _nvidia_smi_indices() -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [m.group(1) for m in re.finditer(r"^GPU (\d+):", out, flags=re.M)]
+
+
+def gpu_list(env: Mapping[str, str] | None = None, query=_nvidia_smi_indices) -> list[str]:
+    """The GPUs this run may use, as ``CUDA_VISIBLE_DEVICES`` entries.
+
+    ``HILS_SWA_GPUS`` (set by the controller) wins; then ``CUDA_VISIBLE_DEVICES``
+    (indices or UUIDs; an empty value or ``-1`` means none); then ``query()``
+    (``nvidia-smi -L`` indices).
+    """
+    env = os.environ if env is None else env
+    for var in (GPUS_VAR, "CUDA_VISIBLE_DEVICES"):
+        if var in env:
+            items = [x.strip() for x in env[var].split(",") if x.strip()]
+            if var == "CUDA_VISIBLE_DEVICES" and items and items[0].startswith("-"):
+                return []  # "-1": CUDA hidden
+            return items
+    return list(query())
+
+
+def worker_index(env: Mapping[str, str] | None = None) -> int | None:
+    """``N`` of the xdist worker ``gwN``; ``None`` in the controller or without xdist."""
+    env = os.environ if env is None else env
+    m = re.fullmatch(r"gw(\d+)", env.get("PYTEST_XDIST_WORKER", ""))
+    return int(m.group(1)) if m else None
+
+
+def pin(env: MutableMapping[str, str], query=_nvidia_smi_indices) -> list[str]:
+    """Apply the policy to ``env`` (``os.environ`` or a dict in tests).
+
+    Returns the GPU list. Idempotent. In a worker, ``CUDA_VISIBLE_DEVICES``
+    becomes one entry of the list; in the controller the list is recorded in
+    ``HILS_SWA_GPUS`` for the workers. Without GPUs ``TRITON_INTERPRET=1``.
+    """
+    if PINNED_VAR in env and GPUS_VAR in env and worker_index(env) is None:
+        gpus = [x for x in env[GPUS_VAR].split(",") if x]
+    else:
+        gpus = gpu_list(env, query)
+    idx = worker_index(env)
+    if idx is not None and gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[idx % len(gpus)]
+    else:
+        env[GPUS_VAR] = ",".join(gpus)
+    if not gpus:
+        env.setdefault("TRITON_INTERPRET", "1")
+    env[PINNED_VAR] = "1"
+    return gpus
+
+
+def apply() -> list[str]:
+    """``pin(os.environ)``; call before anything imports torch."""
+    return pin(os.environ)

@@ -1,0 +1,404 @@
+"""The pytest plugin behind the conformance suite and ``hils-swa conform``.
+
+Loaded by the repo-root ``conftest.py`` (``pytest_plugins``) and by the CLI
+(``-p conformance.plugin``). It
+
+- registers the options ``--backend``, ``--only``, ``--device``, ``--tier``,
+  ``--seed``, ``--conform-json``;
+- parametrizes ``conformance/test_conformance.py`` with one check per
+  (case, backend) and per (case, pair of backends), ids ``<case id>-<backend>``
+  and ``<case id>-<a>~<b>``;
+- schedules all checks of a case on one xdist worker, in order, so the pair
+  checks reuse the worker's cached outputs (``CaseScheduling``);
+- collects every check's result (also from xdist workers, through
+  ``report.user_properties``), prints the matrix (categories x backends and
+  pairs), and writes the JSON report.
+"""
+
+from __future__ import annotations
+
+from . import pinning
+
+pinning.apply()  # before anything below imports torch
+
+import fnmatch  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import secrets  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from itertools import combinations  # noqa: E402
+
+import pytest  # noqa: E402
+
+SEED_VAR = "HILS_SWA_SEED"
+PROP = "hils_swa"
+_KEY = pytest.StashKey[dict]()
+
+
+# ------------------------------------------------------------------ options
+
+def pytest_addoption(parser):
+    g = parser.getgroup("hils-swa", "hils-swa conformance suite")
+    g.addoption("--backend", action="append", dest="conform_backends", default=None, metavar="SPEC",
+                help="backend to check (registered name, entry point, package.module:function or "
+                     "mutant:NAME); repeatable; default: the registry's defaults")
+    g.addoption("--only", action="append", dest="conform_only", default=None, metavar="NAMES",
+                help="comma-separated categories, case ids or id globs to run (repeatable)")
+    g.addoption("--device", dest="conform_device", default="auto", choices=("auto", "cpu", "cuda"),
+                help="device of the cases: cuda when available, else cpu (default auto)")
+    g.addoption("--tier", dest="conform_tier", default="quick", choices=("quick", "full"),
+                help="quick: pairwise covering subset (default); full: the full product")
+    g.addoption("--seed", dest="conform_seed", default=None, type=int,
+                help=f"run seed of the inputs (default: ${SEED_VAR}, else random; printed in the report)")
+    g.addoption("--conform-json", dest="conform_json", default=None, metavar="PATH",
+                help="write the per-check results and the matrix as JSON")
+    g.addoption("--conform-progress", dest="conform_progress", action="store_true", default=False,
+                help="progress bar instead of pytest's per-test output (used by hils-swa conform)")
+
+
+def _device(config) -> str:
+    want = config.getoption("conform_device")
+    import torch
+
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda: no CUDA device is available")
+    return want
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): group tests on one xdist worker")
+    seed = config.getoption("conform_seed")
+    if seed is None:
+        env = os.environ.get(SEED_VAR)
+        seed = int(env) if env else secrets.randbelow(2**31)
+    os.environ[SEED_VAR] = str(seed)  # inherited by the xdist workers spawned later
+    want = config.getoption("conform_device")
+    if want == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if "triton_impl" in sys.modules:
+            raise pytest.UsageError("--device cpu: triton_impl was imported before TRITON_INTERPRET=1 could be set")
+        os.environ["TRITON_INTERPRET"] = "1"
+    state = dict(seed=seed, device=None, tier=config.getoption("conform_tier"))
+    config.stash[_KEY] = state
+    if not _is_worker(config):
+        config.pluginmanager.register(Collector(config), "hils_swa_collector")
+
+
+def _state(config) -> dict:
+    st = config.stash[_KEY]
+    if st["device"] is None:
+        st["device"] = _device(config)
+    return st
+
+
+def backends(config) -> dict:
+    """name -> Backend of the run (registry specs, plus ``mutant:NAME``)."""
+    st = config.stash[_KEY]
+    if "backends" not in st:
+        from .registry import resolve
+
+        specs = config.getoption("conform_backends")
+        flat = [s for spec in (specs or []) for s in spec.split(",") if s]
+        out = {}
+        mut = [s for s in flat if s.startswith("mutant:")]
+        rest = [s for s in flat if not s.startswith("mutant:")]
+        if rest or not mut:
+            for b in resolve(rest or None):
+                out[b.name] = b
+        if mut:
+            from .mutants import mutant
+
+            for s in mut:
+                b = mutant(s)
+                out[b.name] = b
+        st["backends"] = out
+    return st["backends"]
+
+
+def _selected(case, only: list[str] | None) -> bool:
+    if not only:
+        return True
+    for name in only:
+        if name == case.category or name == case.id or fnmatch.fnmatchcase(case.id, name):
+            return True
+    return False
+
+
+def plan(config) -> list:
+    """Every check of the run, grouped by case: singles, then pairs."""
+    from .cases import generate
+    from .runner import Check
+
+    st = _state(config)
+    only = [n for spec in (config.getoption("conform_only") or []) for n in spec.split(",") if n]
+    cases = [c for c in generate(st["tier"], st["device"]) if _selected(c, only)]
+    if only and not cases:
+        raise pytest.UsageError(f"--only {','.join(only)}: no case matches")
+    names = list(backends(config))
+    out = []
+    for case in cases:
+        out += [Check(case, (n,)) for n in names]
+        out += [Check(case, pair) for pair in combinations(names, 2)]
+    return out
+
+
+def _whos(config) -> list[str]:
+    names = list(backends(config))
+    return names + ["~".join(p) for p in combinations(names, 2)]
+
+
+def pytest_generate_tests(metafunc):
+    if "conform_check" in metafunc.fixturenames:
+        checks = plan(metafunc.config)
+        metafunc.parametrize("conform_check", checks, ids=[c.id for c in checks])
+
+
+@pytest.fixture(scope="session")
+def conform_runner(request):
+    from .runner import Runner
+
+    return Runner(backends(request.config), _state(request.config)["seed"])
+
+
+_WORKER_INFO: dict | None = None
+
+
+def worker_info() -> dict:
+    """Where this process runs: xdist worker id, CUDA_VISIBLE_DEVICES, GPU name and PCI bus id."""
+    global _WORKER_INFO
+    if _WORKER_INFO is None:
+        import torch
+
+        info = dict(worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                    cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    triton_interpret=os.environ.get("TRITON_INTERPRET"), device="cpu")
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            info.update(device=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count(),
+                        pci_bus_id=f"{getattr(p, 'pci_domain_id', 0):04x}:{getattr(p, 'pci_bus_id', 0):02x}:"
+                                   f"{getattr(p, 'pci_device_id', 0):02x}.0")
+        _WORKER_INFO = info
+    return _WORKER_INFO
+
+
+def record(request, result) -> None:
+    payload = result.payload()
+    payload["worker"] = worker_info()
+    request.node.user_properties.append((PROP, payload))
+
+
+# --------------------------------------------------------------- scheduling
+
+def pytest_xdist_make_scheduler(config, log):
+    """All checks of one case go to one worker, in collection order."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    suffixes = sorted(("-" + w for w in _whos(config)), key=len, reverse=True)
+
+    class CaseScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if "test_conformance.py::" in nodeid and nodeid.endswith("]") and "[" in nodeid:
+                param = nodeid[nodeid.index("[") + 1:-1]
+                for s in suffixes:
+                    if param.endswith(s):
+                        return "case:" + param[: -len(s)]
+            return nodeid
+
+    return CaseScheduling(config, log)
+
+
+# ---------------------------------------------------------------- reporting
+
+class Collector:
+    """Controller-side: gathers results, draws progress, prints the matrix, writes JSON."""
+
+    def __init__(self, config):
+        self.config = config
+        self.results: list[dict] = []
+        self.total = 0
+        self.done = 0
+        self.failed = 0
+        self.errors: list[str] = []  # non-conformance failures (setup errors etc.)
+        self.t0 = time.time()
+        self.progress = config.getoption("conform_progress")
+        self._last_pct = -1
+
+    # totals ---------------------------------------------------------------
+    def _count(self, ids) -> int:
+        return sum(1 for i in ids if "test_conformance.py::" in i)
+
+    def pytest_collection_finish(self, session):
+        if not self.total:
+            self.total = self._count(i.nodeid for i in session.items)
+
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.total = max(self.total, self._count(ids))
+
+    # results --------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report, config):
+        if self.progress and "test_conformance.py::" in report.nodeid and report.when == "call":
+            return report.outcome, "", report.outcome.upper()
+        return None
+
+    def pytest_runtest_logreport(self, report):
+        if "test_conformance.py::" not in report.nodeid:
+            return
+        got = [p for k, p in report.user_properties if k == PROP]
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.done += 1
+            if got:
+                self.results.append(got[-1])
+                self.failed += got[-1]["status"] == "fail"
+            elif not report.passed:
+                self.failed += 1
+                text = str(report.longrepr)
+                self.errors.append(f"{report.nodeid}: {report.when} {report.outcome}: {text[-800:]}")
+            self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        if not self.progress or not self.total or (final and self._last_pct == 100):
+            return
+        tw = self.config.get_terminal_writer()
+        frac = min(1.0, self.done / self.total)
+        pct = int(frac * 100)
+        el = time.time() - self.t0
+        eta = el / frac - el if frac > 0 else 0
+        bar = "#" * int(frac * 30) + "." * (30 - int(frac * 30))
+        line = f"[{bar}] {self.done}/{self.total} {pct:3d}%  failed {self.failed}  {el:5.0f}s  eta {eta:4.0f}s"
+        tty = getattr(getattr(tw, "_file", None), "isatty", lambda: False)()
+        if tty:
+            tw.write("\r" + line + ("\n" if final else ""), flush=True)
+        elif final or pct // 10 != self._last_pct // 10:
+            tw.write(line + "\n", flush=True)
+        self._last_pct = pct
+
+    # matrix ---------------------------------------------------------------
+    def matrix(self) -> dict:
+        cells: dict = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, worst_ratio=None))
+        cats: list[str] = []
+        whos: list[str] = []
+        for r in self.results:
+            if r["category"] not in cats:
+                cats.append(r["category"])
+            if r["who"] not in whos:
+                whos.append(r["who"])
+            c = cells[(r["category"], r["who"])]
+            c[{"pass": "passed", "fail": "failed", "unsupported": "unsupported"}[r["status"]]] += 1
+            ratio = r["ratio"]
+            if ratio is not None and r["status"] != "unsupported":
+                ratio = math.inf if ratio == "inf" else float(ratio)
+                c["worst_ratio"] = ratio if c["worst_ratio"] is None else max(c["worst_ratio"], ratio)
+        from .cases import CATEGORIES
+
+        order = [c.name for c in CATEGORIES]
+        cats.sort(key=lambda n: order.index(n) if n in order else len(order))
+        singles = [w for w in whos if "~" not in w]
+        pairs = [w for w in whos if "~" in w]
+        return dict(categories=cats, columns=singles + pairs,
+                    cells={f"{k[0]}|{k[1]}": v for k, v in cells.items()})
+
+    @staticmethod
+    def _cell(c: dict | None) -> str:
+        if not c:
+            return "-"
+        n = c["passed"] + c["failed"] + c["unsupported"]
+        s = f"{c['passed']}/{n}"
+        if c["failed"]:
+            s += f" F{c['failed']}"
+        if c["unsupported"]:
+            s += f" U{c['unsupported']}"
+        r = c["worst_ratio"]
+        if r is not None:
+            s += " r" + ("inf" if math.isinf(r) else f"{r:.2g}")
+        return s
+
+    def render(self) -> list[str]:
+        m = self.matrix()
+        if not m["columns"]:
+            return []
+        cols = m["columns"]
+        rows = [[cat] + [self._cell(m["cells"].get(f"{cat}|{w}")) for w in cols] for cat in m["categories"]]
+        tot = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, worst_ratio=None))
+        for key, c in m["cells"].items():
+            t = tot[key.split("|", 1)[1]]
+            for f in ("passed", "failed", "unsupported"):
+                t[f] += c[f]
+            if c["worst_ratio"] is not None:
+                t["worst_ratio"] = c["worst_ratio"] if t["worst_ratio"] is None else max(t["worst_ratio"], c["worst_ratio"])
+        rows.append(["ALL"] + [self._cell(tot.get(w)) for w in cols])
+        head = ["category"] + cols
+        width = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+        fmt = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, width))  # noqa: E731
+        lines = [fmt(head), fmt(["-" * w for w in width])] + [fmt(r) for r in rows]
+        lines.append("cell: passed/total, F failed, U unsupported, r worst error/bound ratio (<= 1 passes)")
+        return lines
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.results and not self.errors:
+            return
+        self._draw(final=True)
+        tr = terminalreporter
+        st = _state(self.config)
+        tr.section("hils-swa conformance")
+        tr.write_line(f"tier {st['tier']}  device {st['device']}  run seed {st['seed']}  "
+                      f"(reproduce: --seed {st['seed']})  {len(self.results)} checks in {time.time() - self.t0:.0f}s")
+        for line in self.render():
+            tr.write_line(line)
+        fails = [r for r in self.results if r["status"] == "fail"]
+        unsup = defaultdict(int)
+        for r in self.results:
+            if r["status"] == "unsupported" and not r["pair"]:
+                unsup[(r["who"], r["message"].split("unsupported: ", 1)[-1])] += 1
+        if unsup:
+            tr.write_line("unsupported:")
+            for (who, why), n in sorted(unsup.items()):
+                tr.write_line(f"  {who}: {n} cases: {why}")
+        singles = [r for r in fails if not r["pair"]]
+        shown = singles or fails
+        if shown:
+            tr.write_line(f"failures ({len(fails)}, first {min(len(shown), 40)} shown"
+                          f"{' singles' if singles else ''}):")
+            for r in shown[:40]:
+                tr.write_line(r["message"])
+        for e in self.errors[:20]:
+            tr.write_line(e)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        path = self.config.getoption("conform_json")
+        if not path:
+            return
+        st = _state(self.config)
+        workers = {}
+        for r in self.results:
+            w = r.get("worker") or {}
+            workers.setdefault(w.get("worker", "main"), w)
+        out = dict(tier=st["tier"], device=st["device"], run_seed=st["seed"],
+                   backends=list(backends(self.config)), exitstatus=int(exitstatus),
+                   duration_s=round(time.time() - self.t0, 2), checks=len(self.results),
+                   failed=sum(r["status"] == "fail" for r in self.results),
+                   unsupported=sum(r["status"] == "unsupported" for r in self.results),
+                   workers=workers, matrix=self.matrix(), other_errors=self.errors,
+                   results=[{k: v for k, v in r.items() if k != "worker"} | {"worker": (r.get("worker") or {}).get("worker")}
+                            for r in self.results])
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+
+
+def pytest_report_header(config):
+    if _is_worker(config):
+        return None
+    st = config.stash[_KEY]
+    return (f"hils-swa conformance: tier {st['tier']}, device {config.getoption('conform_device')}, "
+            f"run seed {st['seed']}, GPUs [{os.environ.get(pinning.GPUS_VAR, '')}]")

@@ -1,0 +1,185 @@
+"""Run checks: one backend on one case, or a pair of backends on one case.
+
+A worker keeps the last few cases' inputs, golden results and backend outputs
+(``CaseState``), so the pair checks of a case reuse the single-backend runs
+(the plugin's scheduler sends all checks of a case to one worker, in order).
+A check that finds nothing cached computes what it needs.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reference.errors import UnsupportedConfig
+
+from .cases import ERROR_RULES, Case, make_inputs
+from .registry import Backend
+from .verdict import FAIL, PASS, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
+
+__all__ = ["Check", "Result", "Runner"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A test item: ``case`` run by one backend, or by two (a pair)."""
+
+    case: Case
+    backends: tuple[str, ...]
+
+    @property
+    def who(self) -> str:
+        return "~".join(self.backends)
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.id}-{self.who}"
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.backends) == 2
+
+
+@dataclass
+class Result:
+    check: Check
+    verdict: Verdict
+    seconds: float = 0.0
+
+    @property
+    def message(self) -> str:
+        return self.verdict.message(self.check.case.id, self.check.who)
+
+    def payload(self) -> dict[str, Any]:
+        """JSON-able summary (travels from xdist workers in ``user_properties``)."""
+        r = self.verdict.ratio
+        return dict(case=self.check.case.id, category=self.check.case.category, who=self.check.who,
+                    pair=self.check.is_pair, status=self.verdict.status, kinds=list(self.verdict.kinds),
+                    ratio=None if r is None else (r if math.isfinite(r) else "inf"),
+                    message=self.message, seconds=round(self.seconds, 4), details=self.verdict.details)
+
+
+@dataclass
+class _Out:
+    value: tuple | None = None  # (o, lse)
+    exc: BaseException | None = None
+    where: str = ""  # file:line of the exception
+    verdict: Verdict | None = None
+
+
+@dataclass
+class CaseState:
+    case: Case
+    q: Any = None
+    k: Any = None
+    v: Any = None
+    kw: dict = field(default_factory=dict)
+    exp: Expected | None = None
+    outs: dict[str, _Out] = field(default_factory=dict)
+
+
+def _poison_allocator(case: Case, device: torch.device) -> None:
+    """Leave NaN-filled blocks of the output sizes in the CUDA caching allocator,
+    so a backend's ``torch.empty`` outputs start as NaN: an element its kernel
+    never writes then fails the NaN check. Best effort (CUDA only)."""
+    if device.type != "cuda":
+        return
+    sizes = [case.B * case.Hq * case.Lq * case.Dv, case.B * case.Hq * case.Lq]
+    for n in sizes:
+        if n:
+            t = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
+            del t
+    if case.dtype != "fp32" and sizes[0]:
+        t = torch.full((sizes[0],), float("nan"), dtype=case.torch_dtype, device=device)
+        del t
+
+
+class Runner:
+    """Per-process executor with a small LRU of case states."""
+
+    def __init__(self, backends: dict[str, Backend], run_seed: int, keep: int = 3):
+        self.backends = backends
+        self.run_seed = run_seed
+        self.keep = keep
+        self._cache: OrderedDict[str, CaseState] = OrderedDict()
+
+    def _state(self, case: Case) -> CaseState:
+        st = self._cache.get(case.id)
+        if st is None:
+            st = CaseState(case)
+            st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
+            if case.error is None:
+                st.exp = expected(st.q, st.k, st.v, st.kw)
+            self._cache[case.id] = st
+            while len(self._cache) > self.keep:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(case.id)
+        return st
+
+    def _run_one(self, st: CaseState, name: str) -> _Out:
+        if name in st.outs:
+            return st.outs[name]
+        be = self.backends[name]
+        case = st.case
+        out = _Out()
+        ok, reason = be.supports(case)
+        if not ok:
+            out.verdict = Verdict(UNSUPPORTED, problems=[reason or "not supported"])
+            st.outs[name] = out
+            return out
+        if case.error is None:
+            _poison_allocator(case, st.q.device)
+        try:
+            out.value = be.fn(st.q, st.k, st.v, **dict(st.kw))
+            if isinstance(out.value, (tuple, list)) and len(out.value) == 2:
+                out.value = tuple(out.value)
+                if st.q.device.type == "cuda":
+                    torch.cuda.synchronize(st.q.device)
+        except UnsupportedConfig as e:
+            if case.error is None:
+                out.verdict = Verdict(UNSUPPORTED, problems=[f"{type(e).__name__}: {e}"])
+            else:
+                out.exc = e
+        except Exception as e:  # noqa: BLE001 - every failure is a verdict
+            out.exc = e
+            tb = traceback.extract_tb(e.__traceback__)
+            out.where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+        if out.verdict is None:
+            if case.error is not None:
+                desc, tokens = ERROR_RULES[case.error]
+                out.verdict = judge_error(out.exc, f"{case.error}: {desc}", tokens)
+            elif out.exc is not None:
+                v = Verdict(FAIL, ratio=math.inf)
+                v.add("crash", f"crash: {type(out.exc).__name__}: {str(out.exc)[:300]}"
+                      f" (at {out.where or '?'})")
+                out.verdict = v
+            elif not isinstance(out.value, tuple):
+                v = Verdict(FAIL, ratio=math.inf)
+                v.add("return", f"return: expected a tuple (o, lse), got {type(out.value).__name__}")
+                out.verdict = v
+            else:
+                out.verdict = judge(out.value[0], out.value[1], st.exp)
+        st.outs[name] = out
+        return out
+
+    def run(self, check: Check) -> Result:
+        import time
+
+        t0 = time.perf_counter()
+        st = self._state(check.case)
+        if not check.is_pair:
+            out = self._run_one(st, check.backends[0])
+            return Result(check, out.verdict, time.perf_counter() - t0)
+        a, b = check.backends
+        oa, ob = self._run_one(st, a), self._run_one(st, b)
+        va, vb = oa.verdict, ob.verdict
+        both_ok = va.status == PASS and vb.status == PASS and st.exp is not None
+        v = judge_pair(va, vb, oa.value if both_ok else None, ob.value if both_ok else None,
+                       st.exp if both_ok else None, a, b)
+        return Result(check, v, time.perf_counter() - t0)

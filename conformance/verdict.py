@@ -1,0 +1,323 @@
+"""Verdicts: one backend against the float64 golden, two backends against each other.
+
+Tolerance (FlashAttention-style, see docs/conformance.md)::
+
+    max|out - golden|  <= 2 * max|same_dtype - golden|  + floor(dtype)
+    mean|out - golden| <= 2 * mean|same_dtype - golden| + floor(dtype) / 2
+
+where ``golden`` is ``reference.golden`` (float64 math on the same inputs),
+``same_dtype`` is ``reference.same_dtype`` (plain PyTorch in the input dtype,
+fp32 softmax) and ``floor(dtype)`` is ``FLOOR_ULPS`` ulps of the dtype at the
+largest output magnitude. The LSE is compared the same way in fp32 over its
+finite entries. Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
+``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
+key (``o == 0`` exactly, ``lse == -inf``), NaN exactly where golden has NaN,
+infinities where golden has them, with their sign. No fraction of mismatching
+elements is ever tolerated.
+
+A pair of backends passes a case when both pass it and their mutual maximum
+difference is within the sum of their bounds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import reference
+
+__all__ = ["Expected", "Verdict", "expected", "judge", "judge_error", "judge_pair",
+           "floor", "ulp", "FLOOR_ULPS", "MAX_FACTOR", "MEAN_FACTOR"]
+
+FLOOR_ULPS = 2
+MAX_FACTOR = 2.0
+MEAN_FACTOR = 2.0
+
+PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
+
+
+def ulp(magnitude: float, dtype: torch.dtype) -> float:
+    """Spacing of ``dtype`` floats at ``magnitude`` (the ulp of the largest
+    power of two not above it; the smallest normal's ulp for tiny values)."""
+    fi = torch.finfo(dtype)
+    m = max(abs(float(magnitude)), fi.tiny)
+    return fi.eps * 2.0 ** math.floor(math.log2(m))
+
+
+def floor(magnitude: float, dtype: torch.dtype) -> float:
+    """The absolute slack every comparison gets: ``FLOOR_ULPS`` ulps at ``magnitude``."""
+    return FLOOR_ULPS * ulp(magnitude, dtype)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def _idx(flat: int, shape) -> tuple[int, ...]:
+    out = []
+    for n in reversed(shape):
+        out.append(flat % n)
+        flat //= n
+    return tuple(reversed(out))
+
+
+def _where(index: tuple[int, ...]) -> str:
+    names = ("b", "h", "i", "d")
+    return "(" + ", ".join(f"{n}={int(v)}" for n, v in zip(names, index)) + ")"
+
+
+@dataclass
+class Stat:
+    """Error of one tensor against golden and its bound."""
+
+    max_err: float
+    max_bound: float
+    mean_err: float
+    mean_bound: float
+    worst: tuple[int, ...] | None = None
+    got: float = float("nan")
+    want: float = float("nan")
+
+    @property
+    def ratio(self) -> float:
+        r = 0.0
+        if self.max_bound > 0:
+            r = max(r, self.max_err / self.max_bound)
+        if self.mean_bound > 0:
+            r = max(r, self.mean_err / self.mean_bound)
+        return r
+
+
+@dataclass
+class Expected:
+    """Golden and same-dtype results of one case, and the bounds they give."""
+
+    o: torch.Tensor  # float64
+    lse: torch.Tensor  # float64
+    dtype: torch.dtype
+    device: torch.device
+    empty_rows: torch.Tensor  # (B, H, Lq) bool: golden lse == -inf
+    o_same: Stat
+    lse_same: Stat
+
+    @property
+    def o_bound(self) -> float:
+        return self.o_same.max_bound
+
+    @property
+    def lse_bound(self) -> float:
+        return self.lse_same.max_bound
+
+
+def _err(got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor) -> tuple[float, float, int]:
+    """max and mean of |got - want| over ``mask``, and the flat index of the max."""
+    if not bool(mask.any()):
+        return 0.0, 0.0, -1
+    diff = torch.where(mask, (got.double() - want).abs(), 0.0)
+    flat = int(diff.flatten().argmax())
+    return float(diff.flatten()[flat]), float(diff.sum() / mask.sum()), flat
+
+
+def _bounds(same: torch.Tensor, golden: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> Stat:
+    mx, mean, _ = _err(same, golden, mask)
+    mag = float(golden[mask].abs().max()) if bool(mask.any()) else 0.0
+    fl = floor(mag, dtype)
+    return Stat(max_err=mx, mean_err=mean, max_bound=MAX_FACTOR * mx + fl,
+                mean_bound=MEAN_FACTOR * mean + fl / 2)
+
+
+def expected(q, k, v, kw: dict[str, Any]) -> Expected:
+    """Run ``reference.golden`` and ``reference.same_dtype`` on a case's inputs."""
+    og, lg = reference.golden(q, k, v, **kw)
+    os_, ls = reference.same_dtype(q, k, v, **kw)
+    empty = torch.isneginf(lg)
+    omask = torch.isfinite(og) & ~empty[..., None]
+    lmask = torch.isfinite(lg)
+    return Expected(o=og, lse=lg, dtype=q.dtype, device=q.device, empty_rows=empty,
+                    o_same=_bounds(os_, og, omask, q.dtype),
+                    lse_same=_bounds(ls, lg, lmask, torch.float32))
+
+
+@dataclass
+class Verdict:
+    """Outcome of one check. ``kinds`` names what differs (output, lse, shape,
+    dtype, layout, nan, inf, empty row, error, return, crash)."""
+
+    status: str
+    problems: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    ratio: float | None = None  # worst error / bound (None when not applicable)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, kind: str, text: str) -> None:
+        self.status = FAIL
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+        self.problems.append(text)
+
+    def message(self, case_id: str, who: str) -> str:
+        if self.status == PASS:
+            return f"{case_id} [{who}]: pass (worst error/bound {_fmt(self.ratio or 0.0)})"
+        if self.status == UNSUPPORTED:
+            return f"{case_id} [{who}]: unsupported: " + "; ".join(self.problems)
+        head = f"{case_id} [{who}]: FAIL ({', '.join(self.kinds)})"
+        return head + "".join(f"\n  - {p}" for p in self.problems)
+
+
+def _exact_checks(v: Verdict, o, lse, exp: Expected, shape_o, shape_l) -> bool:
+    """Shape, dtype, layout, device; False when values cannot be compared."""
+    if not isinstance(o, torch.Tensor) or not isinstance(lse, torch.Tensor):
+        v.add("return", f"return: expected (o, lse) tensors, got ({type(o).__name__}, {type(lse).__name__})")
+        return False
+    ok = True
+    if tuple(o.shape) != shape_o:
+        v.add("shape", f"shape: o is {tuple(o.shape)}, expected {shape_o} (B, Hq, Lq, Dv)")
+        ok = False
+    if tuple(lse.shape) != shape_l:
+        v.add("shape", f"shape: lse is {tuple(lse.shape)}, expected {shape_l} (B, Hq, Lq)")
+        ok = False
+    if o.dtype != exp.dtype:
+        v.add("dtype", f"dtype: o is {o.dtype}, expected q.dtype {exp.dtype}")
+    if lse.dtype != torch.float32:
+        v.add("dtype", f"dtype: lse is {lse.dtype}, expected torch.float32")
+    if o.device != exp.device or lse.device != exp.device:
+        v.add("device", f"device: outputs on {o.device} / {lse.device}, inputs on {exp.device}")
+        ok = False
+    if ok and not o.is_contiguous():
+        v.add("layout", f"layout: o is not contiguous in (B, Hq, Lq, Dv) (strides {tuple(o.stride())})")
+    return ok
+
+
+def _first(mask: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(x) for x in mask.nonzero()[0].tolist())
+
+
+def _special_checks(v: Verdict, o64: torch.Tensor, l64: torch.Tensor, exp: Expected) -> None:
+    """Empty rows, NaN positions, infinities: exact."""
+    empty = exp.empty_rows
+    if bool(empty.any()):
+        bad_o = empty[..., None] & (o64 != 0)  # NaN != 0 is True
+        if bool(bad_o.any()):
+            at = _first(bad_o)
+            v.add("empty row", f"empty row: {int(bad_o.any(-1).sum())} rows with no visible key have o != 0, "
+                  f"first at {_where(at)}: o={_fmt(float(o64[at]))}, expected exactly 0")
+        bad_l = empty & ~torch.isneginf(l64)
+        if bool(bad_l.any()):
+            at = _first(bad_l)
+            v.add("empty row", f"empty row: {int(bad_l.sum())} rows with no visible key have lse != -inf, "
+                  f"first at {_where(at)}: lse={_fmt(float(l64[at]))}")
+    live = ~empty
+    for name, got, want, rows in (("o", o64, exp.o, live[..., None]), ("lse", l64, exp.lse, live)):
+        gn, wn = torch.isnan(got) & rows, torch.isnan(want) & rows
+        extra = gn & ~wn
+        if bool(extra.any()):
+            at = _first(extra)
+            v.add("nan", f"NaN: {int(extra.sum())} elements of {name} are NaN where golden is finite, "
+                  f"first at {_where(at)} (golden {_fmt(float(want[at]))}): an unwritten output or NaN "
+                  f"leaking from key slots no query sees")
+        missing = wn & ~gn
+        if bool(missing.any()):
+            at = _first(missing)
+            v.add("nan", f"NaN: golden {name} is NaN at {int(missing.sum())} elements but the backend is not, "
+                  f"first at {_where(at)} ({name}={_fmt(float(got[at]))})")
+        ginf = torch.isinf(got) & rows
+        winf = torch.isinf(want) & rows
+        bad = (ginf | winf) & ~(got == want) & ~gn & ~wn
+        if bool(bad.any()):
+            at = _first(bad)
+            v.add("inf", f"inf: {name} infinities differ from golden at {int(bad.sum())} elements, first at "
+                  f"{_where(at)}: {name}={_fmt(float(got[at]))}, golden {_fmt(float(want[at]))}")
+
+
+def _value_check(v: Verdict, name: str, kind: str, got64, want, mask, bound: Stat) -> Stat:
+    mx, mean, flat = _err(got64, want, mask)
+    st = Stat(max_err=mx, mean_err=mean, max_bound=bound.max_bound, mean_bound=bound.mean_bound)
+    if flat >= 0:
+        st.worst = _idx(flat, tuple(want.shape))
+        st.got, st.want = float(got64.flatten()[flat]), float(want.flatten()[flat])
+    if mx > bound.max_bound:
+        v.add(kind, f"{kind}: max|{name} - golden| = {_fmt(mx)} at {_where(st.worst)}: {name}={_fmt(st.got)}, "
+              f"golden {_fmt(st.want)}; bound {_fmt(bound.max_bound)} = {MAX_FACTOR:g} x same-dtype "
+              f"{_fmt(bound.max_err)} + floor {_fmt(bound.max_bound - MAX_FACTOR * bound.max_err)} "
+              f"(ratio {_fmt(mx / bound.max_bound)})")
+    if mean > bound.mean_bound:
+        v.add(kind, f"{kind}: mean|{name} - golden| = {_fmt(mean)} > bound {_fmt(bound.mean_bound)} = "
+              f"{MEAN_FACTOR:g} x same-dtype mean {_fmt(bound.mean_err)} + floor/2 "
+              f"(worst at {_where(st.worst)}; ratio {_fmt(mean / bound.mean_bound)})")
+    return st
+
+
+def judge(o, lse, exp: Expected) -> Verdict:
+    """One backend's ``(o, lse)`` against golden."""
+    v = Verdict(PASS)
+    shape_o, shape_l = tuple(exp.o.shape), tuple(exp.lse.shape)
+    if not _exact_checks(v, o, lse, exp, shape_o, shape_l):
+        v.ratio = math.inf
+        return v
+    o64, l64 = o.detach().double(), lse.detach().double()
+    _special_checks(v, o64, l64, exp)
+    live = ~exp.empty_rows
+    omask = torch.isfinite(exp.o) & torch.isfinite(o64) & live[..., None]
+    lmask = torch.isfinite(exp.lse) & torch.isfinite(l64)
+    so = _value_check(v, "o", "output", o64, exp.o, omask, exp.o_same)
+    sl = _value_check(v, "lse", "lse", l64, exp.lse, lmask, exp.lse_same)
+    exact_fail = any(kind not in ("output", "lse") for kind in v.kinds)
+    v.ratio = math.inf if exact_fail else max(so.ratio, sl.ratio)
+    v.details = dict(o_max_err=so.max_err, o_bound=so.max_bound, o_mean_err=so.mean_err,
+                     o_mean_bound=so.mean_bound, lse_max_err=sl.max_err, lse_bound=sl.max_bound,
+                     lse_mean_err=sl.mean_err, lse_mean_bound=sl.mean_bound,
+                     o_worst=list(so.worst) if so.worst else None,
+                     lse_worst=list(sl.worst) if sl.worst else None)
+    return v
+
+
+def judge_error(exc: BaseException | None, rule: str, tokens: tuple[str, ...]) -> Verdict:
+    """An error case: the call must raise ``ValueError`` whose message matches every token."""
+    v = Verdict(PASS, ratio=0.0)
+    if exc is None:
+        v.add("error", f"error: no exception for invalid input ({rule}); expected ValueError")
+        return v
+    if not isinstance(exc, ValueError):
+        v.add("error", f"error: raised {type(exc).__name__}: {str(exc)[:200]!r}; expected ValueError ({rule})")
+        return v
+    msg = str(exc)
+    missing = [t for t in tokens if not re.search(t, msg)]
+    if missing:
+        v.add("error", f"error: ValueError message {msg[:200]!r} does not name the argument "
+              f"(needs {', '.join(missing)})")
+    return v
+
+
+def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: str, b: str) -> Verdict:
+    """Two backends on one case: both pass and their mutual difference is within
+    the sum of their bounds (both bounds are the case's golden bound)."""
+    if UNSUPPORTED in (va.status, vb.status):
+        who = [n for n, x in ((a, va), (b, vb)) if x.status == UNSUPPORTED]
+        return Verdict(UNSUPPORTED, problems=[f"{', '.join(who)} unsupported"])
+    v = Verdict(PASS, ratio=0.0)
+    for n, x in ((a, va), (b, vb)):
+        if x.status == FAIL:
+            v.add("member", f"member: {n} fails this case ({', '.join(x.kinds)})")
+    if v.status == FAIL or exp is None:
+        if v.status == FAIL:
+            v.ratio = math.inf
+        return v
+    ratio = 0.0
+    for name, kind, i, bound in (("o", "output", 0, exp.o_bound), ("lse", "lse", 1, exp.lse_bound)):
+        xa, xb = out_a[i].detach().double(), out_b[i].detach().double()
+        mask = torch.isfinite(xa) & torch.isfinite(xb)
+        mx, _, flat = _err(xa, xb, mask)
+        lim = 2 * bound
+        if lim > 0:
+            ratio = max(ratio, mx / lim)
+        if mx > lim:
+            at = _idx(flat, tuple(xa.shape))
+            v.add(kind, f"{kind}: max|{name}[{a}] - {name}[{b}]| = {_fmt(mx)} at {_where(at)}: "
+                  f"{_fmt(float(xa[at]))} vs {_fmt(float(xb[at]))}; golden {_fmt(float(exp.o[at] if i == 0 else exp.lse[at]))}; "
+                  f"bound {_fmt(lim)} = sum of both bounds")
+    v.ratio = ratio if v.status == PASS else max(ratio, 1.0)
+    return v

@@ -1,0 +1,13 @@
+"""Repo-root pytest configuration.
+
+FIRST, before anything imports torch or triton: pin each pytest-xdist worker to
+one GPU and choose the Triton interpreter when there is no GPU
+(``conformance.pinning``, which imports neither). Then load the conformance
+plugin (options ``--backend/--only/--device/--tier/--seed/--conform-json``).
+"""
+
+from conformance import pinning
+
+pinning.apply()
+
+pytest_plugins = ["conformance.plugin"]
