@@ -526,9 +526,12 @@ def plot(results: list[Result], ceilings: dict, path: str, title: str) -> None:
         xs, ys = [], []
         for si, s in enumerate(pre):
             r = by.get((s, b))
-            if r is not None and r.tflops is not None:
+            if r is not None and r.tflops is not None and r.status == "ok":
                 xs.append(si + (bi - (len(backends) - 1) / 2) * width)
                 ys.append(r.tflops)
+                if r.pct_matmul is not None:
+                    ax.text(xs[-1], r.tflops, f"{r.tflops:.0f} ({r.pct_matmul:.0f}%)" if r.tflops >= 1 else
+                            f"{r.tflops:.2g}", ha="center", va="bottom", fontsize=6, rotation=90)
         ax.bar(xs, ys, width, label=b, color=colors[b], hatch="//" if b == "sdpa" else None,
                alpha=0.6 if b == "sdpa" else 1.0)
     if ceilings.get("matmul_tflops"):
@@ -537,7 +540,7 @@ def plot(results: list[Result], ceilings: dict, path: str, title: str) -> None:
                 ha="right", va="bottom", fontsize=8)
     ax.set_xticks(range(len(pre)))
     ax.set_xticklabels(pre, rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("TFLOP/s over visible pairs (sdpa: dense work)")
+    ax.set_ylabel("TFLOP/s over visible pairs (sdpa: dense work); label: % of matmul")
     ax.set_title("prefill / training (higher is better)")
     ax.legend(fontsize=8)
     ax = axes[1]
@@ -555,7 +558,7 @@ def plot(results: list[Result], ceilings: dict, path: str, title: str) -> None:
                alpha=0.6 if b == "sdpa" else 1.0)
     ax.set_xticks(range(len(dec)))
     ax.set_xticklabels(dec, rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("µs per call (kernel; lower is better)")
+    ax.set_ylabel("µs per call (kernel, CUDA graph; eager where none; lower is better)")
     ax.set_yscale("log")
     ax.set_title("decode (label: % of measured copy bandwidth)")
     fig.suptitle(title, fontsize=10)
