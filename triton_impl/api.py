@@ -24,7 +24,7 @@ def _check_supported(p) -> None:
         if not _launch.interpreter_active():
             raise UnsupportedConfig(
                 "triton: CPU tensors need the Triton interpreter; set TRITON_INTERPRET=1 "
-                "before importing triton_impl (or pass CUDA tensors)")
+                "before triton_impl (and triton) are first imported, or pass CUDA tensors")
     elif p.device.type != "cuda":
         raise UnsupportedConfig(f"triton: device type {p.device.type!r} is not supported (cuda, "
                                 "or cpu under TRITON_INTERPRET=1)")

@@ -25,8 +25,16 @@ LOG2E = 1.4426950408889634
 
 
 def interpreter_active() -> bool:
-    """True when Triton runs kernels on CPU tensors (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when the kernels run under Triton's interpreter (on CPU tensors).
+
+    Decided by what ``@triton.jit`` produced when :mod:`triton_impl.kernels`
+    was imported (``TRITON_INTERPRET=1`` must be set before that import), not
+    by the environment now: setting the variable later changes nothing.
+    """
+    return _INTERPRETED
+
+
+_INTERPRETED = type(kernels._swa_fwd_kernel).__name__ == "InterpretedFunction"
 
 
 def _pow2(n: int) -> int:

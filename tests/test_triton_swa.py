@@ -1,0 +1,267 @@
+"""The Triton backend against the float64 reference (CPU: Triton interpreter).
+
+Without CUDA the repo-root conftest sets ``TRITON_INTERPRET=1`` before anything
+imports triton; this module sets it too when it is the first to import, so it
+runs the same either way. Kept lean: the interpreter costs ~0.1-1 s a call.
+
+Tolerance, per case, as the conformance suite builds it: the backend's max
+error against ``reference.golden`` must be at most twice the error of
+``reference.same_dtype`` (plain PyTorch in the input dtype) plus a floor of one
+rounding step of the dtype (relative to the output's magnitude). Outputs are
+poisoned with NaN before the kernel, so an element it never writes fails.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+import reference  # noqa: E402
+from reference.mask import visibility_mask  # noqa: E402
+from triton_impl import UnsupportedConfig, sliding_window_attention  # noqa: E402
+from triton_impl import api as _api  # noqa: E402
+from triton_impl import launch as L  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+_SEED = [1234]
+
+
+def _rand(shape, dtype, blhd=False):
+    _SEED[0] += 1
+    g = torch.Generator().manual_seed(_SEED[0])  # fresh inputs for every tensor of every case
+    if blhd:  # stored (B, L, H, D), passed as a (B, H, L, D) view
+        b, h, l, d = shape
+        return torch.randn((b, l, h, d), generator=g).to(dtype).to(DEV).transpose(1, 2)
+    return torch.randn(shape, generator=g).to(dtype).to(DEV)
+
+
+def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False):
+    return (_rand((B, Hq, Lq, Dqk), dtype, blhd), _rand((B, Hkv, Lk, Dqk), dtype, blhd),
+            _rand((B, Hkv, Lk, Dv), dtype, blhd))
+
+
+def _run(q, k, v, path=None, phases=None, num_splits=None, **kw):
+    """One call through the launcher into NaN-poisoned outputs."""
+    p = reference.check_inputs(q, k, v, **kw)
+    o, lse = p.new_outputs(poison=True)
+    taken = L.launch(p, q, k, v, o, lse, path=path, phases=phases, num_splits=num_splits)
+    return o, lse, taken
+
+
+def _check(o, lse, q, k, v, **kw):
+    go, gl = reference.golden(q, k, v, **kw)
+    so, sl = reference.same_dtype(q, k, v, **kw)
+    assert not torch.isnan(o).any(), "NaN in o"
+    assert not torch.isnan(lse).any(), "NaN in lse"
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl)), "empty rows (lse = -inf) differ"
+    fin = torch.isfinite(gl)
+    err_o = (o.double() - go).abs().max().item()
+    tol_o = 2 * (so.double() - go).abs().max().item() + EPS[q.dtype] * max(1.0, go.abs().max().item())
+    assert err_o <= tol_o, f"o: max error {err_o:.3e} > tolerance {tol_o:.3e}"
+    if fin.any():
+        err_l = (lse.double() - gl)[fin].abs().max().item()
+        tol_l = 2 * (sl.double() - gl)[fin].abs().max().item() + 2 * EPS[torch.float32] * max(
+            1.0, gl[fin].abs().max().item())
+        assert err_l <= tol_l, f"lse: max error {err_l:.3e} > tolerance {tol_l:.3e}"
+
+
+# (B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, dtype, extra kwargs, path, phases)
+CASES = [
+    # three-phase prefill, several key blocks, left edge floored below 0
+    (1, 2, 2, 130, 130, 64, 64, 40, 16, torch.float32, {}, "prefill", True),
+    # one-loop prefill, GQA 3:1, Lq < Lk, kv_start not a multiple of C
+    (2, 3, 1, 50, 117, 32, 32, 23, 7, torch.float16, dict(kv_start=5), "prefill", False),
+    # bf16 (upcast after load under the interpreter), D = 96 padded, no landmark mask
+    (1, 2, 1, 70, 70, 96, 96, 30, 8, torch.bfloat16, dict(mask_lmk=False), None, None),
+    # Dqk != Dv, plain window (no chunk expansion), explicit negative sm_scale
+    (1, 2, 2, 64, 64, 64, 32, 17, 5, torch.float32, dict(expand_to_chunk=False, sm_scale=-0.7), "prefill", True),
+    # huge kv_start: positions past 10^6, landmarks at absolute positions
+    (1, 4, 2, 40, 200, 32, 32, 50, 16, torch.float32, dict(kv_start=10 ** 6 + 3), "prefill", True),
+    # split-KV (forced): decode, MQA 4:1
+    (2, 4, 1, 1, 150, 32, 32, 60, 8, torch.float32, dict(kv_start=7), "splitkv", None),
+    # split-KV (forced): several queries and GQA rows packed in one tile, bf16
+    (1, 4, 2, 9, 160, 64, 32, 45, 16, torch.bfloat16, {}, "splitkv", None),
+    # GQA-packed prefill (split kernel writing o directly), G = 4
+    (1, 8, 2, 60, 90, 32, 32, 25, 8, torch.float16, dict(kv_start=2), "packed", None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[11] or 'auto'}-{str(c[9])[6:]}-{i}" for i, c in enumerate(CASES)])
+def test_matches_golden(case):
+    B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, dtype, extra, path, phases = case
+    kw = dict(window_size=W, chunk_size=C, **extra)
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype)
+    o, lse, taken = _run(q, k, v, path=path, phases=phases, **kw)
+    if path is not None:
+        assert taken == path
+    assert o.shape == (B, Hq, Lq, Dv) and o.dtype == dtype and o.is_contiguous()
+    assert lse.shape == (B, Hq, Lq) and lse.dtype == torch.float32
+    _check(o, lse, q, k, v, **kw)
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv", "packed"])
+def test_nan_in_slots_no_query_sees(path):
+    """Keys left of every window and landmarks may hold NaN/inf: outputs are
+    bit-identical to the same call with finite values there."""
+    kw = dict(window_size=20, chunk_size=8, kv_start=3)
+    Lq, Lk = (3, 120) if path == "splitkv" else (40, 120)
+    q, k, v = _inputs(1, 4, 2, Lq, Lk, 32, 32, torch.float32)
+    unseen = ~visibility_mask(Lq, Lk, window_size=20, chunk_size=8, kv_start=3, device=DEV).any(0)
+    assert unseen[:60].any() and unseen[-20:].any(), "the case must have unseen slots left and among landmarks"
+    o_clean, l_clean, _ = _run(q, k, v, path=path, **kw)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, unseen] = float("nan")
+    v2[:, :, unseen] = float("nan")
+    k2[:, :, unseen.nonzero()[0]] = float("inf")
+    o, lse, _ = _run(q, k2, v2, path=path, **kw)
+    assert torch.equal(o, o_clean) and torch.equal(lse, l_clean)
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv"])
+def test_empty_rows_are_zero_and_minus_inf(path):
+    """chunk_size == 1 with mask_lmk: every key is a landmark, no row sees anything."""
+    q, k, v = _inputs(1, 2, 1, 5 if path == "splitkv" else 33, 33, 32, 32, torch.float16)
+    o, lse, _ = _run(q, k, v, path=path, window_size=4, chunk_size=1)
+    assert torch.equal(o, torch.zeros_like(o))
+    assert torch.isneginf(lse).all()
+
+
+def test_partly_empty_rows():
+    """C = 2 and W = 1: even positions see themselves, odd ones (landmarks) nothing."""
+    kw = dict(window_size=1, chunk_size=2, expand_to_chunk=False)
+    q, k, v = _inputs(1, 2, 2, 16, 16, 32, 32, torch.float32)
+    o, lse, _ = _run(q, k, v, path="prefill", **kw)
+    assert torch.isneginf(lse[..., 1::2]).all() and torch.isfinite(lse[..., 0::2]).all()
+    _check(o, lse, q, k, v, **kw)
+
+
+def test_blhd_views_are_read_in_place():
+    """(B, L, H, D)-stored inputs passed as transpose(1, 2) views give the same
+    bits as contiguous copies (all strides reach the kernel, nothing is copied)."""
+    kw = dict(window_size=19, chunk_size=4)
+    q, k, v = _inputs(2, 4, 2, 37, 52, 32, 64, torch.float16, blhd=True)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    o, lse = sliding_window_attention(q, k, v, **kw)
+    o_c, l_c = sliding_window_attention(q.contiguous(), k.contiguous(), v.contiguous(), **kw)
+    assert torch.equal(o, o_c) and torch.equal(lse, l_c)
+    assert o.is_contiguous()
+    _check(o, lse, q, k, v, **kw)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 5, 64])
+def test_splitkv_any_split_count(num_splits):
+    kw = dict(window_size=70, chunk_size=16, kv_start=11)
+    q, k, v = _inputs(1, 2, 1, 2, 140, 32, 32, torch.float32)
+    o, lse, _ = _run(q, k, v, path="splitkv", num_splits=num_splits, **kw)
+    _check(o, lse, q, k, v, **kw)
+
+
+def test_public_function_defaults_and_path_choice():
+    """The public function with default flags; auto path on a decode shape is split-KV."""
+    q, k, v = _inputs(1, 4, 4, 1, 300, 32, 32, torch.float32)
+    o, lse = sliding_window_attention(q, k, v, window_size=100, chunk_size=32)
+    _check(o, lse, q, k, v, window_size=100, chunk_size=32)
+
+
+def test_choose_path_by_saturation(monkeypatch):
+    monkeypatch.setattr(L, "sm_count", lambda device: 132)
+
+    def problem(B, Hq, Hkv, Lq, Lk, D=128):
+        q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")
+        k = torch.empty((B, Hkv, Lk, D), dtype=torch.bfloat16, device="meta")
+        return reference.check_inputs(q, k, k, window_size=512, chunk_size=64)
+
+    assert L.choose_path(problem(1, 32, 32, 1, 8192)) == "splitkv"  # decode
+    assert L.choose_path(problem(8, 32, 4, 1, 32768, 64)) == "splitkv"  # batched GQA decode
+    assert L.choose_path(problem(1, 32, 32, 512, 8192)) == "prefill"  # chunked prefill fills the GPU
+    assert L.choose_path(problem(1, 32, 32, 8192, 8192)) == "prefill"
+    assert L.choose_path(problem(1, 32, 4, 8192, 8192, 64)) == "packed"  # GQA prefill
+    # Same Lq, different saturation: the choice follows the grid, not Lq.
+    assert L.choose_path(problem(1, 2, 2, 64, 8192)) == "splitkv"
+    assert L.choose_path(problem(64, 2, 2, 64, 8192)) == "prefill"
+
+
+def test_empty_dimensions():
+    for shape_q, shape_k in [((0, 2, 4, 32), (0, 2, 8, 32)), ((1, 2, 0, 32), (1, 2, 8, 32)),
+                             ((1, 0, 4, 32), (1, 0, 8, 32)), ((1, 2, 0, 32), (1, 2, 0, 32))]:
+        q = torch.randn(shape_q, device=DEV)
+        k = torch.randn(shape_k, device=DEV)
+        o, lse = sliding_window_attention(q, k, k, window_size=4, chunk_size=2)
+        assert o.shape == shape_q[:3] + (32,) and lse.shape == shape_q[:3]
+
+
+def test_invalid_input_raises_before_any_kernel(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(L, "launch", boom)
+    q = torch.randn(1, 3, 4, 32, device=DEV)
+    k = torch.randn(1, 2, 4, 32, device=DEV)
+    with pytest.raises(ValueError, match="Hq % Hkv"):
+        sliding_window_attention(q, k, k, window_size=4, chunk_size=2)
+    with pytest.raises(ValueError, match="window_size"):
+        sliding_window_attention(k, k, k, window_size=0, chunk_size=2)
+    with pytest.raises(ValueError, match="Lq"):
+        sliding_window_attention(torch.randn(1, 2, 8, 32, device=DEV), k, k, window_size=4, chunk_size=2)
+
+
+@pytest.mark.parametrize("dqk,dv", [(16, 16), (512, 512), (64, 288)])
+def test_head_dim_out_of_range_is_unsupported(dqk, dv):
+    q = torch.randn(1, 1, 4, dqk, device=DEV)
+    v = torch.randn(1, 1, 4, dv, device=DEV)
+    with pytest.raises(UnsupportedConfig, match="head dim"):
+        sliding_window_attention(q, q, v, window_size=4, chunk_size=2)
+
+
+def test_cpu_without_interpreter_is_unsupported(monkeypatch):
+    monkeypatch.setattr(L, "_INTERPRETED", False)
+    q = torch.randn(1, 1, 4, 32)
+    with pytest.raises(UnsupportedConfig, match="TRITON_INTERPRET=1"):
+        sliding_window_attention(q, q, q, window_size=4, chunk_size=2)
+    assert issubclass(UnsupportedConfig, NotImplementedError) and _api.UnsupportedConfig is UnsupportedConfig
+
+
+# ---------------------------------------------------------------- GPU tier
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_graph_capture_replays_exactly():
+    """No host sync, no per-call device tensors but outputs and the cached workspace."""
+    kw = dict(window_size=512, chunk_size=64)
+    for Lq in (1, 1024):  # split-KV and prefill
+        q, k, v = _inputs(1, 8, 2, Lq, 4096, 128, 128, torch.bfloat16)
+        ref = sliding_window_attention(q, k, v, **kw)  # warm-up: compile, size the workspace
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            sliding_window_attention(q, k, v, **kw)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = sliding_window_attention(q, k, v, **kw)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+
+
+@pytest.mark.gpu
+@gpu
+def test_int64_offsets_past_2_to_31_elements():
+    """k and v hold more than 2**31 elements; the visible keys sit at the end."""
+    Lk, D = (1 << 31) // 128 + 4096, 128
+    k = torch.randn(1, 1, Lk, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 1, Lk, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, 1, 64, D, device="cuda", dtype=torch.bfloat16)
+    kw = dict(window_size=300, chunk_size=64)
+    o, lse = sliding_window_attention(q, k, v, **kw)
+    tail = Lk - 1024  # every visible key is in the tail: the reference runs on that slice
+    _check(o, lse, q, k[:, :, tail:], v[:, :, tail:], kv_start=tail, **kw)
