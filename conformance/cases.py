@@ -221,6 +221,8 @@ def _long_build(base: Case, row: dict) -> Case:
 
 def _gqa_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
+    if not base.device.startswith("cuda"):
+        base = replace(base, Lq=65, Lk=65)
     return _shape_build(base, dict(shape=row["shape"], Hq=Hq, Hkv=Hkv, B=row["B"], layout=row["layout"]))
 
 
@@ -255,7 +257,7 @@ ERROR_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
 def _errors_build(base: Case, row: dict) -> Case | None:
     if row["rule"] == "mixed_device" and not base.device.startswith("cuda"):
         return None  # needs two devices
-    return replace(base, error=row["rule"], dtype=row["dtype"], Lq=64, Lk=64, B=1)
+    return replace(base, error=row["rule"], dtype=row["dtype"], Lq=64, Lk=64, B=1, Hq=4, Hkv=2)
 
 
 _F4 = [(True, True), (True, False), (False, True), (False, False)]
@@ -281,8 +283,8 @@ def _categories() -> list[Category]:
         lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=65, Lk=65, B=1)))
     C.append(Category(
         "gqa", "Hq/Hkv = 1, 2, 4, 8 and MQA; batch 1..3",
-        lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (16, 2), (3, 1)], "B": [1, 2, 3],
-                      "shape": ["train", "infer"], "layout": ["bhld", "bthd"]},
+        lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (3, 1)] + ([(16, 2)] if cuda else []),
+                      "B": [1, 2, 3], "shape": ["train", "infer"], "layout": ["bhld", "bthd"]},
         _gqa_build))
     C.append(Category(
         "lengths", "Lq == Lk and Lq < Lk on and around tile / chunk boundaries",
@@ -356,7 +358,10 @@ _CAT = {c.name: c for c in CATEGORIES}
 
 
 def _base(device: str) -> Case:
-    return Case(category="", device=device)
+    if device.startswith("cuda"):
+        return Case(category="", device=device)  # B=2, Hq=4, Hkv=2
+    # CPU: the Triton interpreter's cost grows with B * Hq * query tiles
+    return Case(category="", device=device, B=1, Hq=2, Hkv=1)
 
 
 def generate(tier: str = "quick", device: str | torch.device = "cpu",

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def pytest_args(a: argparse.Namespace) -> list[str]:
     """The ``pytest.main`` arguments of a parsed command line."""
-    args = [TESTS, "-p", "conformance.plugin", "-p", "no:cacheprovider", "-o", "addopts=",
+    args = [TESTS, "-p", "conformance.plugin", "-p", "no:cacheprovider", "-o", "addopts=", "-rN",
             "--tb=no", "--device", a.device, "--tier", a.tier]
     for spec in a.backend or []:
         args += ["--backend", spec]

@@ -1,0 +1,187 @@
+"""The case generator: coverage the issue asks for, the pairwise property of the
+quick tier, and the inputs (seeded, never zeros, layouts, NaN slots)."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import reference
+from conformance.cases import (CATEGORIES, ERROR_RULES, Case, case_seed, generate, invisible_slots,
+                               make_inputs, pairwise)
+
+QUICK_CPU = generate("quick", "cpu")
+FULL_CPU = generate("full", "cpu")
+FULL_CUDA = generate("full", "cuda")
+
+
+def test_ids_unique_and_deterministic():
+    for cases in (QUICK_CPU, FULL_CPU, FULL_CUDA):
+        ids = [c.id for c in cases]
+        assert len(ids) == len(set(ids))
+    assert [c.id for c in generate("quick", "cpu")] == [c.id for c in QUICK_CPU]
+
+
+def test_id_format():
+    c = Case(category="x", dtype="bf16", B=2, Hq=8, Hkv=2, Lq=65, Lk=129, Dqk=64, Dv=64, window=32,
+             chunk=16, kv_start=0, layout="bthd")
+    assert c.id == "bf16-B2-H8x2-q65k129-D64x64-W32C16-lmk1exp1-kv0-bthd"
+    assert Case(category="x", sm_scale=0.3, nan_slots=True).id.endswith("-s0.3-nan")
+
+
+def test_quick_is_a_subset_of_full_and_smaller():
+    full = {c.id for c in FULL_CPU}
+    assert {c.id for c in QUICK_CPU} <= full
+    assert len(QUICK_CPU) < len(FULL_CPU)
+
+
+def test_pairwise_covers_every_pair():
+    axes = {"a": [1, 2, 3], "b": ["x", "y"], "c": [True, False], "d": [0, 5, 7, 9]}
+    valid = lambda r: not (r["a"] == 3 and r["d"] == 9)  # noqa: E731
+    rows = pairwise(axes, valid)
+    full = [r for r in (dict(zip(axes, p)) for p in itertools.product(*axes.values())) if valid(r)]
+    assert len(rows) < len(full)
+    for x, y in itertools.combinations(axes, 2):
+        want = {(r[x], r[y]) for r in full}
+        got = {(r[x], r[y]) for r in rows}
+        assert want == got, (x, y)
+
+
+def test_quick_tier_is_pairwise_per_category():
+    """Every pair of axis values of a category that the full tier has, the quick tier has."""
+    for cat in CATEGORIES:
+        for cuda in (False, True):
+            if cat.cuda_only and not cuda:
+                continue
+            axes = cat.axes(cuda)
+            rows = pairwise(axes, cat.valid)
+            for x, y in itertools.combinations(axes, 2):
+                full = {(repr(r[x]), repr(r[y])) for r in itertools.starmap(
+                    lambda *p: dict(zip(axes, p)), itertools.product(*axes.values())) if cat.valid(r)}
+                got = {(repr(r[x]), repr(r[y])) for r in rows}
+                assert full == got, (cat.name, x, y)
+
+
+def _values(cases, attr):
+    return {getattr(c, attr) for c in cases if c.error is None}
+
+
+@pytest.mark.parametrize("cases", [QUICK_CPU, FULL_CUDA], ids=["quick-cpu", "full-cuda"])
+def test_coverage_of_the_issue(cases):
+    assert _values(cases, "dtype") == {"bf16", "fp16", "fp32"}
+    assert {32, 64, 96, 128, 192, 256} <= _values(cases, "Dqk")
+    assert any(c.Dqk != c.Dv for c in cases)
+    ratios = {c.Hq // c.Hkv for c in cases if c.Hkv and c.error is None}
+    assert {1, 2, 4, 8} <= ratios
+    assert any(c.Hkv == 1 and c.Hq > 1 for c in cases)  # MQA
+    assert {1, 2, 3} <= _values(cases, "B")
+    assert any(c.Lq == c.Lk for c in cases) and any(0 < c.Lq < c.Lk for c in cases)
+    assert any(c.Lq == 1 and c.Lk > 1 for c in cases)  # decode
+    assert {1, 63, 64, 65, 127, 128, 129, 333} <= _values(cases, "Lk")
+    assert {1, 2, 63, 64, 65, 128} <= _values(cases, "chunk")
+    ks = {(c.kv_start, c.chunk) for c in cases if c.error is None}
+    assert {0, 1, 10**6 + 3} <= {k for k, _ in ks}
+    assert any(k == C - 1 for k, C in ks) and any(k == C for k, C in ks if k)
+    flags = {(c.mask_lmk, c.expand) for c in cases}
+    assert flags == {(True, True), (True, False), (False, True), (False, False)}
+    w = [(c.window, c.chunk, c.Lk, c.kv_start) for c in cases if c.error is None and c.Lk]
+    assert any(W < C for W, C, _, _ in w) and any(W == C for W, C, _, _ in w)
+    assert any(W > C and W % C == 0 for W, C, _, _ in w) and any(W > C and W % C for W, C, _, _ in w)
+    assert any(W >= L + k for W, _, L, k in w)
+    assert any(c.sm_scale is not None for c in cases)
+    assert {"bhld", "bthd", "pad", "padt", "mix"} <= _values(cases, "layout")
+    assert any(c.nan_slots for c in cases)
+    assert {c.error for c in cases if c.error} >= set(ERROR_RULES) - {"mixed_device"}
+    assert any(c.B == 0 for c in cases) and any(c.Lq == 0 for c in cases)
+
+
+def test_cuda_tier_adds_long_keys():
+    assert max(c.Lk for c in FULL_CUDA) == 131072
+    assert {1000, 2080} <= {c.Lk for c in FULL_CUDA}
+    assert "mixed_device" in {c.error for c in FULL_CUDA}
+    assert all(c.category != "long" for c in FULL_CPU)
+    assert max(c.Lk for c in QUICK_CPU) <= 333  # the Triton interpreter budget
+
+
+def test_cpu_quick_cases_stay_small():
+    """Triton interpreter cost grows with programs x loop steps: keep CPU cases small."""
+    for c in QUICK_CPU:
+        assert c.Lq <= 333 and c.Lk <= 333 and c.B * c.Hq <= 48, c.id
+
+
+def test_empty_rows_category_has_empty_rows():
+    for c in (c for c in FULL_CPU if c.category == "empty_rows"):
+        n = reference.visible_counts(c.Lq, c.Lk, window_size=c.window, chunk_size=c.chunk,
+                                     mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
+        assert bool((n == 0).any()), c.id
+
+
+def test_invisible_slots_match_the_mask():
+    for c in [c for c in FULL_CPU if c.nan_slots][:20] + [Case(category="x", Lq=7, Lk=300, window=5, chunk=4,
+                                                               kv_start=3)]:
+        m = reference.visibility_mask(c.Lq, c.Lk, window_size=c.window, chunk_size=c.chunk,
+                                      mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
+        assert torch.equal(invisible_slots(c, block=3), ~m.any(dim=0)), c.id
+
+
+def test_inputs_seeded_fresh_and_never_zero():
+    c = Case(category="x", Lq=20, Lk=40)
+    q1, k1, v1, kw = make_inputs(c, 5)
+    q2, _, _, _ = make_inputs(c, 5)
+    q3, _, _, _ = make_inputs(c, 6)
+    assert torch.equal(q1, q2) and not torch.equal(q1, q3)
+    assert case_seed(c, 5) != case_seed(Case(category="x", Lq=21, Lk=40), 5)
+    assert kw == c.kwargs()
+    for t in (q1, k1, v1):
+        assert t.dtype == torch.bfloat16 and bool((t != 0).any())
+
+
+def test_logits_are_informative():
+    """Softmax neither uniform nor one-hot, also with an explicit sm_scale."""
+    for scale in (None, 0.05, 1.0):
+        c = Case(category="x", dtype="fp32", Lq=64, Lk=64, sm_scale=scale, B=1)
+        q, k, v, kw = make_inputs(c, 0)
+        s = (q[:, :1] @ k[:, :1].transpose(-1, -2)) * (kw["sm_scale"] or 1 / math.sqrt(c.Dqk))
+        assert 0.8 < float(s.std()) < 3.0, scale
+
+
+@pytest.mark.parametrize("layout", ["bhld", "bthd", "pad", "padt", "mix"])
+def test_layouts(layout):
+    c = Case(category="x", layout=layout, Lq=10, Lk=20, dtype="fp32")
+    q, k, v, _ = make_inputs(c, 1)
+    qc, kc, vc, _ = make_inputs(Case(category="x", layout="bhld", Lq=10, Lk=20, dtype="fp32"), 1)
+    assert q.shape == qc.shape and k.shape == kc.shape and v.shape == vc.shape
+    if layout in ("pad", "padt"):
+        for t in (q, k, v):
+            assert t.storage_offset() > 0 and not t.is_contiguous()
+            full = torch.as_strided(t, (t.untyped_storage().nbytes() // 4,), (1,), 0)
+            assert bool(full.isnan().any()) and not bool(t.isnan().any())
+    if layout == "bthd":
+        assert q.transpose(1, 2).is_contiguous() and not q.is_contiguous()
+
+
+def test_nan_slots_inputs():
+    c = Case(category="x", Lq=5, Lk=100, window=8, chunk=4, kv_start=3, nan_slots=True, layout="padt")
+    q, k, v, kw = make_inputs(c, 0)
+    dead = invisible_slots(c)
+    assert bool(dead.any())
+    assert bool(k[:, :, dead].isnan().all()) and not bool(k[:, :, ~dead].isnan().any())
+    o, lse = reference.golden(q, k, v, **kw)
+    assert not bool(o.isnan().any())
+
+
+def test_error_cases_break_their_rule():
+    for c in [c for c in FULL_CUDA if c.error]:
+        if c.error == "mixed_device":
+            continue
+        q, k, v, kw = make_inputs(c, 0, device="cpu")
+        with pytest.raises(ValueError):
+            reference.check_inputs(q, k, v, **kw)
+
+
+def test_generate_rejects_unknown():
+    with pytest.raises(ValueError, match="tier"):
+        generate("medium")
+    with pytest.raises(ValueError, match="categories"):
+        generate("quick", categories=["nope"])

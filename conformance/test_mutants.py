@@ -1,0 +1,77 @@
+"""The suite catches real bugs: every mutant FAILS the quick tier, and the
+failure message names the right thing.
+
+For each mutant the quick-tier cases are tried category by category, starting
+with the category that targets its rule, until one fails with the expected
+kind; the test fails if the whole quick tier passes the mutant, or fails it
+only for other reasons.
+"""
+
+import pytest
+
+from conformance.cases import generate
+from conformance.mutants import MUTANTS
+from conformance.runner import Check, Runner
+
+# mutant -> (a kind its failure must name, the category that targets its rule)
+EXPECT = {
+    "lse_base2": ("lse", "basic"),
+    "reshaped_output": ("output", "basic"),
+    "window_off_by_one": ("output", "window"),
+    "no_chunk_expansion": ("output", "window"),
+    "landmark_shifted": ("output", "flags"),
+    "landmark_from_index": ("output", "kv_start"),
+    "kv_start_ignored": ("output", "kv_start"),
+    "query_offset_ignored": ("output", "lengths"),
+    "gqa_modulo": ("output", "gqa"),
+    "scale_from_dv": ("output", "headdim"),
+    "sm_scale_ignored": ("output", "scale"),
+    "empty_rows_nan": ("empty row", "empty_rows"),
+    "nan_leak": ("nan", "nan_slots"),
+    "strides_ignored": ("output", "layout"),
+    "low_precision_accumulation": ("output", "lengths"),
+    "output_dtype_fp32": ("dtype", "basic"),
+    "tail_unwritten": ("nan", "basic"),
+    "no_validation": ("error", "errors"),
+}
+
+QUICK = generate("quick", "cpu")
+
+
+def test_every_mutant_has_an_expectation():
+    assert set(EXPECT) == set(MUTANTS)
+
+
+def test_mutants_table_shape():
+    for name, (backend, text) in MUTANTS.items():
+        assert backend.name == f"mutant:{name}" and callable(backend.fn) and text
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_suite_fails_mutant(name):
+    backend = MUTANTS[name][0]
+    kind, first = EXPECT[name]
+    runner = Runner({backend.name: backend}, run_seed=0, keep=1)
+    order = [c for c in QUICK if c.category == first] + [c for c in QUICK if c.category != first]
+    other = []
+    for case in order:
+        res = runner.run(Check(case, (backend.name,)))
+        if res.verdict.status == "fail":
+            if kind in res.verdict.kinds:
+                assert case.id in res.message and backend.name in res.message
+                assert any(p.lower().startswith(kind) for p in res.verdict.problems), res.message
+                return
+            other.append(res.message)
+    pytest.fail(f"the quick tier never failed {name} with '{kind}'"
+                + (f"; other failures: {other[:3]}" if other else ": it passed every case"))
+
+
+def test_reference_is_not_a_mutant():
+    """Control: the same search finds no failure for the reference itself (basic + errors)."""
+    from conformance.registry import load_backend
+
+    ref = load_backend("reference")
+    runner = Runner({"reference": ref}, run_seed=0, keep=1)
+    for case in (c for c in QUICK if c.category in ("basic", "errors", "empty_rows", "nan_slots")):
+        res = runner.run(Check(case, ("reference",)))
+        assert res.verdict.status == "pass", res.message

@@ -1,0 +1,90 @@
+"""GPU pinning of xdist workers (issue 7), tested on CPU with fake GPU lists."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance import pinning
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _none():
+    return []
+
+
+def test_controller_records_the_list_for_workers():
+    env = {}
+    gpus = pinning.pin(env, query=lambda: ["0", "1", "2", "3"])
+    assert gpus == ["0", "1", "2", "3"]
+    assert env[pinning.GPUS_VAR] == "0,1,2,3"
+    assert "CUDA_VISIBLE_DEVICES" not in env and "TRITON_INTERPRET" not in env
+
+
+def test_workers_get_one_gpu_each_round_robin():
+    seen = []
+    for w in range(6):
+        env = {pinning.GPUS_VAR: "0,1,2,3", "PYTEST_XDIST_WORKER": f"gw{w}"}
+        pinning.pin(env, query=_none)
+        seen.append(env["CUDA_VISIBLE_DEVICES"])
+    assert seen == ["0", "1", "2", "3", "0", "1"]
+
+
+def test_cuda_visible_devices_restricts_the_list():
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-aaaa,GPU-bbbb"}
+    assert pinning.pin(env, query=lambda: ["0", "1", "2"]) == ["GPU-aaaa", "GPU-bbbb"]
+    worker = dict(env, PYTEST_XDIST_WORKER="gw1")
+    pinning.pin(worker, query=_none)
+    assert worker["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb"
+
+
+def test_no_gpu_means_triton_interpreter():
+    for env in ({}, {"CUDA_VISIBLE_DEVICES": ""}, {"CUDA_VISIBLE_DEVICES": "-1"}):
+        assert pinning.pin(env, query=_none) == []
+        assert env["TRITON_INTERPRET"] == "1" and env[pinning.GPUS_VAR] == ""
+    worker = {pinning.GPUS_VAR: "", "PYTEST_XDIST_WORKER": "gw3"}
+    pinning.pin(worker, query=lambda: ["0"])  # the controller's empty list wins
+    assert "CUDA_VISIBLE_DEVICES" not in worker and worker["TRITON_INTERPRET"] == "1"
+
+
+def test_idempotent_and_controller_queries_once():
+    calls = []
+
+    def query():
+        calls.append(1)
+        return ["0", "1"]
+
+    env = {}
+    pinning.pin(env, query=query)
+    pinning.pin(env, query=query)
+    assert len(calls) == 1 and env[pinning.GPUS_VAR] == "0,1"
+
+
+def test_worker_index():
+    assert pinning.worker_index({"PYTEST_XDIST_WORKER": "gw12"}) == 12
+    assert pinning.worker_index({}) is None
+    assert pinning.worker_index({"PYTEST_XDIST_WORKER": "master"}) is None
+
+
+def test_xdist_workers_pinned_end_to_end(tmp_path):
+    """Two real xdist workers with a fake two-GPU list: each records its own
+    CUDA_VISIBLE_DEVICES in the JSON report (torch never sees a GPU here)."""
+    out = tmp_path / "r.json"
+    env = dict(os.environ)
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", pinning.PINNED_VAR, "CUDA_VISIBLE_DEVICES"):
+        env.pop(var, None)
+    env[pinning.GPUS_VAR] = "7,9"
+    env["TRITON_INTERPRET"] = "1"
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_conformance.py"), "-q",
+           "-p", "no:cacheprovider", "-n", "2", "--device", "cpu", "--backend", "reference",
+           "--only", "basic,errors", "--seed", "11", "--conform-json", str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads(out.read_text())
+    workers = data["workers"]
+    assert data["run_seed"] == 11 and data["failed"] == 0
+    assert {w["cuda_visible_devices"] for w in workers.values()} <= {"7", "9"}
+    for name, w in workers.items():
+        assert w["cuda_visible_devices"] == ["7", "9"][int(name[2:]) % 2]

@@ -1,0 +1,150 @@
+"""The verdict: tolerance formula, exact checks, pair rule, error verdicts."""
+
+import math
+
+import pytest
+import torch
+
+import reference
+from conformance import verdict as V
+from conformance.cases import Case, make_inputs
+
+
+def _setup(**kw):
+    c = Case(category="x", Lq=40, Lk=70, B=1, **kw)
+    q, k, v, args = make_inputs(c, 3)
+    return c, q, k, v, args, V.expected(q, k, v, args)
+
+
+def test_ulp_and_floor():
+    assert V.ulp(1.0, torch.float32) == torch.finfo(torch.float32).eps
+    assert V.ulp(3.0, torch.bfloat16) == 2 * 2**-7
+    assert V.ulp(0.4, torch.float16) == 2**-10 / 4
+    assert V.floor(1.0, torch.float16) == V.FLOOR_ULPS * 2**-10
+    assert V.ulp(0.0, torch.float32) > 0
+
+
+def test_bound_is_two_same_dtype_plus_floor():
+    c, q, k, v, args, exp = _setup()
+    o_s, l_s = reference.same_dtype(q, k, v, **args)
+    mask = torch.isfinite(exp.o)
+    err = float((o_s.double() - exp.o)[mask].abs().max())
+    mag = float(exp.o[mask].abs().max())
+    assert exp.o_bound == pytest.approx(2 * err + V.floor(mag, torch.bfloat16))
+    lerr = float((l_s.double() - exp.lse).abs().max())
+    assert exp.lse_bound == pytest.approx(2 * lerr + V.floor(float(exp.lse.abs().max()), torch.float32,
+                                                             V.FLOOR_ULPS_LSE))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_reference_and_same_dtype_pass(dtype):
+    c, q, k, v, args, exp = _setup(dtype=dtype)
+    for fn in (reference.sliding_window_attention, reference.same_dtype):
+        res = V.judge(*fn(q, k, v, **args), exp)
+        assert res.status == V.PASS, res.problems
+        assert 0 <= res.ratio <= 1
+
+
+def test_single_element_error_fails_with_its_position():
+    c, q, k, v, args, exp = _setup(dtype="fp16")
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    o = o.clone()
+    o[0, 3, 17, 5] += 4 * exp.o_bound
+    res = V.judge(o, lse, exp)
+    assert res.status == V.FAIL and res.kinds == ["output"]
+    assert "(b=0, h=3, i=17, d=5)" in res.problems[0]
+    assert "bound" in res.problems[0]
+
+
+def test_mean_bound_catches_small_systematic_error():
+    c, q, k, v, args, exp = _setup(dtype="fp32")
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    shift = 0.9 * exp.o_bound  # under the max bound everywhere, far over the mean bound
+    res = V.judge(o + shift, lse, exp)
+    assert res.status == V.FAIL and "mean" in res.problems[0]
+
+
+def test_lse_error_named():
+    c, q, k, v, args, exp = _setup()
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    lse = lse.clone()
+    lse[0, 1, 7] += 1e-2 + 3 * exp.lse_bound
+    res = V.judge(o, lse, exp)
+    assert res.kinds == ["lse"] and "(b=0, h=1, i=7)" in res.problems[0]
+
+
+def test_exact_checks():
+    c, q, k, v, args, exp = _setup()
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    assert V.judge(o.float(), lse, exp).kinds == ["dtype"]
+    assert V.judge(o, lse.double(), exp).kinds == ["dtype"]
+    assert V.judge(o.transpose(1, 2), lse, exp).kinds == ["shape"]
+    t = o.transpose(1, 2).contiguous().transpose(1, 2)
+    assert V.judge(t, lse, exp).kinds == ["layout"]
+    bad = o.clone()
+    bad[0, 0, 39, 0] = float("nan")  # an unwritten element
+    r = V.judge(bad, lse, exp)
+    assert r.kinds == ["nan"] and "(b=0, h=0, i=39, d=0)" in r.problems[0]
+    inf = o.clone()
+    inf[0, 0, 1, 1] = float("inf")
+    assert "inf" in V.judge(inf, lse, exp).kinds
+    assert V.judge(o, None, exp).kinds == ["return"]
+
+
+def test_empty_rows_exact():
+    c = Case(category="x", Lq=12, Lk=12, B=1, window=1, chunk=4, mask_lmk=True, expand=False)
+    q, k, v, args = make_inputs(c, 0)
+    exp = V.expected(q, k, v, args)
+    assert bool(exp.empty_rows.any())
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    assert V.judge(o, lse, exp).status == V.PASS
+    i = int(exp.empty_rows[0, 0].nonzero()[0])
+    for bad_o, bad_l in (((0, 0, i, 0), float("nan")), ((0, 0, i, 3), 1e-30)):
+        o2 = o.clone()
+        o2[bad_o] = bad_l
+        r = V.judge(o2, lse, exp)
+        assert r.kinds == ["empty row"], r.problems
+    l2 = lse.clone()
+    l2[0, 0, i] = 0.0
+    assert V.judge(o, l2, exp).kinds == ["empty row"]
+
+
+def test_pair_rule():
+    c, q, k, v, args, exp = _setup(dtype="bf16")
+    a = reference.sliding_window_attention(q, k, v, **args)
+    b = reference.same_dtype(q, k, v, **args)
+    va, vb = V.judge(*a, exp), V.judge(*b, exp)
+    assert V.judge_pair(va, vb, a, b, exp, "a", "b").status == V.PASS
+    # each within its own bound (3/4 of it) but on opposite sides: still within the sum
+    oa = exp.o + 0.75 * exp.o_bound
+    ob = exp.o - 0.75 * exp.o_bound
+    pa = (oa.to(torch.bfloat16), a[1])
+    pb = (ob.to(torch.bfloat16), a[1])
+    r = V.judge_pair(V.Verdict(V.PASS), V.Verdict(V.PASS), pa, pb, exp, "a", "b")
+    assert r.status == V.PASS
+    far = (a[0] + 3 * exp.o_bound, a[1])
+    r = V.judge_pair(V.Verdict(V.PASS), V.Verdict(V.PASS), a, far, exp, "a", "b")
+    assert r.status == V.FAIL and "output" in r.kinds and "sum of both bounds" in r.problems[0]
+    failing = V.Verdict(V.PASS)
+    failing.add("lse", "lse: x")
+    r = V.judge_pair(va, failing, a, b, exp, "a", "b")
+    assert r.status == V.FAIL and "b fails" in r.problems[0]
+    assert V.judge_pair(va, V.Verdict(V.UNSUPPORTED), a, b, exp, "a", "b").status == V.UNSUPPORTED
+
+
+def test_error_verdicts():
+    tokens = (r"\bwindow_size\b",)
+    assert V.judge_error(ValueError("window_size must be >= 1"), "w", tokens).status == V.PASS
+    r = V.judge_error(ValueError("bad window"), "w", tokens)
+    assert r.status == V.FAIL and "does not name" in r.problems[0]
+    assert "TypeError" in V.judge_error(TypeError("window_size"), "w", tokens).problems[0]
+    assert "no exception" in V.judge_error(None, "w", tokens).problems[0]
+
+
+def test_message_names_case_and_backend():
+    c, q, k, v, args, exp = _setup()
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
+    r = V.judge(o.float(), lse, exp)
+    m = r.message(c.id, "triton")
+    assert m.startswith(f"{c.id} [triton]: FAIL (dtype)")
+    assert math.isinf(r.ratio)
