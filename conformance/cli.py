@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=("quick", "full"), default="quick")
     p.add_argument("--json", metavar="PATH", help="write per-check results, matrix and workers as JSON")
     p.add_argument("-n", "--workers", default=None, metavar="N",
-                   help="pytest-xdist workers (a number or 'auto'); default: run in this process")
+                   help="pytest-xdist workers (a number or 'auto'); default: min(8, cores / 2) when "
+                        "the cases run on CUDA (kernels JIT-compile in parallel), else this process only")
     p.add_argument("--seed", type=int, default=None, help="run seed of the inputs (default: random, printed)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="pytest's per-test output instead of a progress bar")
@@ -57,12 +58,24 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
         args += ["--conform-json", os.path.abspath(a.json)]
     if a.seed is not None:
         args += ["--seed", str(a.seed)]
-    if a.workers not in (None, "0", "1"):
-        args += ["-n", str(a.workers)]
+    workers = a.workers if a.workers is not None else default_workers(a.device)
+    if str(workers) not in ("0", "1"):
+        args += ["-n", str(workers)]
     if a.exitfirst:
         args.append("-x")
     args += ["-v"] if a.verbose else ["-q", "--conform-progress"]
     return args
+
+
+def default_workers(device: str, gpus: list[str] | None = None, cores: int | None = None) -> str:
+    """``-n`` when none is given: parallel JIT compiles on a GPU host, serial on CPU."""
+    from . import pinning
+
+    gpus = pinning.gpu_list() if gpus is None else gpus
+    if device == "cpu" or not gpus:
+        return "0"
+    cores = (os.cpu_count() or 2) if cores is None else cores
+    return str(max(1, min(8, cores // 2)))
 
 
 def _list(a: argparse.Namespace) -> int:

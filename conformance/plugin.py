@@ -183,10 +183,24 @@ def worker_info() -> dict:
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
             info.update(device=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count(),
-                        pci_bus_id=f"{getattr(p, 'pci_domain_id', 0):04x}:{getattr(p, 'pci_bus_id', 0):02x}:"
-                                   f"{getattr(p, 'pci_device_id', 0):02x}.0")
+                        uuid=str(getattr(p, "uuid", "")) or None, pci_bus_id=_pci_bus_id(p))
         _WORKER_INFO = info
     return _WORKER_INFO
+
+
+def _pci_bus_id(props) -> str | None:
+    """PCI bus id of visible GPU 0, from torch when it has it, else nvidia-smi."""
+    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    import subprocess
+
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", first],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        return out or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def record(request, result) -> None:
@@ -197,13 +211,26 @@ def record(request, result) -> None:
 
 # --------------------------------------------------------------- scheduling
 
+def kernel_group(case_id: str) -> str:
+    """Checks that most likely share compiled kernels: same dtype, head dims,
+    flags, layout and decode-or-not (parsed from the case id)."""
+    parts = case_id.split("-")
+    if case_id.startswith("err-") or len(parts) < 9:
+        return case_id
+    dtype, qk, dims, flags, layout = parts[0], parts[3], parts[4], parts[6], parts[8]
+    return "-".join([dtype, dims, flags, layout, "dec" if qk.startswith("q1k") else "pre"])
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """All checks of one case go to one worker, in collection order."""
+    """All checks of one case go to one worker, in collection order (the pair
+    checks then reuse its outputs). On CUDA, all cases of one kernel
+    configuration go to one worker, so each kernel is JIT-compiled once."""
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     suffixes = sorted(("-" + w for w in _whos(config)), key=len, reverse=True)
+    by_kernel = _state(config)["device"].startswith("cuda")
 
     class CaseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -211,7 +238,8 @@ def pytest_xdist_make_scheduler(config, log):
                 param = nodeid[nodeid.index("[") + 1:-1]
                 for s in suffixes:
                     if param.endswith(s):
-                        return "case:" + param[: -len(s)]
+                        cid = param[: -len(s)]
+                        return "case:" + (kernel_group(cid) if by_kernel else cid)
             return nodeid
 
     return CaseScheduling(config, log)

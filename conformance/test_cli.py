@@ -60,3 +60,21 @@ def test_list_and_bad_usage():
     assert p.returncode == 0 and "err-q_3d-bf16" in p.stdout
     p = _run("--backend", "nope", "--only", "basic", "--device", "cpu")
     assert p.returncode != 0 and "unknown backend" in (p.stdout + p.stderr)
+
+
+def test_default_workers():
+    assert cli.default_workers("cpu", gpus=["0"], cores=16) == "0"
+    assert cli.default_workers("auto", gpus=[], cores=16) == "0"
+    assert cli.default_workers("cuda", gpus=["0"], cores=16) == "8"
+    assert cli.default_workers("auto", gpus=["0", "1"], cores=4) == "2"
+
+
+def test_kernel_group_keeps_cases_of_one_kernel_together():
+    from conformance.plugin import kernel_group
+
+    a = kernel_group("bf16-B2-H4x2-q129k129-D64x64-W32C16-lmk1exp1-kv0-bhld")
+    b = kernel_group("bf16-B1-H8x1-q65k200-D64x64-W8C4-lmk1exp1-kv7-bhld-s0.3-nan")
+    assert a == b == "bf16-D64x64-lmk1exp1-bhld-pre"
+    assert kernel_group("bf16-B2-H4x2-q1k129-D64x64-W32C16-lmk1exp1-kv0-bhld").endswith("-dec")
+    assert kernel_group("fp16-B2-H4x2-q129k129-D64x64-W32C16-lmk1exp1-kv0-bhld") != a
+    assert kernel_group("err-q_3d-bf16") == "err-q_3d-bf16"
