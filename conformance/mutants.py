@@ -207,6 +207,16 @@ def nan_leak(q, k, v, **kw):
     return _attend(q, k, v, p, _true_mask, nan_leak=True)
 
 
+def inputs_modified(q, k, v, **kw):
+    # zeroes landmark rows of v in place (in global memory instead of shared memory)
+    o, lse = _ref(q, k, v, **kw)
+    p = _check(q, k, v, **kw)
+    if p.mask_lmk and p.Lk:
+        lmk = is_landmark(key_positions(p.Lk, p.kv_start, v.device), chunk_size=p.chunk_size)
+        v[:, :, lmk] = 0
+    return o, lse
+
+
 def _as_contiguous_strides(x: torch.Tensor) -> torch.Tensor:
     """Read ``x``'s storage as if ``x`` were contiguous (the stride bug)."""
     if x.is_contiguous():
@@ -298,6 +308,7 @@ _TABLE: dict[str, tuple[Callable, str]] = {
                                    "softmax denominator and output accumulated key by key in the input dtype (bf16 for fp32)"),
     "output_dtype_fp32": (output_dtype_fp32, "o returned in fp32 instead of q.dtype"),
     "tail_unwritten": (tail_unwritten, "last partial 64-row query tile never written (uninitialised output)"),
+    "inputs_modified": (inputs_modified, "landmark rows of v zeroed in place in the caller's tensor"),
     "no_validation": (no_validation, "no input validation: bad input fails inside the kernel, not with ValueError"),
 }
 

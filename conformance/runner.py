@@ -80,7 +80,30 @@ class CaseState:
     v: Any = None
     kw: dict = field(default_factory=dict)
     exp: Expected | None = None
+    snap: tuple | None = None  # bit patterns of q, k, v before any backend ran
     outs: dict[str, _Out] = field(default_factory=dict)
+
+
+_INT_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as integers: compares NaN payloads exactly."""
+    return t.view(_INT_OF[t.element_size()])
+
+
+def _snapshot(st: CaseState) -> None:
+    st.snap = tuple(_bits(t).clone() for t in (st.q, st.k, st.v))
+
+
+def _modified(st: CaseState) -> list[str]:
+    """Names of the inputs a backend changed in place (restored afterwards)."""
+    bad = []
+    for name, t, saved in zip("qkv", (st.q, st.k, st.v), st.snap):
+        if not torch.equal(_bits(t), saved):
+            bad.append(name)
+            _bits(t).copy_(saved)
+    return bad
 
 
 def _poison_allocator(case: Case, device: torch.device) -> None:
@@ -115,6 +138,7 @@ class Runner:
             st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
             if case.error is None:
                 st.exp = expected(st.q, st.k, st.v, st.kw)
+                _snapshot(st)
             self._cache[case.id] = st
             while len(self._cache) > self.keep:
                 self._cache.popitem(last=False)
@@ -165,6 +189,13 @@ class Runner:
                 out.verdict = v
             else:
                 out.verdict = judge(out.value[0], out.value[1], st.exp)
+        if st.snap is not None:
+            changed = _modified(st)
+            if changed:
+                if out.verdict.status != FAIL:
+                    out.verdict = Verdict(FAIL, ratio=math.inf)
+                out.verdict.add("input", f"input: the backend modified {', '.join(changed)} in place "
+                                f"(restored for the next backend)")
         st.outs[name] = out
         return out
 

@@ -32,6 +32,7 @@ EXPECT = {
     "low_precision_accumulation": ("output", "lengths"),
     "output_dtype_fp32": ("dtype", "basic"),
     "tail_unwritten": ("nan", "basic"),
+    "inputs_modified": ("input", "basic"),
     "no_validation": ("error", "errors"),
 }
 
