@@ -10,7 +10,9 @@ only for other reasons.
 import pytest
 
 from conformance.cases import generate
-from conformance.mutants import MUTANTS
+from conformance.mutants import EXTRA_MUTANTS, MUTANTS
+
+ALL = {**MUTANTS, **EXTRA_MUTANTS}
 from conformance.runner import Check, Runner
 
 # mutant -> (a kind its failure must name, the category that targets its rule)
@@ -40,17 +42,17 @@ QUICK = generate("quick", "cpu")
 
 
 def test_every_mutant_has_an_expectation():
-    assert set(EXPECT) == set(MUTANTS)
+    assert set(EXPECT) == set(ALL)
 
 
 def test_mutants_table_shape():
-    for name, (backend, text) in MUTANTS.items():
+    for name, (backend, text) in ALL.items():
         assert backend.name == f"mutant:{name}" and callable(backend.fn) and text
 
 
-@pytest.mark.parametrize("name", list(MUTANTS))
+@pytest.mark.parametrize("name", list(ALL))
 def test_suite_fails_mutant(name):
-    backend = MUTANTS[name][0]
+    backend = ALL[name][0]
     kind, first = EXPECT[name]
     runner = Runner({backend.name: backend}, run_seed=0, keep=1)
     order = [c for c in QUICK if c.category == first] + [c for c in QUICK if c.category != first]
