@@ -163,6 +163,25 @@ def test_splitkv_any_split_count(num_splits):
     _check(o, lse, q, k, v, **kw)
 
 
+def test_workspace_growth_refreshes_cached_plans():
+    """A cached split-KV plan keeps workspace views; a later, larger call grows
+    the workspace; the first problem's plan must then move to the new buffer
+    (results stay right, and the old buffer is not kept alive by the plan)."""
+    kw = dict(window_size=100, chunk_size=8)
+    wkey = (torch.device(DEV).type, torch.device(DEV).index)
+    small = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
+    big = _inputs(2, 4, 2, 64, 200, 32, 32, torch.float32)
+    o1, l1, _ = _run(*small, path="splitkv", num_splits=4, **kw)
+    before = L._WORKSPACE[wkey]
+    o2, l2, _ = _run(*big, path="splitkv", num_splits=8, **kw)  # 5 splits x 512 rows x 33 floats > 2**16
+    assert L._WORKSPACE[wkey] is not before, "the case must grow the workspace"
+    o3, l3, _ = _run(*small, path="splitkv", num_splits=4, **kw)
+    assert torch.equal(o1, o3) and torch.equal(l1, l3)
+    small_plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv" and pl.head == (2, 1, 2, 1, 200)]
+    assert small_plans and all(pl.views[0] is L._WORKSPACE[wkey] for pl in small_plans)
+    _check(o2, l2, *big, **kw)
+
+
 def test_public_function_defaults_and_path_choice():
     """The public function with default flags; auto path on a decode shape is split-KV."""
     q, k, v = _inputs(1, 4, 4, 1, 300, 32, 32, torch.float32)
@@ -182,7 +201,7 @@ def test_choose_path_by_saturation(monkeypatch):
     assert L.choose_path(problem(8, 32, 4, 1, 32768, 64)) == "splitkv"  # batched GQA decode
     assert L.choose_path(problem(1, 32, 32, 512, 8192)) == "prefill"  # chunked prefill fills the GPU
     assert L.choose_path(problem(1, 32, 32, 8192, 8192)) == "prefill"
-    assert L.choose_path(problem(1, 32, 4, 8192, 8192, 64)) == "packed"  # GQA prefill
+    assert L.choose_path(problem(1, 32, 4, 8192, 8192, 64)) == "prefill"  # GQA prefill (packed lost on the H200)
     # Same Lq, different saturation: the choice follows the grid, not Lq.
     assert L.choose_path(problem(1, 2, 2, 64, 8192)) == "splitkv"
     assert L.choose_path(problem(64, 2, 2, 64, 8192)) == "prefill"

@@ -37,6 +37,11 @@ def interpreter_active() -> bool:
 _INTERPRETED = type(kernels._swa_fwd_kernel).__name__ == "InterpretedFunction"
 
 
+def _cdiv(a: int, b: int) -> int:
+    # Not triton.cdiv: that is a @jit function and costs microseconds a call from Python.
+    return -(-a // b)
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -62,7 +67,7 @@ class Config:
 PREFILL: dict[tuple[str, int], Config] = {
     ("16", 32): Config(128, 64, 4, 3),
     ("16", 64): Config(128, 32, 4, 3),
-    ("16", 128): Config(128, 64, 8, 3),
+    ("16", 128): Config(64, 64, 4, 3),
     ("16", 256): Config(64, 32, 4, 3),
     ("32", 32): Config(64, 32, 8, 2),
     ("32", 64): Config(64, 32, 8, 2),
@@ -71,13 +76,16 @@ PREFILL: dict[tuple[str, int], Config] = {
 }
 # Prefill loop structure: True = three loops (masked left edge, unmasked
 # middle, masked diagonal); False = one loop with every block masked (one
-# software-pipeline fill instead of three, and fewer live registers).
-PHASES: dict[tuple[str, int], bool] = {
-    ("16", 32): True, ("16", 64): True, ("16", 128): True, ("16", 256): False,
-    ("32", 32): False, ("32", 64): False, ("32", 128): False, ("32", 256): False,
-}
+# software-pipeline fill instead of three, and fewer live registers). Measured
+# on the H200 (bench_results/triton-7b2f2a1.json, bf16, W=512, C=64): one loop
+# won everywhere, e.g. D=128 L=8K 64x64 w4 s3: 344 us one loop vs 366 us three
+# phases; 128x64 w8 s3: 350 vs 368 us. D=64 GQA: 128x32 w4 s3 207 vs 214 us.
+PHASES: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
 # GQA-packed prefill (the split-KV kernel with one split writing o directly):
-# rows are G heads x Lq / G queries.
+# rows are G heads x Lq / G queries. Not chosen automatically: on the H200 it
+# lost to the per-head prefill kernel (GQA 32/4, D=64, L=8K: best packed 231 us
+# vs 206 us; every block of the packed kernel is masked). Reachable through
+# the private ``path="packed"`` knob for experiments.
 PACKED: dict[tuple[str, int], Config] = {
     ("16", 32): Config(128, 64, 8, 3),
     ("16", 64): Config(128, 64, 8, 3),
@@ -88,14 +96,14 @@ PACKED: dict[tuple[str, int], Config] = {
     ("32", 128): Config(32, 16, 8, 2),
     ("32", 256): Config(16, 16, 4, 2),
 }
-PACK_MIN_GROUP = 4
+PACK_MIN_GROUP = None  # G at or above which choose_path packs GQA prefill; None: never
 # Split-KV: BLOCK_N, warps and stages per (precision, head dim); BLOCK_M is the
 # packed row count (G query heads x Lq queries of one key/value head) rounded
 # up to a power of two, between 16 and the row's block_m.
 SPLIT: dict[tuple[str, int], Config] = {
-    ("16", 32): Config(64, 64, 4, 3),
-    ("16", 64): Config(64, 64, 4, 3),
-    ("16", 128): Config(64, 64, 4, 3),
+    ("16", 32): Config(64, 128, 4, 2),
+    ("16", 64): Config(64, 128, 4, 2),  # B=8 GQA 32/4 decode: 5.8 us vs 6.5 us with BLOCK_N=64
+    ("16", 128): Config(64, 64, 4, 3),  # BLOCK_N=128 spills at D=96/128
     ("16", 256): Config(64, 32, 8, 2),
     ("32", 32): Config(32, 32, 8, 2),
     ("32", 64): Config(32, 32, 8, 2),
@@ -228,29 +236,48 @@ def choose_path(p: Problem, cfg: Config | None = None) -> str:
     the ``G`` heads sharing it packed together: ``cdiv(G * Lq, 64) * B * Hkv``
     tiles. Under half the SM count the GPU would idle: split-KV spreads each
     tile's key range over several programs (decode, short chunks). Otherwise
-    GQA with ``G >= PACK_MIN_GROUP`` uses the packed kernel (one K/V tile feeds
-    ``G`` heads, fewer query positions per tile so less of the window edge is
-    wasted) and everything else the prefill kernel.
+    the prefill kernel (or, if ``PACK_MIN_GROUP`` is set, the GQA-packed one).
+    Measured on the H200 (bf16, W=512, C=64): chunked prefill Lq=512 of 8K,
+    Hq=32 (256 tiles): prefill 26.6 us vs split-KV 43.5 us; decode B=8 GQA
+    32/4 (32 tiles): split-KV 6.5 us vs prefill 19.9 us.
     """
-    tiles = triton.cdiv(p.group * p.Lq, 64) * p.B * p.Hkv
+    tiles = _cdiv(p.group * p.Lq, 64) * p.B * p.Hkv
     split_cfg = SPLIT[(dtype_class(p.dtype), head_bucket(p))]
     if tiles * 2 < sm_count(p.device) and _span(p) + p.Lq > 2 * split_cfg.block_n:
         return "splitkv"
-    if p.group >= PACK_MIN_GROUP:
+    if PACK_MIN_GROUP is not None and p.group >= PACK_MIN_GROUP:
         return "packed"
     return "prefill"
 
 
-def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
-           num_splits: int | None = None, phases: bool | None = None) -> str:
-    """Run one call; returns the path taken. ``path`` (``"prefill"``,
-    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits`` and ``phases`` are
-    private knobs for tests and tuning (``tools/gpu_triton.py``)."""
+@dataclass
+class _Plan:
+    """Everything a call derives from its static shape and flags, computed once."""
+
+    path: str
+    grid: tuple
+    head: tuple  # runtime ints before kv_start
+    tail: tuple  # runtime ints after kv_start
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+    # split-KV only
+    ws_numel: int = 0
+    op_numel: int = 0
+    combine_grid: tuple = ()
+    combine_ints: tuple = ()
+    combine_constexprs: dict | None = None
+    views: tuple | None = None  # (workspace buffer, op, lp) last used
+
+
+_PLANS: dict = {}
+
+
+def _make_plan(p: Problem, path, config, num_splits, phases) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
     bdk, bdv = max(16, _pow2(p.Dqk)), max(16, _pow2(p.Dv))
-    qk_scale = p.sm_scale * LOG2E
     if path is None:
         path = choose_path(p)
     common = dict(DK=p.Dqk, DV=p.Dv, BLOCK_DK=bdk, BLOCK_DV=bdv)
@@ -258,13 +285,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
-        grid = (triton.cdiv(p.Lq, cfg.block_m), p.B * p.Hq)
-        _FWD(grid, (q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *o.stride(),
-              p.Hq, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size), (qk_scale,),
-             dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-             cfg.num_warps, cfg.num_stages)
-        return path
+        return _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
+                     (p.window_size, p.chunk_size),
+                     dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
+                     cfg.num_warps, cfg.num_stages)
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
     packed = path == "packed"
@@ -272,33 +296,68 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     rows = p.group * p.Lq
     block_m = min(base.block_m, max(16, _pow2(rows)))
     block_n = base.block_n
-    m_tiles = triton.cdiv(rows, block_m)
+    m_tiles = _cdiv(rows, block_m)
     grid_base = m_tiles * p.B * p.Hkv
     rows_total = p.B * p.Hq * p.Lq
     if packed:
-        num_splits, split_len = 1, triton.cdiv(p.Lk + block_n, block_n) * block_n
-        op, lp = o, lse
+        num_splits, split_len = 1, _cdiv(p.Lk + block_n, block_n) * block_n
     else:
         # Keys a tile can need: the window of its first query to its last query.
-        q_per_tile = min(p.Lq, triton.cdiv(block_m, p.group) + 1)
-        n_blocks = triton.cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
+        q_per_tile = min(p.Lq, _cdiv(block_m, p.group) + 1)
+        n_blocks = _cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
         if num_splits is None:
-            num_splits = max(1, min(n_blocks, MAX_SPLITS, triton.cdiv(SPLIT_TARGET * sm_count(p.device), grid_base)))
+            num_splits = max(1, min(n_blocks, MAX_SPLITS, _cdiv(SPLIT_TARGET * sm_count(p.device), grid_base)))
         num_splits = max(1, min(num_splits, n_blocks))
-        split_len = triton.cdiv(n_blocks, num_splits) * block_n
-        num_splits = triton.cdiv(n_blocks * block_n, split_len)
-        ws = workspace(p.device, num_splits * rows_total * (p.Dv + 1))
-        op = ws[: num_splits * rows_total * p.Dv]
-        lp = ws[num_splits * rows_total * p.Dv: num_splits * rows_total * (p.Dv + 1)]
-    _SPLIT((m_tiles, p.B * p.Hkv, num_splits), (q, k, v, op, lp),
-           (*q.stride(), *k.stride(), *v.stride(),
-            p.Hq, p.Hkv, p.group, p.Lq, p.Lk, p.kv_start, p.window_size, p.chunk_size, split_len, rows_total),
-           (qk_scale,),
-           dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-           base.num_warps, base.num_stages)
-    if packed:
-        return path
-    _COMBINE((triton.cdiv(rows_total, COMBINE_ROWS),), (op, lp, o, lse), (rows_total, num_splits), (),
-             dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)), ROWS=COMBINE_ROWS),
-             COMBINE_WARPS, 1)
-    return path
+        split_len = _cdiv(n_blocks, num_splits) * block_n
+        num_splits = _cdiv(n_blocks * block_n, split_len)
+    plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq, p.Lk),
+                 (p.window_size, p.chunk_size, split_len, rows_total),
+                 dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
+                 base.num_warps, base.num_stages)
+    if not packed:
+        plan.op_numel = num_splits * rows_total * p.Dv
+        plan.ws_numel = plan.op_numel + num_splits * rows_total
+        plan.combine_grid = (_cdiv(rows_total, COMBINE_ROWS),)
+        plan.combine_ints = (rows_total, num_splits)
+        plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
+                                       ROWS=COMBINE_ROWS)
+    return plan
+
+
+def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
+           num_splits: int | None = None, phases: bool | None = None) -> str:
+    """Run one call; returns the path taken. ``path`` (``"prefill"``,
+    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits`` and ``phases`` are
+    private knobs for tests and tuning (``tools/gpu_triton.py``).
+
+    The launch plan (path, grids, constexprs, split sizes) depends only on the
+    static problem, not on ``kv_start``, strides or data, and is cached.
+    """
+    key = (p.B, p.Hq, p.Hkv, p.Lq, p.Lk, p.Dqk, p.Dv, p.dtype, p.device, p.window_size, p.chunk_size,
+           p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _make_plan(p, path, config, num_splits, phases)
+        _PLANS[key] = plan
+    qk_scale = p.sm_scale * LOG2E
+    if plan.path == "prefill":
+        _FWD(plan.grid, (q, k, v, o, lse),
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.kv_start, *plan.tail),
+             (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
+        return plan.path
+    if plan.path == "packed":
+        op, lp = o, lse
+    else:
+        wkey = (p.device.type, p.device.index)
+        views = plan.views
+        if views is None or views[0] is not _WORKSPACE.get(wkey):
+            ws = workspace(p.device, plan.ws_numel)
+            views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
+        op, lp = views[1], views[2]
+    _SPLIT(plan.grid, (q, k, v, op, lp),
+           (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.kv_start, *plan.tail),
+           (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
+    if plan.path == "splitkv":
+        _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
+                 COMBINE_WARPS, 1)
+    return plan.path
