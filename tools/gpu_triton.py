@@ -246,6 +246,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="a few auto-path checks and the table config of four shapes (confirmation run)")
     ARGS = ap.parse_args(argv)
     os.makedirs(ARGS.out, exist_ok=True)
     import triton
@@ -257,8 +259,15 @@ def main(argv=None):
         with open(path, "w") as f:
             json.dump(res, f, indent=1, default=str)
 
+    cases = correctness_cases()
+    if ARGS.quick:
+        cases = [c for c in cases if c.get("path") is None][:1] + [
+            dict(B=1, Hq=8, Hkv=2, Lq=700, Lk=700, Dqk=128, Dv=128, W=200, C=64, dtype=torch.bfloat16,
+                 nan_invisible=True),
+            dict(B=1, Hq=8, Hkv=2, Lq=700, Lk=700, Dqk=64, Dv=64, W=200, C=64, dtype=torch.float16,
+                 nan_invisible=True)]
     if not ARGS.skip_check:
-        for c in correctness_cases():
+        for c in cases:
             try:
                 check_case(c, res["checks"])
             except Exception as e:
@@ -293,13 +302,16 @@ def main(argv=None):
         (dict(name="mha D128 L8K blhd", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64, blhd=True),
          cfg_d128[:4]),
     ]
+    if ARGS.quick:
+        keep = ("mha D128 L8K", "decode B1 8K", "decode B8 gqa 32K", "chunk Lq512/8K D128")
+        plan = [(dict(s, profile=False), [("table", {})]) for s, _ in plan if s["name"] in keep]
     for s, v in plan:
         time_shape(s, v, res["timings"])
         res["profiles"] = PROFILES
         dump()
 
     print("\n=== summary (kernel-only = CUDA graph replay; eager = public call; wrapper = eager - kernel)")
-    print(f"{"shape":22s} {"variant":26s} {'path':8s} {'kern us':>9s} {'eager us':>9s} {'wrap us':>8s} {'TFLOP/s':>8s}")
+    print(f"{'shape':22s} {'variant':26s} {'path':8s} {'kern us':>9s} {'eager us':>9s} {'wrap us':>8s} {'TFLOP/s':>8s}")
     for r in res["timings"]:
         if "error" in r:
             print(f"{r['shape']:22s} {r['variant']:26s} ERROR")
