@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--workers", default=None, metavar="N",
                    help="pytest-xdist workers (a number or 'auto'); default: min(8, cores / 2) when "
                         "the cases run on CUDA (kernels JIT-compile in parallel), else this process only")
-    p.add_argument("--seed", type=int, default=None, help="run seed of the inputs (default: random, printed)")
+    p.add_argument("--seed", default=None,
+                   help="run seed of the inputs: an int, or 'random' (default: $HILS_SWA_SEED, else 0; printed)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="pytest's per-test output instead of a progress bar")
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing check")
@@ -103,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     pinning.apply()  # before pytest (or anything) imports torch
     if a.list:
         return _list(a)
+    try:  # a clear message for a bad --backend before pytest starts
+        from .runner import resolve_backends
+
+        resolve_backends([s for spec in (a.backend or []) for s in spec.split(",") if s])
+    except ValueError as e:
+        print(f"hils-swa conform: {e}", file=sys.stderr)
+        return 2
     import pytest
 
     return int(pytest.main(pytest_args(a)))

@@ -51,8 +51,9 @@ def pytest_addoption(parser):
                 help="device of the cases: cuda when available, else cpu (default auto)")
     g.addoption("--tier", dest="conform_tier", default="quick", choices=("quick", "full"),
                 help="quick: pairwise covering subset (default); full: the full product")
-    g.addoption("--seed", dest="conform_seed", default=None, type=int,
-                help=f"run seed of the inputs (default: ${SEED_VAR}, else random; printed in the report)")
+    g.addoption("--seed", dest="conform_seed", default=None,
+                help=f"run seed of the inputs: an int or 'random' (default: ${SEED_VAR}, else 0; "
+                     f"printed in the report)")
     g.addoption("--conform-json", dest="conform_json", default=None, metavar="PATH",
                 help="write the per-check results and the matrix as JSON")
     g.addoption("--conform-progress", dest="conform_progress", action="store_true", default=False,
@@ -78,8 +79,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): group tests on one xdist worker")
     seed = config.getoption("conform_seed")
     if seed is None:
-        env = os.environ.get(SEED_VAR)
-        seed = int(env) if env else secrets.randbelow(2**31)
+        seed = os.environ.get(SEED_VAR) or "0"
+    if seed == "random":
+        seed = str(secrets.randbelow(2**31))
+    try:
+        seed = int(seed)
+    except ValueError:
+        raise pytest.UsageError(f"--seed must be an int or 'random', got {seed!r}") from None
     os.environ[SEED_VAR] = str(seed)  # inherited by the xdist workers spawned later
     want = config.getoption("conform_device")
     if want == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -100,26 +106,16 @@ def _state(config) -> dict:
 
 
 def backends(config) -> dict:
-    """name -> Backend of the run (registry specs, plus ``mutant:NAME``)."""
+    """name -> Backend of the run."""
     st = config.stash[_KEY]
     if "backends" not in st:
-        from .registry import resolve
-
         specs = config.getoption("conform_backends")
-        flat = [s for spec in (specs or []) for s in spec.split(",") if s]
-        out = {}
-        mut = [s for s in flat if s.startswith("mutant:")]
-        rest = [s for s in flat if not s.startswith("mutant:")]
-        if rest or not mut:
-            for b in resolve(rest or None):
-                out[b.name] = b
-        if mut:
-            from .mutants import mutant
+        from .runner import resolve_backends
 
-            for s in mut:
-                b = mutant(s)
-                out[b.name] = b
-        st["backends"] = out
+        try:
+            st["backends"] = resolve_backends([s for spec in (specs or []) for s in spec.split(",") if s])
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
     return st["backends"]
 
 
@@ -273,6 +269,11 @@ class Collector:
         self.total = max(self.total, self._count(ids))
 
     # results --------------------------------------------------------------
+    def pytest_collectreport(self, report):
+        if report.failed:
+            text = getattr(report, "longreprtext", "") or str(report.longrepr)
+            self.errors.append(f"collection error in {report.nodeid or '.'}: {text.strip()[-1500:]}")
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report, config):
         if self.progress and "test_conformance.py::" in report.nodeid and report.when == "call":
@@ -399,8 +400,10 @@ class Collector:
                           f"{' singles' if singles else ''}):")
             for r in shown[:40]:
                 tr.write_line(r["message"])
-        for e in self.errors[:20]:
-            tr.write_line(e)
+        if self.errors:
+            tr.write_line(f"errors outside the checks ({len(self.errors)}):")
+            for e in self.errors[:20]:
+                tr.write_line(e)
 
     def pytest_sessionfinish(self, session, exitstatus):
         path = self.config.getoption("conform_json")

@@ -22,7 +22,27 @@ from .cases import ERROR_RULES, Case, make_inputs
 from .registry import Backend
 from .verdict import FAIL, PASS, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
 
-__all__ = ["Check", "Result", "Runner"]
+__all__ = ["Check", "Result", "Runner", "resolve_backends"]
+
+
+def resolve_backends(specs: list[str]) -> dict:
+    """name -> Backend for command-line specs (registry specs, plus ``mutant:NAME``);
+    the registry's defaults when there are none. Raises ``ValueError``."""
+    from .registry import resolve
+
+    out = {}
+    mut = [s for s in specs if s.startswith("mutant:")]
+    rest = [s for s in specs if not s.startswith("mutant:")]
+    if rest or not mut:
+        for b in resolve(rest or None):
+            out[b.name] = b
+    if mut:
+        from .mutants import mutant
+
+        for s in mut:
+            b = mutant(s)
+            out[b.name] = b
+    return out
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,19 @@ def test_list_and_bad_usage():
     p = _run("--list", "--only", "errors", "--device", "cpu")
     assert p.returncode == 0 and "err-q_3d-bf16" in p.stdout
     p = _run("--backend", "nope", "--only", "basic", "--device", "cpu")
-    assert p.returncode != 0 and "unknown backend" in (p.stdout + p.stderr)
+    assert p.returncode == 2 and "unknown backend" in p.stderr
+    p = _run("--backend", "reference", "--only", "nothing-matches", "--device", "cpu")
+    assert p.returncode != 0 and "no case matches" in (p.stdout + p.stderr)
+
+
+def test_default_seed_is_fixed_and_random_is_printed(tmp_path):
+    out = tmp_path / "r.json"
+    p = _run("--backend", "reference", "--only", "errors", "--device", "cpu", "--json", str(out))
+    assert p.returncode == 0 and json.loads(out.read_text())["run_seed"] == 0
+    p = _run("--backend", "reference", "--only", "errors", "--device", "cpu", "--seed", "random",
+             "--json", str(out))
+    seed = json.loads(out.read_text())["run_seed"]
+    assert p.returncode == 0 and f"run seed {seed}" in p.stdout
 
 
 def test_default_workers():
