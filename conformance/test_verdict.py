@@ -24,6 +24,11 @@ def test_ulp_and_floor():
     assert V.ulp(0.0, torch.float32) > 0
 
 
+def test_floor_widens_with_the_dot_length():
+    assert V.dot_length_factor(32) == V.dot_length_factor(64) == 1.0
+    assert V.dot_length_factor(256) == 2.0
+
+
 def test_bound_is_two_same_dtype_plus_floor():
     c, q, k, v, args, exp = _setup()
     o_s, l_s = reference.same_dtype(q, k, v, **args)
