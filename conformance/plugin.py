@@ -289,11 +289,24 @@ class Collector:
             if got:
                 self.results.append(got[-1])
                 self.failed += got[-1]["status"] == "fail"
+                self._stream(got[-1])
             elif not report.passed:
                 self.failed += 1
                 text = str(report.longrepr)
                 self.errors.append(f"{report.nodeid}: {report.when} {report.outcome}: {text[-800:]}")
             self._draw()
+
+    def _stream(self, payload: dict) -> None:
+        """Append each result to ``<json>.partial.jsonl`` as it arrives, so a run
+        killed by a time limit still leaves its results."""
+        path = self.config.getoption("conform_json")
+        if not path:
+            return
+        if not hasattr(self, "_jsonl"):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._jsonl = open(path + ".partial.jsonl", "w")
+        self._jsonl.write(json.dumps(payload, default=str) + "\n")
+        self._jsonl.flush()
 
     def _draw(self, final: bool = False) -> None:
         if not self.progress or not self.total or (final and self._last_pct == 100):
@@ -425,6 +438,9 @@ class Collector:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(out, f, indent=1, default=str)
+        if hasattr(self, "_jsonl"):
+            self._jsonl.close()
+            os.remove(path + ".partial.jsonl")  # the full report supersedes it
 
 
 def pytest_report_header(config):
