@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance import pinning
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,3 +90,15 @@ def test_xdist_workers_pinned_end_to_end(tmp_path):
     assert {w["cuda_visible_devices"] for w in workers.values()} <= {"7", "9"}
     for name, w in workers.items():
         assert w["cuda_visible_devices"] == ["7", "9"][int(name[2:]) % 2]
+
+
+@pytest.mark.gpu
+def test_worker_info_names_the_gpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from conformance.plugin import worker_info
+
+    info = worker_info()
+    assert info["device"] != "cpu" and info["pci_bus_id"], info
