@@ -163,10 +163,13 @@ def test_splitkv_any_split_count(num_splits):
     _check(o, lse, q, k, v, **kw)
 
 
-def test_workspace_growth_refreshes_cached_plans():
+def test_workspace_growth_refreshes_cached_plans(monkeypatch):
     """A cached split-KV plan keeps workspace views; a later, larger call grows
     the workspace; the first problem's plan must then move to the new buffer
     (results stay right, and the old buffer is not kept alive by the plan)."""
+    # Start from an empty cache: earlier tests in this worker may have grown it.
+    monkeypatch.setattr(L, "_WORKSPACE", {})
+    monkeypatch.setattr(L, "_PLANS", {})
     kw = dict(window_size=100, chunk_size=8)
     wkey = (torch.device(DEV).type, torch.device(DEV).index)
     small = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
