@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                         "the cases run on CUDA (kernels JIT-compile in parallel), else this process only")
     p.add_argument("--seed", default=None,
                    help="run seed of the inputs: an int, or 'random' (default: $HILS_SWA_SEED, else 0; printed)")
+    p.add_argument("--check-timeout", type=float, default=None, metavar="S",
+                   help="per-check watchdog under -n: a worker stuck S seconds (hung kernel) dies, "
+                        "its check fails, xdist starts a new worker (default 300 on CUDA; 0 = off)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="pytest's per-test output instead of a progress bar")
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing check")
@@ -62,6 +65,8 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
     workers = a.workers if a.workers is not None else default_workers(a.device)
     if str(workers) not in ("0", "1"):
         args += ["-n", str(workers)]
+    if a.check_timeout is not None:
+        args += ["--check-timeout", str(a.check_timeout)]
     if a.exitfirst:
         args.append("-x")
     args += ["-v"] if a.verbose else ["-q", "--conform-progress"]

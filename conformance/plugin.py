@@ -21,6 +21,8 @@ from . import pinning
 
 pinning.apply()  # before anything below imports torch
 
+import contextlib  # noqa: E402
+import faulthandler  # noqa: E402
 import fnmatch  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -34,6 +36,7 @@ from itertools import combinations  # noqa: E402
 import pytest  # noqa: E402
 
 SEED_VAR = "HILS_SWA_SEED"
+RUN_DIR_VAR = "HILS_SWA_RUN_DIR"
 PROP = "hils_swa"
 _KEY = pytest.StashKey[dict]()
 
@@ -56,6 +59,10 @@ def pytest_addoption(parser):
                      f"printed in the report)")
     g.addoption("--conform-json", dest="conform_json", default=None, metavar="PATH",
                 help="write the per-check results and the matrix as JSON")
+    g.addoption("--check-timeout", dest="conform_check_timeout", default=None, type=float, metavar="S",
+                help="watchdog per check: an xdist worker stuck longer than S seconds (a hung kernel) "
+                     "dumps its stack and exits, xdist reports the check failed and starts a new worker "
+                     "(default: 300 for CUDA cases under xdist, else off; 0 = off)")
     g.addoption("--conform-progress", dest="conform_progress", action="store_true", default=False,
                 help="progress bar instead of pytest's per-test output (used by hils-swa conform)")
 
@@ -87,6 +94,10 @@ def pytest_configure(config):
     except ValueError:
         raise pytest.UsageError(f"--seed must be an int or 'random', got {seed!r}") from None
     os.environ[SEED_VAR] = str(seed)  # inherited by the xdist workers spawned later
+    if not _is_worker(config):  # each run (controller) gets its own in-flight marker directory
+        import tempfile
+
+        os.environ[RUN_DIR_VAR] = tempfile.mkdtemp(prefix="hils-swa-run-")
     want = config.getoption("conform_device")
     if want == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         if "triton_impl" in sys.modules:
@@ -199,6 +210,22 @@ def _pci_bus_id(props) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def watchdog(config):
+    """Exit this xdist worker if one check runs longer than ``--check-timeout``."""
+    t = config.getoption("conform_check_timeout")
+    if t is None:
+        t = 300.0 if (_is_worker(config) and _state(config)["device"].startswith("cuda")) else 0.0
+    if t <= 0:
+        yield
+        return
+    faulthandler.dump_traceback_later(t, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def record(request, result) -> None:
     payload = result.payload()
     payload["worker"] = worker_info()
@@ -238,6 +265,12 @@ def pytest_xdist_make_scheduler(config, log):
                         return "case:" + (kernel_group(cid) if by_kernel else cid)
             return nodeid
 
+        def _assign_work_unit(self, node) -> None:
+            # a worker that replaces a crashed one (watchdog) may be asked for
+            # work before its collection is registered: it gets work when it is
+            if node in self.registered_collections:
+                super()._assign_work_unit(node)
+
     return CaseScheduling(config, log)
 
 
@@ -249,6 +282,7 @@ class Collector:
     def __init__(self, config):
         self.config = config
         self.results: list[dict] = []
+        self._seen: set[tuple[str, str]] = set()
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -284,7 +318,14 @@ class Collector:
         if "test_conformance.py::" not in report.nodeid:
             return
         got = [p for k, p in report.user_properties if k == PROP]
-        if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.when == "???":  # xdist: the worker died (watchdog, abort, segfault) during this check
+            got = [self._crashed(report)]
+        if report.when in ("call", "???") or (report.when == "setup" and not report.passed):
+            if got:
+                key = (got[-1]["case"], got[-1]["who"])
+                if key in self._seen:  # xdist reran a crashed check: the crash report stands
+                    return
+                self._seen.add(key)
             self.done += 1
             if got:
                 self.results.append(got[-1])
@@ -295,6 +336,18 @@ class Collector:
                 text = str(report.longrepr)
                 self.errors.append(f"{report.nodeid}: {report.when} {report.outcome}: {text[-800:]}")
             self._draw()
+
+    def _crashed(self, report) -> dict:
+        """A failed result for a check whose worker died, placed by its id."""
+        if not hasattr(self, "_ids"):
+            self._ids = {c.id: c for c in plan(self.config)}
+        param = report.nodeid[report.nodeid.find("[") + 1:-1] if report.nodeid.endswith("]") else report.nodeid
+        chk = self._ids.get(param)
+        case, cat, who = (chk.case.id, chk.case.category, chk.who) if chk else (param, "?", "?")
+        msg = (f"{case} [{who}]: FAIL (crash)\n  - crash: the worker died during this check "
+               f"(watchdog --check-timeout, abort or segfault): {str(report.longrepr)[:300]}")
+        return dict(case=case, category=cat, who=who, pair="~" in who, status="fail", kinds=["crash"],
+                    ratio="inf", message=msg, seconds=None, details={}, worker=None)
 
     def _stream(self, payload: dict) -> None:
         """Append each result to ``<json>.partial.jsonl`` as it arrives, so a run
@@ -419,6 +472,9 @@ class Collector:
                 tr.write_line(e)
 
     def pytest_sessionfinish(self, session, exitstatus):
+        import shutil
+
+        shutil.rmtree(os.environ.get(RUN_DIR_VAR, ""), ignore_errors=True)
         path = self.config.getoption("conform_json")
         if not path:
             return

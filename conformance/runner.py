@@ -8,7 +8,9 @@ A check that finds nothing cached computes what it needs.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -142,6 +144,17 @@ def _poison_allocator(case: Case, device: torch.device) -> None:
         del t
 
 
+def _marker(case: Case, backend: str) -> str | None:
+    """In-flight marker of one backend call, in the run's directory (set by the
+    plugin's controller). A marker that exists when the call is due means a
+    worker died inside that call before: the call is not repeated."""
+    run_dir = os.environ.get("HILS_SWA_RUN_DIR")
+    if not run_dir or not os.path.isdir(run_dir):
+        return None
+    h = hashlib.sha1(f"{case.id}|{backend}".encode()).hexdigest()[:20]
+    return os.path.join(run_dir, h)
+
+
 class Runner:
     """Per-process executor with a small LRU of case states."""
 
@@ -179,6 +192,16 @@ class Runner:
             return out
         if case.error is None:
             _poison_allocator(case, st.q.device)
+        marker = _marker(case, name)
+        if marker is not None and os.path.exists(marker):
+            v = Verdict(FAIL, ratio=math.inf)
+            v.add("crash", "crash: a worker died (hang past --check-timeout, abort or segfault) during "
+                  "this very call earlier in the run; not called again")
+            out.verdict = v
+            st.outs[name] = out
+            return out
+        if marker is not None:
+            open(marker, "w").close()  # left behind only if this process dies in the call
         try:
             out.value = be.fn(st.q, st.k, st.v, **dict(st.kw))
             if isinstance(out.value, (tuple, list)) and len(out.value) == 2:
@@ -194,6 +217,8 @@ class Runner:
             out.exc = e
             tb = traceback.extract_tb(e.__traceback__)
             out.where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+        if marker is not None:
+            os.remove(marker)
         if out.verdict is None:
             if case.error is not None:
                 desc, tokens = ERROR_RULES[case.error]

@@ -102,3 +102,25 @@ def test_worker_info_names_the_gpu():
 
     info = worker_info()
     assert info["device"] != "cpu" and info["pci_bus_id"], info
+
+
+def test_watchdog_turns_a_hang_into_one_failed_check(tmp_path):
+    """A backend that hangs: its worker dies after --check-timeout, the check
+    fails as a crash, the pair checks of that case do not call it again, and
+    the run completes."""
+    out = tmp_path / "r.json"
+    env = dict(os.environ)
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", pinning.PINNED_VAR, "HILS_SWA_RUN_DIR"):
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "tools.cli", "conform", "--device", "cpu", "--backend", "reference",
+           "--backend", "conformance._testing:hangs_on_63", "--only", "bf16-B1-H2x1-q63k129-D64x64-W32C16-lmk1exp1-kv0-bhld", "-n", "2",
+           "--check-timeout", "4", "--json", str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads(out.read_text())
+    by = {r["who"]: r for r in data["results"]}
+    assert by["reference"]["status"] == "pass"
+    hang = by["conformance._testing:hangs_on_63"]
+    assert hang["status"] == "fail" and hang["kinds"] == ["crash"]
+    assert by["reference~conformance._testing:hangs_on_63"]["status"] == "fail"
+    assert data["checks"] == 3
