@@ -98,8 +98,13 @@ def _entry_points() -> dict[str, Any]:
 
 
 def load_backend(spec: str) -> Backend:
-    """Resolve one backend: a built-in name, an entry-point name, or
-    ``package.module:function``."""
+    """Resolve one backend: a built-in name, an entry-point name,
+    ``package.module:function``, or ``mutant:NAME`` (a one-bug backend of
+    :mod:`conformance.mutants`, for seeing the suite and the tools catch it)."""
+    if spec.startswith("mutant:"):  # deliberately broken backends (conformance.mutants)
+        from .mutants import mutant
+
+        return mutant(spec)
     if spec in _BUILTIN or spec in _OPTIONAL:
         module, supports = _BUILTIN.get(spec) or _OPTIONAL[spec]
         return Backend(name=spec, fn=_lazy(module), supports=supports, origin="builtin")

@@ -32,19 +32,7 @@ def resolve_backends(specs: list[str]) -> dict:
     the registry's defaults when there are none. Raises ``ValueError``."""
     from .registry import resolve
 
-    out = {}
-    mut = [s for s in specs if s.startswith("mutant:")]
-    rest = [s for s in specs if not s.startswith("mutant:")]
-    if rest or not mut:
-        for b in resolve(rest or None):
-            out[b.name] = b
-    if mut:
-        from .mutants import mutant
-
-        for s in mut:
-            b = mutant(s)
-            out[b.name] = b
-    return out
+    return {b.name: b for b in resolve(list(specs) or None)}
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,10 @@ class Problem:
 
     @property
     def empty(self) -> bool:
-        """True when an output has no element (the call returns empty outputs)."""
-        return 0 in (self.B, self.Hq, self.Lq, self.Dv)
+        """True when no query row exists (``B``, ``Hq`` or ``Lq`` is 0): both
+        outputs are empty. ``Dv == 0`` is not empty: ``o`` has no element but
+        ``lse`` is still defined by SPEC."""
+        return 0 in (self.B, self.Hq, self.Lq)
 
     def new_outputs(self, poison: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh ``o`` (canonical layout, contiguous) and ``lse`` (fp32).

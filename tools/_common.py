@@ -29,10 +29,6 @@ def resolve_backend(spec: str):
     """A :class:`conformance.registry.Backend` from a registered name, an
     entry-point name, ``package.module:function``, or ``mutant:NAME`` (one of
     ``conformance.mutants``, the deliberately broken backends)."""
-    if spec.startswith("mutant:"):
-        from conformance.mutants import mutant
-
-        return mutant(spec)
     from conformance.registry import load_backend
 
     return load_backend(spec)
