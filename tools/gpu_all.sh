@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call for the GPU tier and the benchmark (see README, "GPU runs").
+#   bash tools/gpu_all.sh <commit>      (device tool: carry [".device"], $OUT set)
+# Unpacks TileLang (../shared/device/README.md), runs the full conformance tier
+# on CUDA and the benchmark suite, each under its own time cap, and leaves
+# conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
+set -u
+export PYTHONUNBUFFERED=1
+mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
+  && ln -sf libz3.so.4.15 /tmp/site/z3/lib/libz3.so || exit 1
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+COMMIT=${1:-unknown}
+nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
+timeout -s INT -k 15 "${CONFORM_S:-300}" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
+  -n "${WORKERS:-8}" --seed 0 --json "$OUT/conform.json" > "$OUT/conform.log" 2>&1
+crc=$?
+[ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
+cp BENCHMARKS.md "$OUT/BENCHMARKS.md"
+timeout -s INT -k 15 "${BENCH_S:-240}" python -m tools.cli bench --json "$OUT/bench.json" \
+  --md "$OUT/BENCHMARKS.md" --png "$OUT/bench.png" --commit "$COMMIT" --budget-s "${BENCH_BUDGET:-190}" \
+  > "$OUT/bench.log" 2>&1
+brc=$?
+sed -n '/hils-swa conformance =/,$p' "$OUT/conform.log" | head -60
+tail -45 "$OUT/bench.log"
+echo "conform rc=$crc bench rc=$brc"
