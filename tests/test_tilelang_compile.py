@@ -68,6 +68,16 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
     assert "UTMALDG" in sass
 
 
+def test_split_variant_without_flags_still_fails_to_lower():
+    """TileLang 0.1.15 cannot lower the split variant with both flags off, so
+    launch.split_count never picks it. When this starts to pass, TileLang has
+    fixed its ThreadSync pass: lift launch.split_variant_builds."""
+    assert not launch.split_variant_builds(False, False)
+    args = (128, 128, "bfloat16", False, False, False, False) + launch.tc_config(128, 128) + (True,)
+    with pytest.raises(Exception, match="ThreadSync"):
+        kernels.fwd_tc(*args)
+
+
 def test_combine_and_fp32_kernels_compile(tmp_path):
     sass = _sass("combine", (128, "bfloat16"), tmp_path)
     assert "HGMMA" not in sass and len(sass) > 0

@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 import reference  # noqa: E402
-from reference import UnsupportedConfig, visibility_mask  # noqa: E402
+from reference import UnsupportedConfig, check_inputs, visibility_mask  # noqa: E402
 from tilelang_impl import launch, sliding_window_attention as swa  # noqa: E402
 
 FLOOR = {torch.bfloat16: 1e-2, torch.float16: 1e-3, torch.float32: 1e-5}
@@ -142,3 +142,22 @@ def test_window_clamp_scalars():
     W, C, r, inv_c, sl2 = launch.scalars(p)
     assert W == 13 and C == 3 and r == 0 and math.isclose(sl2, p.sm_scale * launch.LOG2E)
     _check(q, k, v, window_size=10**12, chunk_size=3)
+
+
+def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
+    """Split-KV only for small grids, and never for the flag combination whose
+    split variant TileLang 0.1.15 cannot lower (launch.split_variant_builds)."""
+    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+
+    def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128):
+        q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")
+        k = torch.empty((B, Hq, Lk, D), dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, k, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
+                         expand_to_chunk=expand)
+        return launch.split_count(p, *launch.tc_config(D, D)[:2], p.device)
+
+    assert split(1, 32, 1, 8192) > 1                      # decode: 32 programs
+    assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU
+    assert split(1, 32, 1, 8192, expand=False) > 1
+    assert split(1, 32, 1, 8192, mask_lmk=False) > 1
+    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 1

@@ -36,6 +36,17 @@ GPU_MAX_D = 256 if os.environ.get("HILS_TL_ENABLE_BIG_D") == "1" else 128
 SPLIT_DV = (96, 128)
 
 
+def split_variant_builds(mask_lmk: bool, expand_to_chunk: bool) -> bool:
+    """Whether the split-KV variant of these flags lowers in TileLang 0.1.15.
+
+    With both flags off, the ThreadSync pass rejects it ("shared-memory sync
+    inside a divergent region with 3 participating threads"; seen in the H200
+    conformance run at e9bceb9 and reproducible on CPU, see
+    tests/test_tilelang_compile.py). Those calls keep the prefill grid.
+    """
+    return mask_lmk or expand_to_chunk
+
+
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     """``(block_M, block_N, num_stages, threads)`` of the prefill tensor-core kernel."""
     d = max(Dqk, Dv)
@@ -121,7 +132,7 @@ def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
     block's key range is cut into ``S`` pieces so about two programs per SM
     run, never more pieces than the range has key tiles.
     """
-    if p.Dv not in SPLIT_DV:
+    if p.Dv not in SPLIT_DV or not split_variant_builds(p.mask_lmk, p.expand_to_chunk):
         return 1
     programs = -(-p.Lq // block_M) * p.B * p.Hq
     sms = num_sms(device)
