@@ -3,6 +3,7 @@
     hils-swa bench [--backend triton,tilelang,flex,sdpa] [--shapes NAMES] [--json PATH]
                    [--md BENCHMARKS.md] [--png PATH] [--reps N] [--budget-s S]
     hils-swa bench --device cpu --smoke ...        # tiny shapes, code paths only (CI)
+    hils-swa bench -n 2 [...]                       # shapes spread over 2 GPUs (pytest-xdist)
 
 For every (shape, backend):
 
@@ -33,6 +34,18 @@ Writes a table to stdout, ``--json``, a section of ``--md`` between
 left alone), and ``--png`` (TFLOP/s per shape per backend with the ceilings as
 lines; decode in microseconds on a second panel). ``--budget-s`` bounds the
 whole run: what does not fit is reported as skipped, never silently dropped.
+
+``-n N`` (``N > 1`` or ``auto`` = one per GPU) spreads the shapes over the GPUs
+of the host with pytest-xdist, the mechanism of ``hils-swa conform -n``, no
+scheduler of its own: ``tools.bench_xdist`` runs ``tools/bench_suite.py`` (one
+test per shape, not part of the repo's test suite) through ``pytest.main``;
+each worker ``gwK`` is pinned to GPU ``K % len(gpus)`` by ``conformance.pinning``
+before it imports torch, so it sees one GPU as ``cuda``, measures its own
+ceilings once and times the shapes xdist hands it with :func:`bench_shape`
+(gate included; ``--budget-s`` counts per worker). Rows, device name, PCI bus id
+and ceilings come back through ``report.user_properties``; the controller
+merges the rows in suite order and writes the same table, JSON (plus
+``workers``), markdown section and plot. More workers than GPUs is refused.
 """
 
 from __future__ import annotations
@@ -51,7 +64,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-__all__ = ["Shape", "SHAPES", "SMOKE_SHAPES", "main"]
+__all__ = ["Shape", "SHAPES", "SMOKE_SHAPES", "bench_shape", "measure_ceilings", "run_info", "write_outputs",
+           "main"]
 
 MD_BEGIN = "<!-- bench:begin -->"
 MD_END = "<!-- bench:end -->"
@@ -477,7 +491,8 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         f"{_fmt(ceilings.get('matmul_tflops'))} TFLOP/s, device-to-device copy "
         f"{_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s. Decode bytes = reachable K/V window + q + o + lse. "
         "`sdpa` = dense PyTorch SDPA (flash), a ceiling line: its numbers count the dense work it does. "
-        "Every SPEC backend passed a conformance check on each shape before it was timed.",
+        "Every SPEC backend passed a conformance check on each shape before it was timed."
+        + (" " + info["workers_note"] if info.get("workers_note") else ""),
         "",
         "| shape | backend | kernel µs | eager µs | TFLOP/s | % matmul | GB/s | % copy | status |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -590,7 +605,9 @@ def _select(names: str | None, pool: tuple[Shape, ...]) -> list[Shape]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="hils-swa bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="hils-swa bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=_EPILOG)
     ap.add_argument("--backend", action="append", default=None,
                     help=f"backend(s), repeatable or comma-separated (default {','.join(DEFAULT_BACKENDS)}); "
                          "'sdpa' is the dense ceiling line")
@@ -602,8 +619,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reps", type=int, default=None, help="repetitions per timing (default 20 on GPU, 3 on CPU)")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes: exercise the code paths (CPU CI)")
+    ap.add_argument("-n", "--workers", default=None, metavar="N",
+                    help="spread the shapes over N pytest-xdist workers, one GPU each (conformance.pinning, "
+                         "as in `hils-swa conform -n`); 'auto' = one per GPU (2 with --device cpu). "
+                         "N may not exceed the GPUs: two workers on one GPU would time each other. "
+                         "0 or 1 (the default): this process times every shape")
     ap.add_argument("--budget-s", type=float, default=420.0,
-                    help="stop starting new (shape, backend) timings after this many seconds (default 420)")
+                    help="stop starting new (shape, backend) timings after this many seconds (default 420); "
+                         "with -n the budget is per worker, counted from that worker's start (its ceiling "
+                         "measurement included)")
     ap.add_argument("--flex-static", action="store_true",
                     help="compile flex statically per shape (default: torch's automatic dynamic shapes, fewer compiles)")
     ap.add_argument("--commit", default=None, help="commit label for the report (default: git rev-parse HEAD)")
@@ -611,19 +635,23 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    pool = SMOKE_SHAPES if args.smoke else SHAPES
-    if args.list:
-        for s in pool:
-            _log(f"{s.name:<26} {s.kind:<8} B={s.B} Hq={s.Hq} Hkv={s.Hkv} D={s.D} Lq={s.Lq} Lk={s.Lk} "
-                 f"W={s.W} C={s.C}  visible pairs/head={s.pairs()}")
-        return 0
+_EPILOG = """\
+With -n N (N > 1 or 'auto') each shape is one pytest test (tools/bench_suite.py)
+run through pytest.main with pytest-xdist and the plugin tools.bench_xdist: every
+worker is pinned to one GPU by conformance.pinning before it imports torch,
+measures its own ceilings once, and times its shapes with the same code as the
+single-process run (gate included). The controller merges the rows in suite
+order and writes the same table / --json / --md / --png; the JSON adds
+"workers" (device name, PCI bus id, CUDA_VISIBLE_DEVICES, ceilings, shapes)."""
+
+
+def _configure(args) -> tuple[str, list[Shape], list[str], int] | int:
+    """(device, shapes, backends, reps) of a parsed command line, or an exit status."""
     from ._common import pick_device
 
     try:
         device = pick_device(args.device)
-        shapes = _select(args.shapes, pool)
+        shapes = _select(args.shapes, SMOKE_SHAPES if args.smoke else SHAPES)
     except ValueError as e:
         print(f"hils-swa bench: {e}", file=sys.stderr)
         return 2
@@ -636,29 +664,30 @@ def main(argv: list[str] | None = None) -> int:
     for b in (args.backend or [",".join(DEFAULT_BACKENDS if cuda else ("reference", "flex", "sdpa"))]):
         backends += [x.strip() for x in b.split(",") if x.strip()]
     reps = args.reps or (20 if cuda else 3)
-    if args.flex_static:
-        from . import flex_backend
+    return device, shapes, backends, reps
 
-        flex_backend.DYNAMIC = False
-    dtype = torch.bfloat16
-    t_start = time.perf_counter()
-    timer = Timer(device, reps)
-    info = dict(device=device, device_name=torch.cuda.get_device_name(device) if cuda else
-                (platform.processor() or platform.machine()) + f" CPU ({os.cpu_count()} cores)",
+
+def run_info(device: str, reps: int, commit: str | None, device_name: str | None = None) -> dict:
+    """The report's ``info`` (device, versions, date, commit); ``device_name`` is
+    queried from ``device`` unless given."""
+    cuda = device.startswith("cuda")
+    if device_name is None:
+        device_name = (torch.cuda.get_device_name(device) if cuda else
+                       (platform.processor() or platform.machine()) + f" CPU ({os.cpu_count()} cores)")
+    info = dict(device=device, device_name=device_name,
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                reps=reps, commit=args.commit or _commit(), python=platform.python_version())
+                reps=reps, commit=commit or _commit(), python=platform.python_version())
     try:
         import triton
 
         info["triton"] = triton.__version__
     except Exception:
         info["triton"] = "absent"
-    _log(f"hils-swa bench on {info['device_name']} (torch {info['torch']}, triton {info['triton']}): "
-         f"{len(shapes)} shapes x {len(backends)} backends ({', '.join(backends)}), {reps} reps, "
-         f"budget {args.budget_s:.0f} s")
-    if not cuda:
-        _log("  CUDA graphs skipped: device is CPU, so the kernel-only column stays empty and TFLOP/s use the "
-             "eager time (smoke mode exercises the code paths; its numbers mean nothing)")
+    return info
+
+
+def measure_ceilings(timer: Timer, dtype, t_start: float) -> dict:
+    """Dense matmul TFLOP/s and device copy GB/s on ``timer``'s device (logged)."""
     ceilings = dict(matmul_dtype="bf16")
     try:
         ceilings["matmul_tflops"] = timer.matmul_tflops(dtype)
@@ -667,59 +696,143 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"  ceiling measurement failed: {type(e).__name__}: {e}")
     _log(f"  ceilings: dense bf16 matmul {_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, "
          f"copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s  [{time.perf_counter() - t_start:.1f} s]")
+    return ceilings
 
+
+def bench_shape(shape: Shape, backends: list[str], device: str, dtype, timer: Timer, ceilings: dict,
+                t_start: float, budget_s: float) -> list[Result]:
+    """Every backend on one shape (gate, then timings); what starts after
+    ``budget_s`` seconds since ``t_start`` is reported as skipped."""
+    cuda = device.startswith("cuda")
     results: list[Result] = []
-    for shape in shapes:
-        elt = torch.empty((), dtype=dtype).element_size()
-        if time.perf_counter() - t_start > args.budget_s:
-            for b in backends:
-                results.append(Result(shape.name, shape.kind, b, "skipped", f"time budget {args.budget_s:.0f} s spent"))
-            _log(f"{shape.name}: skipped (time budget)")
-            continue
-        _log(f"{shape.name}: B={shape.B} Hq/Hkv/D={shape.Hq}/{shape.Hkv}/{shape.D} Lq={shape.Lq} Lk={shape.Lk} "
-             f"W={shape.W} C={shape.C}")
-        try:
-            sets = _inputs(shape, device, dtype, _n_sets(shape, elt, cuda))
-        except Exception as e:
-            for b in backends:
-                results.append(Result(shape.name, shape.kind, b, "error", f"inputs: {type(e).__name__}: {e}"))
-            continue
-        gate = Gate(shape, *sets[0])
+    elt = torch.empty((), dtype=dtype).element_size()
+    if time.perf_counter() - t_start > budget_s:
         for b in backends:
-            if time.perf_counter() - t_start > args.budget_s:
-                results.append(Result(shape.name, shape.kind, b, "skipped", f"time budget {args.budget_s:.0f} s spent"))
-                continue
-            t0 = time.perf_counter()
-            r = bench_one(shape, b, sets, gate, timer, ceilings, device)
-            results.append(r)
-            _log(f"  {b:<9} {r.status:<8} kernel {_fmt(r.kernel_us)} us, eager {_fmt(r.eager_us)} us, "
-                 f"{_fmt(r.tflops, '.4g')} TFLOP/s{'' if r.gbps is None else f', {r.gbps:.4g} GB/s'}"
-                 f"{'' if not r.reason else '  (' + r.reason[:150] + ')'}"
-                 f"{'' if not r.graph_note else '  [' + r.graph_note[:100] + ']'}"
-                 f"  [first call {r.extra.get('first_call_s', '-')} s, {time.perf_counter() - t0:.1f} s, "
-                 f"total {time.perf_counter() - t_start:.0f} s]")
-        gate.release()
-        del sets, gate
-        if cuda:
-            torch.cuda.empty_cache()
+            results.append(Result(shape.name, shape.kind, b, "skipped", f"time budget {budget_s:.0f} s spent"))
+        _log(f"{shape.name}: skipped (time budget)")
+        return results
+    _log(f"{shape.name}: B={shape.B} Hq/Hkv/D={shape.Hq}/{shape.Hkv}/{shape.D} Lq={shape.Lq} Lk={shape.Lk} "
+         f"W={shape.W} C={shape.C}")
+    try:
+        sets = _inputs(shape, device, dtype, _n_sets(shape, elt, cuda))
+    except Exception as e:
+        for b in backends:
+            results.append(Result(shape.name, shape.kind, b, "error", f"inputs: {type(e).__name__}: {e}"))
+        return results
+    gate = Gate(shape, *sets[0])
+    for b in backends:
+        if time.perf_counter() - t_start > budget_s:
+            results.append(Result(shape.name, shape.kind, b, "skipped", f"time budget {budget_s:.0f} s spent"))
+            continue
+        t0 = time.perf_counter()
+        r = bench_one(shape, b, sets, gate, timer, ceilings, device)
+        results.append(r)
+        _log(f"  {b:<9} {r.status:<8} kernel {_fmt(r.kernel_us)} us, eager {_fmt(r.eager_us)} us, "
+             f"{_fmt(r.tflops, '.4g')} TFLOP/s{'' if r.gbps is None else f', {r.gbps:.4g} GB/s'}"
+             f"{'' if not r.reason else '  (' + r.reason[:150] + ')'}"
+             f"{'' if not r.graph_note else '  [' + r.graph_note[:100] + ']'}"
+             f"  [first call {r.extra.get('first_call_s', '-')} s, {time.perf_counter() - t0:.1f} s, "
+             f"total {time.perf_counter() - t_start:.0f} s]")
+    gate.release()
+    del sets, gate
+    if cuda:
+        torch.cuda.empty_cache()
+    return results
 
-    info["wall_s"] = round(time.perf_counter() - t_start, 1)
+
+def write_outputs(args, results: list[Result], info: dict, ceilings: dict, shapes: list[Shape],
+                  workers: dict | None = None) -> None:
+    """The table on stdout, then ``--json``, ``--md``, ``--png``. ``workers``
+    (``-n`` runs): per-worker device info, printed and added to the JSON."""
     _log("")
     _log(table(results, ceilings))
+    if workers is not None:
+        _log(worker_lines(workers))
     if args.json:
+        data = dict(info=info, ceilings=ceilings, shapes=[asdict(s) for s in shapes],
+                    results=[asdict(r) for r in results])
+        if workers is not None:
+            data["workers"] = workers
         with open(args.json, "w") as f:
-            json.dump(dict(info=info, ceilings=ceilings, shapes=[asdict(s) for s in shapes],
-                           results=[asdict(r) for r in results]), f, indent=2)
+            json.dump(data, f, indent=2)
         _log(f"wrote {args.json}")
     if args.md:
         write_md(args.md, markdown(results, info, ceilings))
         _log(f"updated {args.md} between {MD_BEGIN} and {MD_END}")
     if args.png:
-        plot(results, ceilings, args.png, f"hils-swa bench: {info['device_name']}, torch {info['torch']}, "
-                                          f"commit {info['commit']}")
-        _log(f"wrote {args.png}")
+        try:
+            plot(results, ceilings, args.png, f"hils-swa bench: {info['device_name']}, torch {info['torch']}, "
+                                              f"commit {info['commit']}")
+            _log(f"wrote {args.png}")
+        except Exception as e:  # e.g. no row to draw; the table and JSON above stand
+            _log(f"plot {args.png} failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+
+
+def worker_lines(workers: dict) -> str:
+    lines = ["workers (pytest-xdist, one GPU each; % columns against each worker's own ceilings):"]
+    for wid, w in workers.items():
+        c = w.get("ceilings") or {}
+        lines.append(f"  {wid:<4} CUDA_VISIBLE_DEVICES={w.get('cuda_visible_devices')}  {w.get('device_name')}  "
+                     f"pci {w.get('pci_bus_id') or '-'}  matmul {_fmt(c.get('matmul_tflops'), '.4g')} TFLOP/s, "
+                     f"copy {_fmt(c.get('copy_gbps'), '.0f')} GB/s  [{w.get('wall_s', '-')} s]  "
+                     f"shapes: {', '.join(w.get('shapes', []))}")
+        if w.get("replacement"):
+            lines.append(f"       {wid} replaced a crashed worker; pinned by its index it may have shared its GPU "
+                         "with a live worker: treat its timings with suspicion")
+    return "\n".join(lines)
+
+
+def exit_status(results: list[Result]) -> int:
     bad = [r for r in results if r.status in ("error", "refused")]
     return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    pool = SMOKE_SHAPES if args.smoke else SHAPES
+    if args.list:
+        for s in pool:
+            _log(f"{s.name:<26} {s.kind:<8} B={s.B} Hq={s.Hq} Hkv={s.Hkv} D={s.D} Lq={s.Lq} Lk={s.Lk} "
+                 f"W={s.W} C={s.C}  visible pairs/head={s.pairs()}")
+        return 0
+    conf = _configure(args)
+    if isinstance(conf, int):
+        return conf
+    device, shapes, backends, reps = conf
+    if args.workers is not None:
+        from . import bench_xdist
+
+        try:
+            n = bench_xdist.resolve_workers(args.workers, device)
+        except ValueError as e:
+            print(f"hils-swa bench: {e}", file=sys.stderr)
+            return 2
+        if n > 1:
+            return bench_xdist.run(args, device, shapes, backends, reps, n)
+    cuda = device.startswith("cuda")
+    if args.flex_static:
+        from . import flex_backend
+
+        flex_backend.DYNAMIC = False
+    dtype = torch.bfloat16
+    t_start = time.perf_counter()
+    timer = Timer(device, reps)
+    info = run_info(device, reps, args.commit)
+    _log(f"hils-swa bench on {info['device_name']} (torch {info['torch']}, triton {info['triton']}): "
+         f"{len(shapes)} shapes x {len(backends)} backends ({', '.join(backends)}), {reps} reps, "
+         f"budget {args.budget_s:.0f} s")
+    if not cuda:
+        _log("  CUDA graphs skipped: device is CPU, so the kernel-only column stays empty and TFLOP/s use the "
+             "eager time (smoke mode exercises the code paths; its numbers mean nothing)")
+    ceilings = measure_ceilings(timer, dtype, t_start)
+
+    results: list[Result] = []
+    for shape in shapes:
+        results += bench_shape(shape, backends, device, dtype, timer, ceilings, t_start, args.budget_s)
+
+    info["wall_s"] = round(time.perf_counter() - t_start, 1)
+    write_outputs(args, results, info, ceilings, shapes)
+    return exit_status(results)
 
 
 if __name__ == "__main__":
