@@ -14,7 +14,6 @@ backend.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -35,16 +34,6 @@ class Backend:
     origin: str = ""  # where it came from: "builtin", "entry point", "module:function"
 
 
-def _device_of(case: Any) -> str:
-    return str(getattr(case, "device", "cpu"))
-
-
-def _triton_supports(case: Any) -> tuple[bool, str]:
-    if _device_of(case).startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1":
-        return False, "triton: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1 before import)"
-    return True, ""
-
-
 def _lazy(module: str, attr: str = "sliding_window_attention") -> Callable[..., Any]:
     """A function that imports ``module`` on first call (keeps imports cheap)."""
 
@@ -57,11 +46,12 @@ def _lazy(module: str, attr: str = "sliding_window_attention") -> Callable[..., 
     return call
 
 
-# Built-ins: name -> (module, supports). Optional ones are listed by
-# ``available()`` only when their import succeeds.
+# Built-ins: name -> (module, supports). What a backend cannot serve it says
+# itself, by raising UnsupportedConfig (e.g. Triton on CPU without the
+# interpreter); ``supports`` is for external backends that prefer to declare it.
 _BUILTIN: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
     "reference": ("reference", _always),
-    "triton": ("triton_impl", _triton_supports),
+    "triton": ("triton_impl", _always),
     "tilelang": ("tilelang_impl", _always),
 }
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {

@@ -10,7 +10,8 @@ where ``golden`` is ``reference.golden`` (float64 math on the same inputs),
 fp32 softmax) and ``floor(dtype)`` is ``FLOOR_ULPS`` ulps of the dtype at the
 largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
 :func:`dot_length_factor`). The LSE is compared the same way in fp32 over its
-finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the largest |lse|). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
+finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the largest |lse|, widened
+the same way). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
 ``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
 key (``o == 0`` exactly, ``lse == -inf``), NaN exactly where golden has NaN,
 infinities where golden has them, with their sign. No fraction of mismatching

@@ -4,14 +4,16 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_spec_copy_matches_the_contract():
     """docs/SPEC.md is the contract as shipped; it must not drift from shared/SPEC.md."""
     shared = ROOT.parent / "shared" / "SPEC.md"
-    if not shared.exists():  # outside this workplace the copy in docs/ is the contract
-        return
+    if not shared.exists():
+        pytest.skip("no shared/SPEC.md beside the checkout: docs/SPEC.md is the contract here")
     assert (ROOT / "docs" / "SPEC.md").read_text() == shared.read_text()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from reference import visibility_mask
@@ -63,8 +64,7 @@ def test_default_suite_has_the_issue_shapes():
     assert any(s.B == 4 and s.Lq == 4096 for s in bench.SHAPES)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_refuses_full_suite_without_cuda(capsys):
-    if torch.cuda.is_available():
-        return
     assert bench.main(["--device", "cpu"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err

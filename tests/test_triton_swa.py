@@ -190,6 +190,7 @@ def test_public_function_defaults_and_path_choice():
     q, k, v = _inputs(1, 4, 4, 1, 300, 32, 32, torch.float32)
     o, lse = sliding_window_attention(q, k, v, window_size=100, chunk_size=32)
     _check(o, lse, q, k, v, window_size=100, chunk_size=32)
+    assert L.choose_path(reference.check_inputs(q, k, v, window_size=100, chunk_size=32)) == "splitkv"
 
 
 def test_choose_path_by_saturation(monkeypatch):

@@ -42,10 +42,12 @@ def _order(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``k`` decides the layout flag (one flag for both); ``v`` is read in that
+    layout, copied once only when its strides do not already match."""
     k_, k_blhd = _order(k)
-    v_, v_blhd = _order(v)
-    if v_blhd != k_blhd:
-        v_ = v.transpose(1, 2).contiguous() if k_blhd else v.contiguous()
+    v_ = v.transpose(1, 2) if k_blhd else v
+    if not v_.is_contiguous():
+        v_ = v_.contiguous()
     return k_, v_, k_blhd
 
 

@@ -1,4 +1,4 @@
-"""Launchers: config table, compile cache, workspace, path choice.
+"""Launchers: config table, compile cache, path choice.
 
 Everything here runs after :func:`reference.check_inputs` accepted the call and
 :mod:`tilelang_impl.api` resolved the layouts. A compiled kernel is fetched

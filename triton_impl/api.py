@@ -50,15 +50,10 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     """
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
-    o = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=p.dtype, device=p.device)
-    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32, device=p.device)
     if p.empty:
-        return o, lse
+        return p.new_outputs()
     _check_supported(p)
-    if p.Lk == 0 or p.Hkv == 0:  # unreachable with empty()==False, kept explicit
-        o.zero_()
-        lse.fill_(float("-inf"))
-        return o, lse
+    o, lse = p.new_outputs()  # not empty: Lq >= 1, so Lk >= 1 and Hkv >= 1
     _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits,
                    phases=_phases)
     return o, lse

@@ -3,10 +3,12 @@
 Three kernels:
 
 - :func:`_swa_fwd_kernel`: prefill / training. One program per (query block,
-  batch x query head). It loops only over the key blocks its rows can see, in
-  three phases: masked blocks at the left edge of the window, unmasked blocks
-  in the middle (only the cheap per-column landmark test), masked blocks at
-  the diagonal.
+  batch x query head). It loops only over the key blocks its rows can see.
+  ``PHASES=False`` (what ``launch.PHASES`` ships for every config: measured
+  faster on the H200) masks every block in one loop; ``PHASES=True`` splits
+  the range into masked left-edge blocks, unmasked middle blocks (only the
+  cheap per-column landmark test) and masked diagonal blocks, kept reachable
+  through a private knob for tuning.
 - :func:`_swa_splitkv_kernel`: split-KV for small grids (decode, short chunks).
   The ``G`` query heads of one key/value head and the ``Lq`` queries are packed
   into the M rows of a tile (row ``r`` is query ``r // G`` of head
