@@ -184,7 +184,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     """
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
-    if p.empty or p.Hkv == 0 or p.Lk == 0:
+    if p.empty:  # otherwise Lq >= 1, so Lk >= 1 and Hkv >= 1
         o, lse = p.new_outputs()
         o.zero_()
         lse.fill_(float("-inf"))
@@ -216,22 +216,24 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     if empty is not None:
         # Rows with no visible key (known in closed form, no device sync):
         # o = 0 and lse = -inf whatever this torch version writes there.
-        e = empty.to(p.device)
+        e = empty
         o = torch.where(e[:, None], torch.zeros((), dtype=o.dtype, device=o.device), o)
         lse = torch.where(e, torch.full((), float("-inf"), device=lse.device), lse)
     return o.to(p.dtype).contiguous(), lse.contiguous()
 
 
 @functools.lru_cache(maxsize=256)
-def _empty_rows_cached(Lq, Lk, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start):
+def _empty_rows_cached(Lq, Lk, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, device):
     from reference import visible_counts
 
     empty = visible_counts(Lq, Lk, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                            expand_to_chunk=expand_to_chunk, kv_start=kv_start) == 0
-    return empty if bool(empty.any()) else None
+    # Moved to the device once per configuration: no host-to-device copy per call.
+    return empty.to(device) if bool(empty.any()) else None
 
 
 def _rows_empty(p):
-    """(Lq,) bool CPU tensor of the rows with no visible key, or None when there is none."""
+    """(Lq,) bool tensor on the call's device of the rows with no visible key,
+    or None when there is none."""
     return _empty_rows_cached(p.Lq, p.Lk, p.window_size, p.chunk_size, p.mask_lmk, p.expand_to_chunk,
-                              p.kv_start)
+                              p.kv_start, p.device)
