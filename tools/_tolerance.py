@@ -24,10 +24,6 @@ class Bound:
     lse: float
 
 
-def _eps(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).eps)
-
-
 def _maxabs(x: torch.Tensor) -> float:
     x = x[torch.isfinite(x)]
     return float(x.abs().max()) if x.numel() else 0.0
@@ -39,40 +35,11 @@ def _maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(d.abs().max()) if d.numel() else 0.0
 
 
-def suite_verdict():
-    """``conformance.verdict`` when the suite provides ``expected``/``judge``, else None."""
-    try:
-        from conformance import verdict
-    except ImportError:
-        return None
-    if hasattr(verdict, "expected") and hasattr(verdict, "judge"):
-        return verdict
-    return None
-
-
-def bound(golden, same, dtype: torch.dtype, expected=None) -> Bound:
-    """The max-error tolerance of one case.
-
-    With the suite's ``Expected`` (``conformance.verdict.expected``) its
-    ``o_bound`` / ``lse_bound``; otherwise the same documented policy
-    computed here: ``2 x`` the same-dtype max error plus 2 ulps of the dtype at
-    the output's largest magnitude.
-    """
-    if expected is not None:
-        return Bound(o=float(expected.o_bound), lse=float(expected.lse_bound))
-    go, gl = (x.double().cpu() for x in golden)
-    so, sl = (x.double().cpu() for x in same)
-
-    def ulp2(mag, dt):
-        fi = torch.finfo(dt)
-        m = max(abs(mag), fi.tiny)
-        import math
-
-        return 2 * fi.eps * 2.0 ** math.floor(math.log2(m))
-
-    tol_o = 2 * _maxdiff(so, go) + ulp2(_maxabs(go), dtype)
-    tol_l = 2 * _maxdiff(sl, gl) + ulp2(_maxabs(gl), torch.float32)
-    return Bound(o=tol_o, lse=tol_l)
+def bound(expected) -> Bound:
+    """The max-error tolerance of one case: the ``o_bound`` / ``lse_bound`` of
+    the suite's ``Expected`` (``conformance.verdict.expected``), the only
+    tolerance policy of the project."""
+    return Bound(o=float(expected.o_bound), lse=float(expected.lse_bound))
 
 
 @dataclass

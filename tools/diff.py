@@ -38,6 +38,7 @@ from typing import Callable
 import torch
 
 import reference
+from conformance import verdict
 from reference.mask import is_landmark, key_positions, query_positions, visible, visibility_mask
 
 from . import _tolerance as tol
@@ -362,7 +363,7 @@ class CaseTruth:
     inputs: tuple
     golden: tuple          # float64 on CPU
     bound: tol.Bound
-    expected: object       # conformance.verdict.Expected, or None without the suite
+    expected: object       # conformance.verdict.Expected
     predictions: dict      # (rule, variant index) -> (o, lse) float64 CPU, or None (= SPEC)
 
 
@@ -375,22 +376,10 @@ def truth(case: Case, device) -> CaseTruth:
     if key in _TRUTH_CACHE:
         return _TRUTH_CACHE[key]
     q, k, v = make_inputs(case, device)
-    verdict = tol.suite_verdict()
-    exp = None
-    if verdict is not None:
-        try:
-            exp = verdict.expected(q, k, v, dict(case.kwargs))
-        except TypeError:  # the suite's API moved: fall back to the documented policy
-            exp = None
-    if exp is not None:
-        g = (exp.o, exp.lse)
-        g_cpu = tuple(x.double().cpu() for x in g)
-        b = tol.bound(None, None, case.dtype, expected=exp)
-    else:
-        g = reference.golden(q, k, v, **case.kwargs)
-        s = reference.same_dtype(q, k, v, **case.kwargs)
-        g_cpu = tuple(x.double().cpu() for x in g)
-        b = tol.bound(g_cpu, tuple(x.cpu() for x in s), case.dtype)
+    exp = verdict.expected(q, k, v, dict(case.kwargs))
+    g = (exp.o, exp.lse)
+    g_cpu = tuple(x.double().cpu() for x in g)
+    b = tol.bound(exp)
     preds = {}
     for rule, variants in EXACT.items():
         for vi, (_, fn) in enumerate(variants):
@@ -430,7 +419,7 @@ class CaseResult:
     run: Run
     cmp: tol.RowCompare | None
     meta: list[str]        # dtype problems
-    verdict: object = None  # conformance.verdict.Verdict of the case, when the suite is present
+    verdict: object = None  # conformance.verdict.Verdict of the case (None when the call raised)
 
     @property
     def ok(self) -> bool:
@@ -724,7 +713,7 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
             continue
         v = None
         if t.expected is not None and run.error is None:
-            v = tol.suite_verdict().judge(run.o, run.lse, t.expected)
+            v = verdict.judge(run.o, run.lse, t.expected)
         results[case.name] = CaseResult(case, run, _cmp(run, t.golden, t.bound), _meta(run, case), v)
         truths[case.name] = t
     d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device),
