@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from reference.validation import default_scale
+
 __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case_seed",
            "invisible_slots", "pairwise", "DTYPES"]
 
@@ -466,7 +468,7 @@ def make_inputs(case: Case, run_seed: int, device=None):
     device = torch.device(device if device is not None else case.device)
     gen = torch.Generator().manual_seed(case_seed(case, run_seed))
     dt = case.torch_dtype
-    scale = case.sm_scale if case.sm_scale is not None else (1.0 / math.sqrt(case.Dqk) if case.Dqk else 1.0)
+    scale = case.sm_scale if case.sm_scale is not None else default_scale(case.Dqk)
     q_std = 1.5 / (scale * math.sqrt(max(case.Dqk, 1)))
     q = _randn(gen, (case.B, case.Hq, case.Lq, case.Dqk), q_std)
     k = _randn(gen, (case.B, case.Hkv, case.Lk, case.Dqk), 1.0)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs"]
+__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs", "default_scale"]
 
 #: dtypes of the canonical interface (SPEC.md).
 CANONICAL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -69,6 +69,12 @@ class Problem:
             o.fill_(float("nan"))
             lse.fill_(float("nan"))
         return o, lse
+
+
+def default_scale(Dqk: int) -> float:
+    """SPEC's ``sm_scale`` when ``None`` is passed: ``1 / sqrt(Dqk)`` (1 when
+    ``Dqk == 0``, where every score is 0 anyway)."""
+    return 1.0 / math.sqrt(Dqk) if Dqk > 0 else 1.0
 
 
 def _int_arg(name: str, value, minimum: int) -> int:
@@ -150,7 +156,7 @@ def check_inputs(
     expand_to_chunk = _bool_arg("expand_to_chunk", expand_to_chunk)
 
     if sm_scale is None:
-        scale = 1.0 / math.sqrt(Dqk) if Dqk > 0 else 1.0
+        scale = default_scale(Dqk)
     else:
         if isinstance(sm_scale, (bool, torch.Tensor)):
             raise ValueError(f"sm_scale must be a finite float or None, got {sm_scale!r}")

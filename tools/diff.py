@@ -40,6 +40,7 @@ import torch
 import reference
 from conformance import verdict
 from reference.mask import is_landmark, key_positions, query_positions, visible, visibility_mask
+from reference.validation import default_scale
 
 from . import _tolerance as tol
 from ._common import dtype_name, pick_device, resolve_backend
@@ -224,7 +225,7 @@ def _mask_with(case: Case, *, qpos=None, kpos_lmk=None, **override) -> torch.Ten
 
 
 def _scale(case: Case) -> float:
-    return case.sm_scale if case.sm_scale is not None else 1.0 / math.sqrt(case.Dqk)
+    return case.sm_scale if case.sm_scale is not None else default_scale(case.Dqk)
 
 
 # A variant maps (case, q, k, v, golden) -> predicted (o, lse) float64, or None
