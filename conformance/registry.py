@@ -56,6 +56,8 @@ _BUILTIN: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
 }
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
     "flex": ("tools.flex_backend", _always),
+    # Triton with its TMA prefill kernel forced (unsupported off CUDA / for fp32)
+    "triton-tma": ("triton_impl.tma_prefill", _always),
 }
 DEFAULT_BACKENDS = ("reference", "triton", "tilelang")
 

@@ -60,7 +60,8 @@ def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
     sig, consts = _signature(fn, ptr_types, constexprs)
     # As the JIT specialises real calls: pointers 16-byte aligned (torch
     # allocations), strides divisible by 16 (any head dim 32..256 in BHLD or BLHD).
-    aligned = set(ptr_types) | {n for n in fn.arg_names if n.startswith("s") and n[1:3] in STRIDE_TENSORS}
+    aligned = ({n for n, ty in ptr_types.items() if ty.startswith("*")}
+               | {n for n in fn.arg_names if n.startswith("s") and n[1:3] in STRIDE_TENSORS})
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if sig[n] != "constexpr"}
     src = ASTSource(fn, sig, consts, attrs)
     return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
@@ -122,6 +123,24 @@ def variants():
                                                        UPCAST=False, IEEE=dt == torch.float32, DIRECT=False),
                                                   cfg.num_warps, cfg.num_stages,
                                                   dt != torch.float32 and bm >= 64)
+    # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
+    # PREFILL, both V modes (the private tma knob reaches them).
+    tma_rows = {(key, mode): cfg for key, cfg in L.PREFILL.items() if key[0] == "16"
+                for mode in ("v_tma", "v_ptr")}
+    tma_rows.update({(key, "v_tma" if v_tma else "v_ptr"): cfg for key, (cfg, v_tma) in L.PREFILL_TMA.items()})
+    for ((cls, bucket), mode), cfg in tma_rows.items():
+        d, bd = _dims(bucket)
+        for dt in _dtypes(cls):
+            t = TYPES[dt]
+            bm, bn = cfg.block_m, cfg.block_n
+            out[f"tma-{mode}-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"] = (
+                f"tma-{t}", "_swa_fwd_tma_kernel",
+                {"desc_q": f"tensordesc<{t}[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<{t}[1,1,{bn},{bd}]>",
+                 "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
+                 "V": f"*{t}", "LSE": "*fp32"},
+                dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
+                     EXPAND=True, V_TMA=mode == "v_tma"),
+                cfg.num_warps, cfg.num_stages, True)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):
@@ -156,7 +175,8 @@ def _run_group(group: str) -> dict:
 
 # One subprocess per group (xdist spreads them); _run_group fails a group that
 # compiles nothing, and test_groups_cover_every_variant checks the list.
-GROUPS = ["packed-16", "packed-32", "prefill-16", "prefill-32", "split-32", "split-bf16", "split-fp16"]
+GROUPS = ["packed-16", "packed-32", "prefill-16", "prefill-32", "split-32", "split-bf16", "split-fp16",
+          "tma-bf16", "tma-fp16"]
 
 
 @pytest.mark.parametrize("group", GROUPS)

@@ -244,6 +244,94 @@ def _swa_fwd_kernel(
 
 
 @triton.jit
+def _swa_fwd_tma_kernel(
+    desc_q, desc_k, desc_v, desc_o, V, LSE,
+    svb, svh, svl, svd,
+    Hq, G, Lq, Lk, kv_start, j_min, W, C, qk_scale,
+    DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
+):
+    """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
+
+    ``desc_q`` / ``desc_o`` describe ``(B, Hq, Lq, D)`` with blocks
+    ``[1, 1, BLOCK_M, BLOCK_D]``; ``desc_k`` / ``desc_v`` describe the key
+    range from key ``j_min`` on (``(B, Hkv, Lk - j_min, D)``, blocks
+    ``[1, 1, BLOCK_N, BLOCK_D]``), where ``j_min`` is the first key any query
+    of the call sees. Key tiles are aligned to ``j_min``, so no tile reaches
+    left of it, and the copy engine fills rows past ``Lk``, rows past ``Lq``
+    and columns past ``D`` with zeros: no load needs a mask. The only keys
+    inside ``[j_min, Lk)`` that no query sees are landmarks (``MASK_LMK``);
+    their ``v`` rows are zeroed after the load (``V_TMA``) or not loaded at
+    all (``V_TMA=False``: ``v`` by masked pointer loads), so ``0 * NaN``
+    cannot reach ``o``. The store of ``o`` through ``desc_o`` clips rows past
+    ``Lq`` and columns past ``Dv``.
+    """
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kvh = h // G
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q_off = kv_start + Lk - Lq
+    qpos = q_off + offs_m
+    left = _window_left(qpos, W, C, EXPAND)
+    m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
+    j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
+    j_hi = Lk - Lq + m_last + 1
+    start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
+
+    q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    if not V_TMA:
+        offs_dv = tl.arange(0, BLOCK_DV)
+        v_ptrs = (V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
+                  + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd)
+    for n0 in range(start, j_hi, BLOCK_N):
+        kpos = kv_start + n0 + offs_n
+        k = desc_k.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DK)
+        s = tl.dot(q, k.T) * qk_scale
+        vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None])
+        if MASK_LMK:
+            keep = ((kpos + 1) % C) != 0
+            vis = vis & keep[None, :]
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_safe)
+        p = tl.math.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if V_TMA:
+            v = desc_v.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DV)
+            if MASK_LMK:
+                v = tl.where(keep[:, None], v, 0.0)
+        else:
+            vrow = (n0 + offs_n < Lk)
+            if MASK_LMK:
+                vrow = vrow & keep
+            if BLOCK_DV != DV:
+                v = tl.load(v_ptrs, mask=vrow[:, None] & (offs_dv < DV)[None, :], other=0.0)
+            else:
+                v = tl.load(v_ptrs, mask=vrow[:, None], other=0.0)
+            v_ptrs += BLOCK_N * svl
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    desc_o.store([b, h, m0, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_DV))
+    tl.store(LSE + (pid_bh.to(tl.int64) * Lq + offs_m), lse, mask=offs_m < Lq)
+
+
+@triton.jit
 def _swa_splitkv_kernel(
     Q, K, V, OP, LP,
     sqb, sqh, sql, sqd,

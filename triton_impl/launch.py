@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from reference.errors import UnsupportedConfig
+from reference.mask import window_left
 from reference.validation import Problem
 
 from . import kernels
@@ -110,6 +112,22 @@ SPLIT: dict[tuple[str, int], Config] = {
     ("32", 128): Config(32, 16, 8, 2),
     ("32", 256): Config(16, 16, 4, 2),
 }
+# Prefill through TMA tensor descriptors (bf16/fp16 on a GPU, inputs whose
+# strides the copy engine accepts; everything else takes the pointer kernel).
+# Key as PREFILL -> (config, v_by_tma); a missing key means "pointer kernel".
+# K arrives by TMA (no pointer tensors, no masks: 204 instead of 255 registers
+# at 64x64, D=128); V is loaded through pointers with landmark rows masked to
+# 0, because zeroing a TMA-loaded V tile in registers costs more than it
+# saves (H200, bf16, 32/32/128, L=8K, W=512, C=64, kernel-only:
+# pointer kernel 344 us; TMA K + pointer V 289 us; TMA K and V 324 us;
+# bench_results/triton-lab1-*.json).
+PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
+    ("16", 128): (Config(64, 64, 4, 3), False),
+}
+# TMA only pays once the kernel outlasts the host cost of encoding four
+# descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
+# kernel time, +70 us host time): at least this many waves of programs.
+TMA_MIN_WAVES = 4
 SPLIT_BLOCK_M = (16, 32, 64)  # the shipped split-KV row tiles (capped by SPLIT[...].block_m)
 SPLIT_TARGET = 2  # split-KV aims at this many programs per SM
 MAX_SPLITS = 64
@@ -139,7 +157,10 @@ class _Kernel:
     @staticmethod
     def _key(static, tensors, ints):
         spec = tuple((x == 1) + 2 * (x % 16 == 0) + 4 * (x >= 2 ** 31 or x < -2 ** 31) for x in ints)
-        align = tuple(t.data_ptr() % 16 == 0 for t in tensors)
+        # Tensors: dtype and 16-byte alignment; TMA descriptors: what their type
+        # carries (block shape, element type, padding); shapes/strides are runtime.
+        align = tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor)
+                      else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
         return static, spec, align
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int):
@@ -148,8 +169,7 @@ class _Kernel:
         if interpreter_active() or not _Kernel.enabled:
             self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
             return
-        static = (tuple(constexprs.items()), num_warps, num_stages, tensors[0].dtype,
-                  tuple(t.dtype for t in tensors))
+        static = (tuple(constexprs.items()), num_warps, num_stages)
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
         if ck is not None:
@@ -179,6 +199,7 @@ def _direct_launch(ck, grid, full_args) -> None:
 
 
 _FWD = _Kernel(kernels._swa_fwd_kernel)
+_FWD_TMA = _Kernel(kernels._swa_fwd_tma_kernel)
 _SPLIT = _Kernel(kernels._swa_splitkv_kernel)
 _COMBINE = _Kernel(kernels._swa_combine_kernel)
 
@@ -268,12 +289,41 @@ class _Plan:
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
     views: tuple | None = None  # (workspace buffer, op, lp) last used
+    # prefill through TMA descriptors, when the call's strides allow it
+    tma: dict | None = None  # constexprs of _swa_fwd_tma_kernel
+    tma_grid: tuple = ()
+    tma_blocks: tuple = ()  # (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
+    tma_warps: int = 4
+    tma_stages: int = 3
 
 
 _PLANS: dict = {}
 
 
-def _make_plan(p: Problem, path, config, num_splits, phases) -> _Plan:
+def _tma_choice(p: Problem, tma, cfg: Config | None):
+    """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None."""
+    if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
+        return None
+    key = (dtype_class(p.dtype), head_bucket(p))
+    if tma is None:  # the table decides; an explicit pointer-kernel config keeps that kernel
+        return None if cfg is not None else PREFILL_TMA.get(key)
+    if tma not in ("v_tma", "v_ptr"):
+        raise ValueError(f"unknown tma mode {tma!r}")
+    return (cfg or PREFILL[key], tma == "v_tma")
+
+
+def _tma_strides_ok(*tensors) -> bool:
+    """The copy engine's rules: innermost stride 1, the others positive (a broadcast
+    dimension of stride 0 takes the pointer kernel) and, like the base, 16-byte aligned."""
+    for t in tensors:
+        st = t.stride()
+        es = t.element_size()
+        if st[-1] != 1 or t.data_ptr() % 16 or any(s <= 0 or (s * es) % 16 for s in st[:-1]):
+            return False
+    return True
+
+
+def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
@@ -285,10 +335,23 @@ def _make_plan(p: Problem, path, config, num_splits, phases) -> _Plan:
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
-        return _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
+        plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
                      (p.window_size, p.chunk_size),
                      dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                      cfg.num_warps, cfg.num_stages)
+        choice = _tma_choice(p, tma, config)
+        if choice is not None and tma is None:
+            programs = _cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
+            if programs < TMA_MIN_WAVES * sm_count(p.device):
+                choice = None
+        if choice is not None:
+            tcfg, v_tma = choice
+            plan.tma = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
+                            MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma)
+            plan.tma_grid = (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq)
+            plan.tma_blocks = (tcfg.block_m, tcfg.block_n, bdk, bdv)
+            plan.tma_warps, plan.tma_stages = tcfg.num_warps, tcfg.num_stages
+        return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
     packed = path == "packed"
@@ -324,23 +387,49 @@ def _make_plan(p: Problem, path, config, num_splits, phases) -> _Plan:
     return plan
 
 
+def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bdk, bdv = plan.tma_blocks
+    j_min = max(window_left(p.q_offset, window_size=p.window_size, chunk_size=p.chunk_size,
+                            expand_to_chunk=p.expand_to_chunk) - p.kv_start, 0)
+    kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+    descs = (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
+             TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
+             TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
+             TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
+    _FWD_TMA(plan.tma_grid, (*descs, v, lse),
+             (*v.stride(), *plan.head, p.kv_start, j_min, *plan.tail), (qk_scale,), plan.tma,
+             plan.tma_warps, plan.tma_stages)
+
+
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
-           num_splits: int | None = None, phases: bool | None = None) -> str:
+           num_splits: int | None = None, phases: bool | None = None, tma=None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
-    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits`` and ``phases`` are
-    private knobs for tests and tuning (``tools/gpu_triton.py``).
+    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
+    and ``tma`` (``False``, ``"v_tma"``, ``"v_ptr"``) are private knobs for tests and tuning (``tools/gpu_triton.py``, ``tools/lab_triton.py``).
 
     The launch plan (path, grids, constexprs, split sizes) depends only on the
-    static problem, not on ``kv_start``, strides or data, and is cached.
+    static problem, not on ``kv_start``, strides or data, and is cached. The
+    TMA prefill kernel is taken when the plan has one and the call's strides
+    and base addresses suit the copy engine (``"prefill_tma"`` is returned);
+    otherwise the pointer kernel serves the call.
     """
     key = (p.B, p.Hq, p.Hkv, p.Lq, p.Lk, p.Dqk, p.Dv, p.dtype, p.device, p.window_size, p.chunk_size,
-           p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases)
+           p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases)
+        plan = _make_plan(p, path, config, num_splits, phases, tma)
         _PLANS[key] = plan
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
+        if plan.tma is not None and _tma_strides_ok(q, k, v, o):
+            _launch_tma(plan, p, q, k, v, o, lse, qk_scale)
+            return "prefill_tma"
+        if tma:  # asked for explicitly: say so rather than run another kernel
+            raise UnsupportedConfig(
+                "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
+                "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         _FWD(plan.grid, (q, k, v, o, lse),
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.kv_start, *plan.tail),
              (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
