@@ -43,8 +43,9 @@ def _sass(kind, args, tmp_path):
     return path.read_text()
 
 
-def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False):
-    return (Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + launch.tc_config(Dqk, Dv) + (split,)
+def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=()):
+    return ((Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
+            + (split,) + tuple(knobs))
 
 
 TC_VARIANTS = {
@@ -58,6 +59,13 @@ TC_VARIANTS = {
     "d128-split": _tc(128, 128, split=True),
     # 64x64 tile, one consumer warp group (D > 128; behind launch.GPU_MAX_D)
     "d256": _tc(256, 256),
+    # performance knobs (tools/lab_tilelang.py "all"): landmark rows only, split
+    # mask, folded softmax; D=64 (Dv=64 rows once tripped ThreadSync) and D=128
+    "d64-knobs": _tc(64, 64, knobs=("rows", True, True)),
+    "d128-knobs": _tc(128, 128, knobs=("rows", True, True)),
+    # the same at 128x128 for D=128 and at 64x64 / 128 threads
+    "d128-knobs-128x128": _tc(128, 128, cfg=(128, 128, 2, 256), knobs=("rows", True, True)),
+    "d128-knobs-64x64": _tc(128, 128, cfg=(64, 64, 2, 128), knobs=("rows", True, True)),
 }
 
 
@@ -83,3 +91,20 @@ def test_combine_and_fp32_kernels_compile(tmp_path):
     assert "HGMMA" not in sass and len(sass) > 0
     sass = _sass("fwd_fp32", (128, 128, True, True, False, False), tmp_path)
     assert "HGMMA" not in sass and "FFMA" in sass
+
+
+def test_landmark_rows_wait_for_the_v_load():
+    """``lmk_zero="rows"`` writes only a few rows of ``V_s``; the write must come
+    after the consumer waits for the tile's bulk copy (a plain store would not
+    depend on it, and the TMA could land after the zeroing). In the CUDA source
+    the wait on V's barrier precedes the zeroing loop."""
+    ker = kernels.fwd_tc(*_tc(128, 128, knobs=("rows",)))
+    src = ker.get_kernel_source()
+    consumer = src[src.index("warpgroup_reg_alloc"):]
+    loop = consumer.index("for (int p = 0;")
+    waits = [i for i in range(len(consumer)) if consumer.startswith(".wait(", i)]
+    gemm_rs = consumer.index("wgmma_rs")
+    # the last barrier wait before the zeroing loop exists and no wait sits
+    # between the loop and the P@V wgmma (the V wait is not after the write)
+    assert any(w < loop for w in waits)
+    assert not any(loop < w < gemm_rs for w in waits)

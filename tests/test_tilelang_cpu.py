@@ -161,3 +161,64 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     assert split(1, 32, 1, 8192, expand=False) > 1
     assert split(1, 32, 1, 8192, mask_lmk=False) > 1
     assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 1
+
+
+# The performance knobs of the GPU kernel that change which macros run
+# (kernels.fwd_tc: lmk_zero="rows", mask_split, fold) are baked into the CPU
+# kernel too, so the C target runs the same macros: macros.zero_landmark_rows
+# (with rows past the block's key range loaded, as the bulk copy does),
+# macros.tile_inside_windows / mask_landmarks, and the folded softmax.
+KNOBS = [("rows", False, False), ("tile", True, False), ("tile", False, True),
+         ("rows", True, True)]
+
+
+def _cpu_knobs(q, k, v, knobs, **kw):
+    p = check_inputs(q, k, v, **kw)
+    W, C, r, inv_c, sl2 = launch.scalars(p)
+    from tilelang_impl import kernels
+    ker = kernels.fwd_cpu(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, False, False, 16, 16,
+                          *knobs)
+    o = torch.full((p.B, p.Hq, p.Lq, p.Dv), float("nan"))
+    lse = torch.full((p.B, p.Hq, p.Lq), float("nan"))
+    ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
+    return o, lse
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=["-".join(map(str, k)) for k in KNOBS])
+@pytest.mark.parametrize("case", [
+    # (B, Hq, Hkv, Lq, Lk, D, window, chunk, mask_lmk, expand, kv_start)
+    (1, 2, 1, 40, 70, 64, 7, 5, True, True, 3),      # Lq < Lk, odd chunk, C < block_N
+    (1, 2, 2, 60, 60, 32, 37, 16, True, True, 0),    # interior tiles exist, negative edges
+    (1, 2, 1, 50, 90, 32, 20, 32, True, False, 10**6 + 3),  # C > block_N, no expansion
+    (1, 2, 2, 45, 45, 32, 9, 4, False, True, 0),
+    (1, 2, 2, 45, 45, 32, 9, 4, False, False, 0),
+    (1, 2, 2, 12, 12, 32, 4, 1, True, True, 0),      # every key a landmark: empty rows
+])
+def test_knobs_match_golden_with_nan_slots(knobs, case):
+    B, Hq, Hkv, Lq, Lk, D, W, C, lmk, exp, ks = case
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=11)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=lmk, expand_to_chunk=exp, kv_start=ks)
+    go, gl = reference.golden(q, k, v, **kw)
+    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
+    k, v = k.clone(), v.clone()
+    k[:, :, bad] = float("nan")
+    v[:, :, bad] = float("nan")
+    o, lse = _cpu_knobs(q, k, v, knobs, **kw)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
+    assert (o.double() - go).abs().max().item() <= 1e-5
+    fin = torch.isfinite(gl)
+    if fin.any():
+        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5
+
+
+def test_tc_kernel_args_keeps_default_cache_key():
+    assert launch.tc_kernel_args((128, 64, 2, 256)) == ("fwd_tc", (128, 64, 2, 256), ())
+    assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False)) == \
+        ("fwd_tc", (128, 64, 2, 256), ())
+    assert launch.tc_kernel_args((128, 64, 2, 256, "rows", True)) == \
+        ("fwd_tc", (128, 64, 2, 256), ("rows", True))
+    assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, False)) == \
+        ("fwd_tc_nows", (128, 64, 2, 256), ())
+    with pytest.raises(ValueError):
+        launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, True, 1))

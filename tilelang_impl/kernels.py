@@ -51,8 +51,48 @@ def _elem(X, blhd: bool, b, h, l, d):
 # --------------------------------------------------------------------------------------
 # Hopper kernel (bf16 / fp16): wgmma GEMMs, TMA loads, software pipeline
 # --------------------------------------------------------------------------------------
+@T.macro
+def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk, ws,
+            lmk_zero):
+    """The ``V`` tile load: a bulk copy, except without warp specialisation and
+    ``lmk_zero="tile"`` where kept rows are loaded and the others zero-filled
+    element by element (the pre-knob non-ws kernel)."""
+    if mask_lmk and not ws and lmk_zero == "tile":
+        for j, d in T.Parallel(block_N, Dv):
+            V_s[j, d] = T.if_then_else(M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
+                                       _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
+    else:
+        T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
+
+
+@T.macro
+def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
+                expand_to_chunk, gpu):
+    """``mask_scores`` on tiles that cross a window edge, only the landmark columns
+    (or nothing without ``mask_lmk``) on tiles inside every row's window. One
+    statement (an ``if``), as ``mask_scores`` is."""
+    inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
+    if mask_lmk:
+        if inside:
+            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, gpu)
+        else:
+            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
+                          mask_lmk, gpu)
+    else:
+        if T.Not(inside):
+            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
+                          mask_lmk, gpu)
+
+
+#: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
+#: ``"tile"`` re-writes the whole tile (every row tested with ``key_kept``; the
+#: behaviour before the knobs existed), ``"rows"`` zeroes only the landmark rows
+#: (``macros.zero_landmark_rows``).
+LMK_ZERO = ("tile", "rows")
+
+
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
-                 num_stages, threads, split, ws):
+                 num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -69,7 +109,24 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     Hq, B)``; split ``s`` takes its share of the block's key tiles and writes a
     normalised partial ``Op[b, h, s]`` (fp32) and its natural-log ``LSEp``;
     :func:`combine` merges them.
+
+    Performance knobs (all baked in; the defaults are the kernel as it was
+    before they existed): ``lmk_zero`` (:data:`LMK_ZERO`), ``mask_split``
+    (tiles inside every row's window skip the window test and only mask
+    landmark columns, ``macros.tile_inside_windows``), ``fold`` (softmax
+    arithmetic, ``macros.online_softmax_update``). A manual FA3-style
+    ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
+    drops warp specialisation for it and refuses it when the consumer writes
+    ``V_s`` (mask_lmk), so it is not offered.
     """
+    if lmk_zero not in LMK_ZERO:
+        raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
+    if mask_lmk and not ws and lmk_zero == "rows":
+        # the software pipeline planner (no warp specialisation) refuses a second
+        # writer of V_s after its copy ("multiple writes to overlapping regions")
+        raise ValueError("lmk_zero='rows' needs warp specialisation (fwd_tc) with mask_lmk")
+    v_zero = mask_lmk and (ws or lmk_zero == "rows")  # consumer writes V_s before PV
+
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
     accum = "float32"
@@ -120,25 +177,28 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             for kb in T.Pipelined(n_it, num_stages=num_stages):
                 k0 = lo + (kb0 + kb) * block_N
                 T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
-                if mask_lmk and not ws:
-                    for j, d in T.Parallel(block_N, Dv):
-                        V_s[j, d] = T.if_then_else(
-                            M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
-                            _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
-                else:
-                    T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
+                _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk,
+                        ws, lmk_zero)
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
-                M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                              mask_lmk, True)
+                if mask_split:
+                    _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
+                                mask_lmk, expand_to_chunk, True)
+                else:
+                    M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
+                                  inv_c, mask_lmk, True)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                        scale_log2, True)
+                                        scale_log2, True, fold)
                 T.copy(acc_s, acc_p)
                 M.rescale_output(acc_o, alpha, block_M, Dv, True)
-                if mask_lmk and ws:
-                    for j, d in T.Parallel(block_N, Dv):
-                        V_s[j, d] = T.if_then_else(M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
-                                                   V_s[j, d], T.Cast(dtype, 0))
+                if v_zero:
+                    if lmk_zero == "rows":
+                        M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype)
+                    else:
+                        for j, d in T.Parallel(block_N, Dv):
+                            V_s[j, d] = T.if_then_else(
+                                M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk), V_s[j, d],
+                                T.Cast(dtype, 0))
                 T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
@@ -160,16 +220,22 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
 @tilelang.jit(target=HOPPER)
 def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
-           threads: int, split: bool):
+           threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
+           fold: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
     layouts, the tile ``block_M x block_N``, the pipeline depth ``num_stages``
     (``T.Pipelined``), ``threads`` (consumer threads; TileLang adds a producer
-    group that issues the TMA / cp.async loads) and ``split``.
+    group that issues the TMA / cp.async loads) and ``split``; and the
+    performance knobs ``lmk_zero`` (``"tile"``: every V tile re-written with
+    non-kept rows zeroed; ``"rows"``: only its landmark rows zeroed),
+    ``mask_split`` (window test only on tiles that cross a window edge) and
+    ``fold`` (one FMA per score in the softmax). The knob defaults are the
+    kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
-                        block_N, num_stages, threads, split, True)
+                        block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold)
 
 
 @tilelang.jit(target=HOPPER,
@@ -177,15 +243,16 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                             tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True})
 def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                 q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
-                threads: int, split: bool):
-    """Same kernel as :func:`fwd_tc` without warp specialisation.
+                threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
+                fold: bool = False):
+    """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
-    Baked in: as :func:`fwd_tc`. All ``threads`` compute; the loads of the
-    next ``num_stages - 1`` tiles are issued ahead inside the software
-    pipeline (``T.Pipelined``) instead of by a producer warp group.
+    Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
+    loads of the next ``num_stages - 1`` tiles are issued ahead inside the
+    software pipeline (``T.Pipelined``) instead of by a producer warp group.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
-                        block_N, num_stages, threads, split, False)
+                        block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold)
 
 
 @tilelang.jit(target=HOPPER)
@@ -230,7 +297,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # Row-per-thread kernels: fp32 on the GPU (CUDA cores) and the CPU kernel (C target)
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
-                  gpu):
+                  gpu, lmk_zero="tile", mask_split=False, fold=False):
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
@@ -275,22 +342,36 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 k0 = lo + kb * block_N
                 T.clear(k_l)
                 T.clear(v_l)
-                for j in T.serial(block_N):
-                    if M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk):
-                        for d in T.serial(Dqk):
-                            k_l[j, d] = _elem(K, kv_blhd, bz, hk, k0 + j, d)
-                        for d in T.serial(Dv):
-                            v_l[j, d] = _elem(V, kv_blhd, bz, hk, k0 + j, d)
+                if lmk_zero == "rows":  # as the bulk copy: every row < Lk, then landmark rows
+                    for j in T.serial(block_N):
+                        if k0 + j < Lk:
+                            for d in T.serial(Dqk):
+                                k_l[j, d] = _elem(K, kv_blhd, bz, hk, k0 + j, d)
+                            for d in T.serial(Dv):
+                                v_l[j, d] = _elem(V, kv_blhd, bz, hk, k0 + j, d)
+                    if mask_lmk:
+                        M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, inv_c, accum, False)
+                else:
+                    for j in T.serial(block_N):
+                        if M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk):
+                            for d in T.serial(Dqk):
+                                k_l[j, d] = _elem(K, kv_blhd, bz, hk, k0 + j, d)
+                            for d in T.serial(Dv):
+                                v_l[j, d] = _elem(V, kv_blhd, bz, hk, k0 + j, d)
                 T.clear(acc_s)
                 if gpu:
                     for j, d in T.grid(block_N, Dqk):
                         acc_s[0, j] = acc_s[0, j] + q_l[0, d] * k_l[j, d]
                 else:
                     T.gemm(q_l, k_l, acc_s, transpose_B=True)
-                M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
-                              mask_lmk, False)
+                if mask_split:
+                    _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
+                                mask_lmk, expand_to_chunk, False)
+                else:
+                    M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
+                                  mask_lmk, False)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
-                                        scale_log2, False)
+                                        scale_log2, False, fold)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
                 if gpu:
                     for j, d in T.grid(block_N, Dv):
@@ -310,17 +391,22 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 
 @tilelang.jit(target="c", execution_backend="cython")
 def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
-            kv_blhd: bool, block_M: int = 16, block_N: int = 16):
+            kv_blhd: bool, block_M: int = 16, block_N: int = 16, lmk_zero: str = "tile",
+            mask_split: bool = False, fold: bool = False):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
-    ``block_M x block_N``. One program per (query block, head, batch); tiles
-    live in local buffers, the two products are ``T.gemm`` on them. Keys the
-    block cannot see (left of ``lo``, past ``hi``, landmarks with
-    ``mask_lmk``) are never loaded (tile rows stay zero).
+    ``block_M x block_N``, and the knobs of :func:`fwd_tc` that change which
+    macros run (so CI runs each of them on the C target): ``lmk_zero="tile"``
+    never loads keys the block cannot see (left of ``lo``, past ``hi``,
+    landmarks with ``mask_lmk``; tile rows stay zero), ``"rows"`` loads every
+    row below ``Lk`` as the bulk copy does and zeroes the landmark rows
+    (``macros.zero_landmark_rows``); ``mask_split`` and ``fold`` as in
+    :func:`fwd_tc`. One program per (query block, head, batch); tiles live in
+    local buffers, the two products are ``T.gemm`` on them.
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
-                         block_M, block_N, gpu=False)
+                         block_M, block_N, False, lmk_zero, mask_split, fold)
 
 
 @tilelang.jit

@@ -57,6 +57,33 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     return 64, 64, 2, 128
 
 
+#: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
+#: the factory's positional order after ``split``, with the defaults that give
+#: the kernel as first shipped. A config passed to :func:`run_cuda` may be
+#: ``(block_M, block_N, num_stages, threads)`` or that tuple followed by these
+#: values (all or a prefix), plus optionally ``ws=False`` as a last item
+#: (:func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`.
+TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False))
+
+
+def tc_kernel_args(config) -> tuple[str, tuple, tuple]:
+    """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
+    of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws).
+    Trailing knobs at their defaults are left out, so the default kernel keeps
+    the cache key ``("fwd_tc", ..., split)`` it always had."""
+    base, extra = tuple(config[:4]), tuple(config[4:])
+    kind = "fwd_tc"
+    if len(extra) > len(TC_KNOBS):
+        if len(extra) != len(TC_KNOBS) + 1:
+            raise ValueError(f"config {config!r}: too many items")
+        kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
+        extra = extra[:-1]
+    knobs = extra + tuple(d for _, d in TC_KNOBS[len(extra):])
+    while knobs and knobs[-1] == TC_KNOBS[len(knobs) - 1][1]:
+        knobs = knobs[:-1]  # trailing defaults dropped: one cache key per kernel
+    return kind, base, knobs
+
+
 _cache: dict[tuple, object] = {}
 _sm_count: dict[int, int] = {}
 
@@ -152,17 +179,17 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     dt = _TL_DTYPE[p.dtype]
-    bM, bN, ns, th = config or tc_config(p.Dqk, p.Dv)
+    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or tc_config(p.Dqk, p.Dv))
     S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
     if S <= 1:
-        ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                      bM, bN, ns, th, False)
+        ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                      bM, bN, ns, th, False, *knobs)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     # Split-KV uses the same tile as prefill (a 64-row, one-warpgroup variant
     # is what D > 128 needs; see tc_config).
-    ker = _kernel("fwd_tc", p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                  bM, bN, ns, th, True)
+    ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                  bM, bN, ns, th, True, *knobs)
     # Workspace: normalised partial outputs and their LSEs (fp32), from torch's
     # caching allocator (no synchronisation; CUDA-graph capturable).
     op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)

@@ -26,6 +26,8 @@ buffers, so the CPU kernel passes ``gpu=False`` and the same body runs under
 
 from __future__ import annotations
 
+import math
+
 import tilelang.language as T
 
 LN2 = 0.6931471805599453
@@ -113,7 +115,80 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
 
 
 @T.macro
-def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, scale_log2, gpu):
+def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_size, chunk_size,
+                        expand_to_chunk):
+    """Whether every key of the tile ``[k_first, k_first + block_N)`` lies inside the
+    window of every query row ``q_first .. q_first + block_M - 1`` (rows past ``Lq``
+    included, which only makes the test stricter).
+
+    ``left`` is non-decreasing and ``qpos`` increasing in the row, so it is
+    enough that the tile starts at or right of the last row's left edge and
+    ends at or left of the first row's position. Such a tile needs no window
+    test, only the landmark columns (:func:`mask_landmarks`); it never reaches
+    past ``Lk`` since the first row's position is below ``r + Lk``.
+    """
+    off = Lk - Lq
+    left_last = window_left(r + off + q_first + block_M - 1, window_size, chunk_size,
+                            expand_to_chunk)
+    return T.And(r + k_first >= left_last, k_first + block_N - 1 <= off + q_first)
+
+
+@T.macro
+def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, gpu):
+    """``-inf`` (by select) in every landmark column of the tile; nothing else.
+
+    What :func:`mask_scores` does with ``mask_lmk`` on a tile for which
+    :func:`tile_inside_windows` holds (every window test there is true).
+    """
+    for i, j in _loop(gpu)(block_M, block_N):
+        acc_s[i, j] = T.if_then_else(is_landmark(r + k_first + j, chunk_size, inv_chunk),
+                                     -T.infinity("float32"), acc_s[i, j])
+
+
+@T.macro
+def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtype, gpu=True):
+    """Zero the rows of a loaded key/value tile that hold landmarks, and only those.
+
+    Tile row ``j`` holds the key at relative position ``r + k_first + j``; it is a
+    landmark when ``(r + k_first + j + 1) % C == 0``, so the first one is
+    ``j0 = floormod(-(r + k_first + 1), C)`` and the others follow every ``C``
+    rows: ``ceil((block_N - j0) / C)`` rows (at most ``ceil(block_N / C)``).
+
+    Why this is enough to keep ``0 * NaN`` out of ``P @ V`` (SPEC.md: only
+    slots no query sees may hold NaN): keys left of the block's ``lo`` are never
+    loaded; a non-landmark key in ``[lo, Lk)`` is seen by some query of the call
+    (key ``j`` by query ``j - (Lk - Lq)`` when it is right of the block, by a
+    query of the block otherwise), so it is finite; rows at or beyond ``Lk`` are
+    zero-filled by the bulk copy (TMA bounds; the lab checks this with NaN
+    placed right after the tensor).
+
+    The write is a select on :func:`is_landmark` of the row (true by
+    construction): a read-modify-write of the loaded tile, so the compiler
+    orders it after the tile's load completes (a plain store would not wait
+    for the bulk copy under warp specialisation, and the copy could land after
+    it).
+
+    Rows go ``R`` at a time, ``R * Dv`` a multiple of 256 elements (``R`` = 2
+    for ``Dv`` = 128, 4 for 64): TileLang spreads a parallel loop over ``elements
+    / vector width`` threads and cannot place the shared-memory sync inside a
+    loop that only part of a warp runs (ThreadSync), which one row of 64
+    elements did.
+    """
+    j0 = T.floormod(-(r + k_first + 1), chunk_size)
+    n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
+    R = min(block_N, 256 // math.gcd(256, Dv))
+    for p in T.serial(T.ceildiv(n, R)):
+        for u, d in _loop(gpu)(R, Dv):
+            if p * R + u < n:
+                V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
+                    is_landmark(r + k_first + j0 + (p * R + u) * chunk_size, chunk_size,
+                                inv_chunk),
+                    T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
+
+
+@T.macro
+def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, scale_log2, gpu,
+                          fold=False):
     """One step of the online softmax over a masked score tile ``acc_s`` (fp32).
 
     Updates the running max ``m`` (raw scores), turns ``acc_s`` into
@@ -121,6 +196,13 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     into ``alpha`` and updates the running sum ``l``. A row whose max is still
     ``-inf`` (nothing visible yet) uses 0 as its reference, so it gets
     ``p = 0`` and ``alpha = 0``, never ``exp(-inf + inf) = NaN``.
+
+    ``fold`` (Python bool, baked in) changes only the arithmetic, not the
+    result's definition: the row reference is scaled once per row (kept in
+    ``m_prev`` after ``alpha`` is computed) and each element costs one FMA and
+    one ``exp2`` (``exp2(s * scale_log2 - m_ref * scale_log2)``, as FlashAttention
+    does), with no per-element select of the reference. Same statement count
+    as ``fold=False`` (the kernels' pipeline schedules count statements).
     """
     loop = _loop(gpu)
     T.copy(m, m_prev)
@@ -129,12 +211,20 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
         for i, j in T.grid(block_M, block_N):
             m[i] = T.max(m[i], acc_s[i, j])
-    for i in loop(block_M):
-        m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-        alpha[i] = T.exp2((m_prev[i] - m_ref) * scale_log2)
-    for i, j in loop(block_M, block_N):
-        m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-        acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_ref * scale_log2)
+    if fold:
+        for i in loop(block_M):
+            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i]) * scale_log2
+            alpha[i] = T.exp2(m_prev[i] * scale_log2 - m_ref)
+            m_prev[i] = m_ref
+        for i, j in loop(block_M, block_N):
+            acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_prev[i])
+    else:
+        for i in loop(block_M):
+            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            alpha[i] = T.exp2((m_prev[i] - m_ref) * scale_log2)
+        for i, j in loop(block_M, block_N):
+            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_ref * scale_log2)
     if gpu:
         T.reduce_sum(acc_s, row_sum, dim=1)
     else:
