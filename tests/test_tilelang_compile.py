@@ -43,21 +43,27 @@ def _sass(kind, args, tmp_path):
     return path.read_text()
 
 
-def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=()):
+def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None):
+    """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships."""
+    if knobs is None:
+        knobs = launch.tc_knobs(Dqk, Dv) if cfg is None else ()
     return ((Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
             + (split,) + tuple(knobs))
 
 
 TC_VARIANTS = {
-    # tile 128x128, 2 stages, 256 threads (D <= 64), landmark rows zeroed in smem
+    # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask
     "d64": _tc(64, 64),
-    # tile 128x64, 2 stages, 256 threads (D <= 128), BLHD inputs
+    # shipped D = 128: tile 128x128, landmark rows, split mask, folded softmax; BLHD inputs
     "d128-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True),
-    # same tile without mask_lmk: V straight from TMA, no zeroing pass
+    # same without mask_lmk: V straight from TMA, no zeroing
     "d128-nolmk": _tc(128, 128, lmk=False),
-    # split-KV partials (decode path)
-    "d128-split": _tc(128, 128, split=True),
-    # 64x64 tile, one consumer warp group (D > 128; behind launch.GPU_MAX_D)
+    # split-KV partials (decode path), shipped config
+    "d128-split": _tc(128, 128, split=True, cfg=launch.SPLIT_CONFIG),
+    "d96-split": _tc(96, 96, split=True, cfg=launch.SPLIT_CONFIG),
+    # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
+    "d128-first": _tc(128, 128, cfg=(128, 64, 2, 256)),
+    # 64x64 tile, one consumer warp group (D > 128), shipped
     "d256": _tc(256, 256),
     # performance knobs (tools/lab_tilelang.py "all"): landmark rows only, split
     # mask, folded softmax; D=64 (Dv=64 rows once tripped ThreadSync) and D=128
@@ -81,7 +87,7 @@ def test_split_variant_without_flags_still_fails_to_lower():
     launch.split_count never picks it. When this starts to pass, TileLang has
     fixed its ThreadSync pass: lift launch.split_variant_builds."""
     assert not launch.split_variant_builds(False, False)
-    args = (128, 128, "bfloat16", False, False, False, False) + launch.tc_config(128, 128) + (True,)
+    args = (128, 128, "bfloat16", False, False, False, False) + launch.SPLIT_CONFIG + (True,)
     with pytest.raises(Exception, match="ThreadSync"):
         kernels.fwd_tc(*args)
 

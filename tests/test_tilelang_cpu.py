@@ -154,7 +154,7 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
         k = torch.empty((B, Hq, Lk, D), dtype=torch.bfloat16, device="meta")
         p = check_inputs(q, k, k, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
                          expand_to_chunk=expand)
-        return launch.split_count(p, *launch.tc_config(D, D)[:2], p.device)
+        return launch.split_count(p, *launch.SPLIT_CONFIG[:2], p.device)
 
     assert split(1, 32, 1, 8192) > 1                      # decode: 32 programs
     assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU

@@ -8,7 +8,6 @@ TileLang's own JIT cache is consulted only on a miss).
 
 from __future__ import annotations
 
-import os
 
 import torch
 
@@ -24,12 +23,6 @@ MAX_POSITIONS = 1 << 22
 _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
-#: Largest head dim the bf16/fp16 Hopper kernel is enabled for. The 64-row,
-#: one-warp-group tile that D > 128 needs compiles (tests/test_tilelang_compile.py)
-#: but an earlier build of it hung on the H200 at D = 192 and the current one has
-#: not run there yet; until tools/gpu_tilelang.py passes it, such calls raise
-#: UnsupportedConfig instead of risking a hang. HILS_TL_ENABLE_BIG_D=1 lifts it.
-GPU_MAX_D = 256 if os.environ.get("HILS_TL_ENABLE_BIG_D") == "1" else 128
 #: Split-KV is used for these Dv only: for Dv = 64 TileLang 0.1.15's ThreadSync
 #: pass rejects the split variant ("shared-memory sync inside a divergent
 #: region"), reproducible without a GPU; such calls keep the prefill grid.
@@ -48,13 +41,51 @@ def split_variant_builds(mask_lmk: bool, expand_to_chunk: bool) -> bool:
 
 
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
-    """``(block_M, block_N, num_stages, threads)`` of the prefill tensor-core kernel."""
+    """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel.
+
+    D <= 128: 128 x 128 tiles, two consumer warp groups. At D = 128 the
+    128 x 128 tile beat 128 x 64 by 17% with the knobs of :func:`tc_knobs`
+    (H200, 32/32/128 L=8K: 146 vs 125 TFLOP/s, tools/lab_tilelang.py,
+    bench_results/tilelang-lab-*.json). D > 128: 64 x 64, one consumer warp
+    group (the register file); verified on the H200 at D = 192 / 256.
+    """
+    d = max(Dqk, Dv)
+    if d <= 128:
+        return 128, 128, 2, 256
+    return 64, 64, 2, 128
+
+
+def tc_knobs(Dqk: int, Dv: int) -> tuple:
+    """Values of :data:`TC_KNOBS` (``lmk_zero``, ``mask_split``, ``fold``) shipped per head dim.
+
+    Measured on the H200 (bf16, W=512, C=64, kernel-only TFLOP/s, lab run of
+    session 3): the split mask (window test only on edge tiles) is the win,
+    +27% (D=128) to +38% (D=64 GQA); zeroing only the landmark rows of V and
+    the folded softmax are within +-3% alone. D <= 64 ships the split mask
+    only (90 vs 66 TFLOP/s on GQA 32/4); D = 128 ships all three at 128 x 128
+    (the measured combination, 146 vs 101); D > 128 keeps the kernel that was
+    verified there (no knobs).
+    """
     d = max(Dqk, Dv)
     if d <= 64:
-        return 128, 128, 2, 256
+        return ("tile", True, False)
     if d <= 128:
-        return 128, 64, 2, 256
-    return 64, 64, 2, 128
+        return ("rows", True, True)
+    return ()
+
+
+#: Config of the split-KV (decode) variant, Dv in SPLIT_DV only: the first
+#: shipped tile (128 x 64, whole V tile zeroed, no knobs). The prefill tile of
+#: D = 128 (128 x 128 with the knobs) does not lower as a split variant in
+#: TileLang 0.1.15 (ThreadSync: a shared-memory sync inside a one-thread
+#: branch; tests/test_tilelang_compile.py), and split-KV is not where the
+#: knobs were measured.
+SPLIT_CONFIG = (128, 64, 2, 256)
+
+
+def shipped_config(Dqk: int, Dv: int) -> tuple:
+    """The config :func:`run_cuda` uses when none is given: tile and knobs."""
+    return tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
@@ -133,10 +164,6 @@ def check_limits(p) -> None:
             raise UnsupportedConfig(
                 "tilelang: the bf16/fp16 kernels are built for Hopper (sm_90a); "
                 f"device {torch.cuda.get_device_name(p.device)!r} is not supported")
-        if max(p.Dqk, p.Dv) > GPU_MAX_D:
-            raise UnsupportedConfig(
-                f"tilelang: head dims Dqk={p.Dqk}, Dv={p.Dv} above {GPU_MAX_D} are not enabled for "
-                f"{p.dtype} on CUDA yet (the 64-row kernel they need is unverified on the GPU)")
 
 
 def scalars(p) -> tuple[int, int, int, float, float]:
@@ -179,15 +206,14 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     dt = _TL_DTYPE[p.dtype]
-    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or tc_config(p.Dqk, p.Dv))
+    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or SPLIT_CONFIG)
     S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
     if S <= 1:
+        kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or shipped_config(p.Dqk, p.Dv))
         ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                       bM, bN, ns, th, False, *knobs)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    # Split-KV uses the same tile as prefill (a 64-row, one-warpgroup variant
-    # is what D > 128 needs; see tc_config).
     ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                   bM, bN, ns, th, True, *knobs)
     # Workspace: normalised partial outputs and their LSEs (fp32), from torch's
@@ -199,8 +225,11 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
 
 
 def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
-    """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``."""
+    """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``,
+    with the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`), so
+    the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
-    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, 16, 16,
+                  *tc_knobs(p.Dqk, p.Dv))
     ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)
 

@@ -4,6 +4,8 @@
 # Unpacks TileLang (../shared/device/README.md), runs the full conformance tier
 # on CUDA and the benchmark suite, each under its own time cap, and leaves
 # conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
+# BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang"
+# adds optional backends to the conformance run.
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
@@ -12,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 COMMIT=${1:-unknown}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
 timeout -s INT -k 15 "${CONFORM_S:-300}" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-  -n "${WORKERS:-8}" --seed 0 --json "$OUT/conform.json" > "$OUT/conform.log" 2>&1
+  -n "${WORKERS:-8}" --seed 0 ${BACKEND_ARGS:-} --json "$OUT/conform.json" > "$OUT/conform.log" 2>&1
 crc=$?
 [ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
 cp BENCHMARKS.md "$OUT/BENCHMARKS.md"

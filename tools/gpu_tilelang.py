@@ -256,7 +256,7 @@ def bench(quick=False, out=None, save=lambda: None):
                    visible_pairs=pairs, target=target)
         try:
             p = check_inputs(q, k, v, **kw)
-            rec["splits"] = launch.split_count(p, *launch.tc_config(D, D)[:2], p.device)
+            rec["splits"] = launch.split_count(p, *launch.SPLIT_CONFIG[:2], p.device)
             o, lse = p.new_outputs()
             def kern(cfg=None, split=None, lmk=True):
                 pp = p if lmk else check_inputs(q, k, v, mask_lmk=False, **kw)
@@ -296,15 +296,15 @@ def precompile():
     cfgs = []
     def tc(Dqk, Dv, dt="bfloat16", lmk=True, exp=True, qb=False, kb=False, split=False, cfg=None):
         cfgs.append((Dqk, Dv, dt, lmk, exp, qb, kb) + tuple(cfg or launch.tc_config(Dqk, Dv))
-                    + (split,))
+                    + (split,) + (launch.tc_knobs(Dqk, Dv) if cfg is None else ()))
     for D in (64, 96, 128):
         tc(D, D)
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)
     tc(64, 64, lmk=False)
     tc(128, 128, qb=True, kb=True); tc(64, 64, qb=True, kb=True)
-    tc(128, 128, split=True); tc(96, 96, split=True)
-    tc(128, 128, lmk=False, split=True)
+    tc(128, 128, split=True, cfg=launch.SPLIT_CONFIG); tc(96, 96, split=True, cfg=launch.SPLIT_CONFIG)
+    tc(128, 128, lmk=False, split=True, cfg=launch.SPLIT_CONFIG)
     cfgs = list(dict.fromkeys(cfgs))
     kers = kernels.fwd_tc.par_compile(cfgs, num_workers=16, ignore_error=True)
     failed = []

@@ -120,8 +120,11 @@ SPLIT: dict[tuple[str, int], Config] = {
 # 0, because zeroing a TMA-loaded V tile in registers costs more than it
 # saves (H200, bf16, 32/32/128, L=8K, W=512, C=64, kernel-only:
 # pointer kernel 344 us; TMA K + pointer V 289 us; TMA K and V 324 us;
-# bench_results/triton-lab1-*.json).
+# bench_results/triton-lab1-*.json). D=64 (bench_results/triton-lab2-ddc1d18.json):
+# 128x32 w4 s4 vs the pointer kernel, GQA 32/4 L=8K 197 vs 206 us, 16/2 107
+# vs 113 us, batch 4 x 4K 368 vs 384 us.
 PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
+    ("16", 64): (Config(128, 32, 4, 4), False),
     ("16", 128): (Config(64, 64, 4, 3), False),
 }
 # TMA only pays once the kernel outlasts the host cost of encoding four
