@@ -88,6 +88,10 @@ VARIANTS = {
              "0-3% (nvcc already contracts most of it)"),
     "rows+split": (lambda D: _cfg(D, fold=False),
                    "rows + split", "+20-35% over base"),
+    "split+fold": (lambda D: _cfg(D, lmk_zero="tile"),
+                   "split mask + folded softmax, whole V tile zeroed (no landmark-row zeroing)",
+                   "session 3, after the first lab: split alone gave +27-38%, fold and rows within "
+                   "+-3%; at 128x128 (D=128) predicted equal to 'all' within 3%"),
     "all": (lambda D: _cfg(D),
             "rows + split + fold, shipped tile/stages/threads",
             "+20-40% over base: ~120-140 TF/s H32 D128"),
