@@ -250,10 +250,9 @@ def _swa_fwd_tma_kernel(
     Hq, G, Lq, Lk, kv_start, j_min, W, C, qk_scale,
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr, WS: tl.constexpr = False,
+    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
 ):
-    """Prefill with TMA tensor descriptors (Hopper, bf16/fp16). ``WS``: Triton's
-    automatic warp specialisation of the key loop (``tl.range(warp_specialize=)``).
+    """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
     ``desc_q`` / ``desc_o`` describe ``(B, Hq, Lq, D)`` with blocks
     ``[1, 1, BLOCK_M, BLOCK_D]``; ``desc_k`` / ``desc_v`` describe the key
@@ -293,7 +292,7 @@ def _swa_fwd_tma_kernel(
         offs_dv = tl.arange(0, BLOCK_DV)
         v_ptrs = (V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
                   + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd)
-    for n0 in tl.range(start, j_hi, BLOCK_N, warp_specialize=WS):
+    for n0 in range(start, j_hi, BLOCK_N):
         kpos = kv_start + n0 + offs_n
         k = desc_k.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DK)
         s = tl.dot(q, k.T) * qk_scale
