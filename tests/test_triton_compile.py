@@ -125,9 +125,9 @@ def variants():
                                                   dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
     # PREFILL, both V modes (the private tma knob reaches them).
-    tma_rows = {(key, mode): cfg for key, cfg in L.PREFILL.items() if key[0] == "16" for mode in L.TMA_MODES}
-    modes = {flags: mode for mode, flags in L.TMA_MODES.items()}
-    tma_rows.update({(key, modes[(v_tma, edge)]): cfg for key, (cfg, v_tma, edge) in L.PREFILL_TMA.items()})
+    tma_rows = {(key, mode): cfg for key, cfg in L.PREFILL.items() if key[0] == "16"
+                for mode in ("v_tma", "v_ptr")}
+    tma_rows.update({(key, "v_tma" if v_tma else "v_ptr"): cfg for key, (cfg, v_tma) in L.PREFILL_TMA.items()})
     for ((cls, bucket), mode), cfg in tma_rows.items():
         d, bd = _dims(bucket)
         for dt in _dtypes(cls):
@@ -139,7 +139,7 @@ def variants():
                  "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
                  "V": f"*{t}", "LSE": "*fp32"},
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                     EXPAND=True, V_TMA=L.TMA_MODES[mode][0], EDGE_MASK=L.TMA_MODES[mode][1]),
+                     EXPAND=True, V_TMA=L.TMA_MODES[mode]),
                 cfg.num_warps, cfg.num_stages, True)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)

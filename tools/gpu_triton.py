@@ -299,15 +299,14 @@ def host_breakdown(res):
 
 
 def lab():
-    """Variants of the TMA prefill kernel, the latest question first: the window
-    test only on edge blocks (``*_edge`` modes) against the shipped table. Each
-    timed variant is first checked on a case of its own head dim (NaN in the
-    unseen slots, partial blocks, kv_start), then timed on the issue's shapes."""
+    """Variants of the TMA prefill kernel (K by TMA, V by pointers): each timed
+    variant is first checked on a case of its own head dim (NaN in the unseen
+    slots, partial blocks, kv_start), then timed on the issue's shapes."""
     bf, fp = torch.bfloat16, torch.float16
-    d128 = [tma(64, 64, 4, 3, "v_ptr_edge"), tma(64, 32, 4, 3, "v_ptr_edge"), tma(64, 64, 4, 2, "v_ptr_edge"),
-            tma(64, 64, 4, 3, "v_tma_edge"), tma(128, 64, 8, 3, "v_ptr_edge")]
-    d64 = [tma(128, 32, 4, 4, "v_ptr_edge"), tma(128, 64, 4, 3, "v_ptr_edge"), tma(128, 64, 4, 2, "v_ptr_edge"),
-           tma(128, 32, 4, 3, "v_ptr_edge")]
+    d128 = [tma(64, 64, 4, 3), tma(64, 64, 8, 3), tma(64, 32, 4, 3), tma(64, 64, 4, 2), tma(64, 32, 4, 4),
+            tma(64, 64, 4, 4), tma(128, 64, 8, 2), tma(64, 32, 8, 3)]
+    d64 = [tma(128, 32, 4, 3), tma(64, 64, 4, 3), tma(128, 32, 4, 4), tma(128, 64, 4, 2), tma(64, 32, 4, 4),
+           tma(128, 32, 8, 3), tma(64, 64, 8, 3), tma(128, 64, 4, 3)]
     base = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5)
     cases = []
     for D, variants in ((128, d128), (64, d64)):
@@ -324,21 +323,25 @@ def lab():
              expand=False, blhd=True, nan_invisible=True),
         dict(B=3, Hq=8, Hkv=1, Lq=77, Lk=3000, Dqk=128, Dv=128, W=512, C=64, dtype=bf, kv_start=129,
              nan_invisible=True),
-        dict(B=1, Hq=4, Hkv=2, Lq=2000, Lk=2000, Dqk=64, Dv=64, W=1000, C=1, dtype=bf, mask_lmk=False),
-        dict(B=1, Hq=4, Hkv=2, Lq=1500, Lk=2500, Dqk=128, Dv=128, W=64, C=64, dtype=bf, kv_start=63,
-             nan_invisible=True),
     ]
-    cases += [dict(c, path="prefill", tma="v_ptr_edge") for c in edge]
+    cases += [dict(c, path="prefill", tma="v_ptr") for c in edge]
+    # the shipped table through the public path (TMA where PREFILL_TMA says so)
+    cases += [dict(B=1, Hq=32, Hkv=32, Lq=4096, Lk=4096, Dqk=128, Dv=128, W=512, C=64, dtype=bf, nan_invisible=True),
+              dict(B=2, Hq=32, Hkv=4, Lq=4096, Lk=4096, Dqk=64, Dv=64, W=512, C=64, dtype=bf, blhd=True)]
     mha = dict(B=1, Hq=32, Hkv=32, D=128, W=512, C=64)
     gqa = dict(B=1, Hq=32, Hkv=4, D=64, W=512, C=64)
+    ptr = [("pointer kernel", dict(_tma=False))]
     table = [("table", {})]
     plan = [
-        (dict(mha, name="mha D128 L8K", Lq=8192, Lk=8192), table + d128),
-        (dict(gqa, name="gqa32/4 D64 L8K", Lq=8192, Lk=8192), table + d64),
-        (dict(mha, name="mha D128 L16K", Lq=16384, Lk=16384), table + d128[:3]),
-        (dict(gqa, name="gqa16/2 D64 L8K", Hq=16, Hkv=2, Lq=8192, Lk=8192), table + d64[:3]),
-        (dict(gqa, name="batch4x4K gqa D64", B=4, Lq=4096, Lk=4096), table + d64[:3]),
-        (dict(mha, name="chunk Lq512/8K D128", Lq=512, Lk=8192), table + d128[:1]),
+        (dict(mha, name="mha D128 L8K", Lq=8192, Lk=8192), table + ptr + d128),
+        (dict(gqa, name="gqa32/4 D64 L8K", Lq=8192, Lk=8192), table + ptr + d64),
+        (dict(mha, name="mha D128 L16K", Lq=16384, Lk=16384), table + ptr + d128[:4]),
+        (dict(gqa, name="gqa16/2 D64 L8K", Hq=16, Hkv=2, Lq=8192, Lk=8192), table + ptr + d64[:5]),
+        (dict(gqa, name="batch4x4K gqa D64", B=4, Lq=4096, Lk=4096), table + ptr + d64[:5]),
+        (dict(mha, name="chunk Lq512/8K D128", Lq=512, Lk=8192), table + d128[:2]),
+        (dict(mha, name="decode B1 8K", Lq=1, Lk=8192), table),
+        (dict(gqa, name="decode B8 gqa 32K", B=8, Lq=1, Lk=32768), table),
+        (dict(mha, name="mha D128 L8K blhd", Lq=8192, Lk=8192, blhd=True), table + ptr),
     ]
     return cases, plan
 

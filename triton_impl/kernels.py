@@ -250,7 +250,7 @@ def _swa_fwd_tma_kernel(
     Hq, G, Lq, Lk, kv_start, j_min, W, C, qk_scale,
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr, EDGE_MASK: tl.constexpr = False,
+    MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -266,10 +266,6 @@ def _swa_fwd_tma_kernel(
     all (``V_TMA=False``: ``v`` by masked pointer loads), so ``0 * NaN``
     cannot reach ``o``. The store of ``o`` through ``desc_o`` clips rows past
     ``Lq`` and columns past ``Dv``.
-
-    ``EDGE_MASK``: the per-element window test runs only on key blocks that
-    cross some row's window edge; a block inside every row's window
-    (``[full_lo, full_hi]``) gets the landmark column mask alone.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -287,9 +283,6 @@ def _swa_fwd_tma_kernel(
     j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
     j_hi = Lk - Lq + m_last + 1
     start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
-    # Keys every real row of the block sees (landmarks aside): [full_lo, full_hi].
-    full_lo = _window_left(q_off + m_last, W, C, EXPAND) - kv_start
-    full_hi = Lk - Lq + m0
 
     q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -303,16 +296,11 @@ def _swa_fwd_tma_kernel(
         kpos = kv_start + n0 + offs_n
         k = desc_k.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DK)
         s = tl.dot(q, k.T) * qk_scale
+        vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None])
         if MASK_LMK:
             keep = ((kpos + 1) % C) != 0
-        if EDGE_MASK and (n0 >= full_lo) and (n0 + BLOCK_N - 1 <= full_hi):
-            if MASK_LMK:
-                s = tl.where(keep[None, :], s, float("-inf"))
-        else:
-            vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None])
-            if MASK_LMK:
-                vis = vis & keep[None, :]
-            s = tl.where(vis, s, float("-inf"))
+            vis = vis & keep[None, :]
+        s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_i - m_safe)

@@ -114,8 +114,7 @@ SPLIT: dict[tuple[str, int], Config] = {
 }
 # Prefill through TMA tensor descriptors (bf16/fp16 on a GPU, inputs whose
 # strides the copy engine accepts; everything else takes the pointer kernel).
-# Key as PREFILL -> (config, v_by_tma, edge_mask); a missing key means
-# "pointer kernel".
+# Key as PREFILL -> (config, v_by_tma); a missing key means "pointer kernel".
 # K arrives by TMA (no pointer tensors, no masks: 204 instead of 255 registers
 # at 64x64, D=128); V is loaded through pointers with landmark rows masked to
 # 0, because zeroing a TMA-loaded V tile in registers costs more than it
@@ -124,9 +123,9 @@ SPLIT: dict[tuple[str, int], Config] = {
 # bench_results/triton-lab1-*.json). D=64 (bench_results/triton-lab2-ddc1d18.json):
 # 128x32 w4 s4 vs the pointer kernel, GQA 32/4 L=8K 197 vs 206 us, 16/2 107
 # vs 113 us, batch 4 x 4K 368 vs 384 us.
-PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool, bool]] = {
-    ("16", 64): (Config(128, 32, 4, 4), False, False),
-    ("16", 128): (Config(64, 64, 4, 3), False, False),
+PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
+    ("16", 64): (Config(128, 32, 4, 4), False),
+    ("16", 128): (Config(64, 64, 4, 3), False),
 }
 # TMA only pays once the kernel outlasts the host cost of encoding four
 # descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
@@ -304,15 +303,14 @@ class _Plan:
 _PLANS: dict = {}
 
 
-# Triton 3.6's automatic warp specialisation of this loop
+# mode -> V by TMA. Triton 3.6's automatic warp specialisation of this loop
 # (tl.range(warp_specialize=True)) was tried on the H200 and dropped: 2.3x
 # slower at 64x64 and NaN in o at 64x64 w4 s3 (bench_results/triton-lab3-ef576ba.json).
-TMA_MODES = {"v_ptr": (False, False), "v_tma": (True, False),  # -> (V by TMA, EDGE_MASK)
-             "v_ptr_edge": (False, True), "v_tma_edge": (True, True)}
+TMA_MODES = {"v_ptr": False, "v_tma": True}
 
 
 def _tma_choice(p: Problem, tma, cfg: Config | None):
-    """``(Config, v_by_tma, edge_mask)`` of the TMA prefill kernel for this problem, or None."""
+    """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None."""
     if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
         return None
     key = (dtype_class(p.dtype), head_bucket(p))
@@ -320,7 +318,7 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
         return None if cfg is not None else PREFILL_TMA.get(key)
     if tma not in TMA_MODES:
         raise ValueError(f"unknown tma mode {tma!r}; one of {sorted(TMA_MODES)}")
-    return (cfg or PREFILL[key], *TMA_MODES[tma])
+    return (cfg or PREFILL[key], TMA_MODES[tma])
 
 
 def _tma_strides_ok(*tensors) -> bool:
@@ -356,9 +354,9 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
             if programs < TMA_MIN_WAVES * sm_count(p.device):
                 choice = None
         if choice is not None:
-            tcfg, v_tma, edge = choice
+            tcfg, v_tma = choice
             plan.tma = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
-                            MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma, EDGE_MASK=edge)
+                            MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma)
             plan.tma_grid = (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq)
             plan.tma_blocks = (tcfg.block_m, tcfg.block_n, bdk, bdv)
             plan.tma_warps, plan.tma_stages = tcfg.num_warps, tcfg.num_stages
