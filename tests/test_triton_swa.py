@@ -261,6 +261,22 @@ def test_tma_stride_rules():
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+def _graph_replay(call):
+    """Capture ``call`` in a CUDA graph (after a warm-up on a side stream),
+    replay it once and return what the captured call returned."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = call()
+    g.replay()
+    torch.cuda.synchronize()
+    return out
+
+
 @pytest.mark.gpu
 @gpu
 def test_tma_prefill_path_choice_and_graph_replay():
@@ -276,16 +292,7 @@ def test_tma_prefill_path_choice_and_graph_replay():
     assert L.launch(ps, qs, k, v, *ps.new_outputs()) == "prefill"  # 256 programs: under 4 waves
     ref = sliding_window_attention(q, k, v, **kw)
     assert torch.equal(ref[0], o) and torch.equal(ref[1], lse)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        sliding_window_attention(q, k, v, **kw)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = sliding_window_attention(q, k, v, **kw)
-    g.replay()
-    torch.cuda.synchronize()
+    out = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     _check(*sliding_window_attention(q[:, :4, -700:], k[:, :4], v[:, :4], **kw, _force_path="prefill",
                                      _tma="v_ptr"), q[:, :4, -700:], k[:, :4], v[:, :4], **kw)
@@ -299,16 +306,7 @@ def test_cuda_graph_capture_replays_exactly():
     for Lq in (1, 1024):  # split-KV and prefill
         q, k, v = _inputs(1, 8, 2, Lq, 4096, 128, 128, torch.bfloat16)
         ref = sliding_window_attention(q, k, v, **kw)  # warm-up: compile, size the workspace
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            sliding_window_attention(q, k, v, **kw)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out = sliding_window_attention(q, k, v, **kw)
-        g.replay()
-        torch.cuda.synchronize()
+        out = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
         assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
 
 
