@@ -263,7 +263,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 def _graph_replay(call):
     """Capture ``call`` in a CUDA graph (after a warm-up on a side stream),
-    replay it once and return what the captured call returned."""
+    replay it once; returns what the captured call returned and the graph
+    (kept alive by the caller while it reads those outputs)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -274,7 +275,7 @@ def _graph_replay(call):
         out = call()
     g.replay()
     torch.cuda.synchronize()
-    return out
+    return out, g
 
 
 @pytest.mark.gpu
@@ -292,7 +293,7 @@ def test_tma_prefill_path_choice_and_graph_replay():
     assert L.launch(ps, qs, k, v, *ps.new_outputs()) == "prefill"  # 256 programs: under 4 waves
     ref = sliding_window_attention(q, k, v, **kw)
     assert torch.equal(ref[0], o) and torch.equal(ref[1], lse)
-    out = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
+    out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     _check(*sliding_window_attention(q[:, :4, -700:], k[:, :4], v[:, :4], **kw, _force_path="prefill",
                                      _tma="v_ptr"), q[:, :4, -700:], k[:, :4], v[:, :4], **kw)
@@ -306,7 +307,7 @@ def test_cuda_graph_capture_replays_exactly():
     for Lq in (1, 1024):  # split-KV and prefill
         q, k, v = _inputs(1, 8, 2, Lq, 4096, 128, 128, torch.bfloat16)
         ref = sliding_window_attention(q, k, v, **kw)  # warm-up: compile, size the workspace
-        out = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
+        out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
         assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
 
 
