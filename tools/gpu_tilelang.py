@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -32,7 +31,6 @@ import traceback
 
 import torch
 
-import reference
 from reference import visible_counts
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from reference.errors import UnsupportedConfig
 from reference.validation import check_inputs
 

@@ -10,7 +10,6 @@ configuration (dtype, head dims, block sizes, flags, stride specialisation).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
