@@ -109,7 +109,7 @@ def test_landmark_rows_wait_for_the_v_load():
     consumer = src[src.index("warpgroup_reg_alloc"):]
     loop = consumer.index("for (int p = 0;")
     waits = [i for i in range(len(consumer)) if consumer.startswith(".wait(", i)]
-    gemm_rs = consumer.index("wgmma_rs")
+    gemm_rs = consumer.index("wgmma_rs", loop)  # the P@V after the zeroing, not an earlier one
     # the last barrier wait before the zeroing loop exists and no wait sits
     # between the loop and the P@V wgmma (the V wait is not after the write)
     assert any(w < loop for w in waits)

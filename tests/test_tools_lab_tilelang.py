@@ -8,7 +8,7 @@ from tools import lab_tilelang as L  # noqa: E402
 from tilelang_impl import launch  # noqa: E402
 
 
-def test_variants_are_distinct_kernels_and_base_is_shipped_default():
+def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
     for D in (64, 128):
         assert L.VARIANTS["base"][0](D) == launch.tc_config(D, D)
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D)) for n in L.VARIANTS]

@@ -67,13 +67,16 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
 
 
 def _other_tile(D):
-    """The other of the two 128-row tiles: 128x64 where the base is 128x128 (D <= 64)."""
+    """The other of the two 128-row tiles: 128x64 where the base is 128x128 (every D <= 128
+    since 7cedefc; D = 128 was 128x64 when the lab first ran)."""
     return (128, 64) if _base(D)[1] == 128 else (128, 128)
 
 
 VARIANTS = {
     "base": (lambda D: _base(D),
-             "kernel as shipped (tc_config; lmk_zero=tile, full mask, unfolded softmax)",
+             "tc_config tile without knobs (lmk_zero=tile, full mask, unfolded softmax): the "
+             "first shipped kernel (its D=128 tile was 128x64 until 7cedefc; the shipped "
+             "kernel is launch.shipped_config)",
              "reference point: ~100 TF/s H32 D128, ~65 TF/s GQA D64"),
     "rows": (lambda D: _cfg(D, mask_split=False, fold=False),
              "V tile: zero only landmark rows (<= ceil(bN/C) rows, 1 for C=64) instead of a "
@@ -101,7 +104,8 @@ VARIANTS = {
                 "all, num_stages=3 (more smem; D=64 128x128: 32K+3x(16K+16K))",
                 "0..+5% vs all (latency hidden already at 2 with 2 consumer WGs)"),
     "all-tile2": (lambda D: _cfg(D, tile=_other_tile),
-                  "all, the other 128-row tile (D=128: 128x128, D=64: 128x64)",
+                  "all, the other 128-row tile (128x64 since 7cedefc; D=128 was 128x128 when "
+                  "the lab first ran)",
                   "D=128 128x128: +5-15% vs all (bigger wgmma N, half the barriers per key); "
                   "D=64 128x64: -5% vs all"),
     "all-64x64": (lambda D: _cfg(D, tile=(64, 64), threads=128),

@@ -1,6 +1,6 @@
 """Triton kernels of HiLS sliding-window attention, forward (SPEC.md).
 
-Three kernels:
+Four kernels:
 
 - :func:`_swa_fwd_kernel`: prefill / training. One program per (query block,
   batch x query head). It loops only over the key blocks its rows can see.
@@ -16,8 +16,11 @@ Three kernels:
   range of the tile is split over ``NUM_SPLITS`` programs, each writing a
   partial online-softmax state (normalised ``o`` and base-2 LSE, fp32).
 - :func:`_swa_combine_kernel`: merges the partial states of one row.
+- :func:`_swa_fwd_tma_kernel`: the prefill kernel with ``q``/``k``/``o`` (and
+  optionally ``v``) through TMA tensor descriptors, bf16/fp16 on Hopper; the
+  launcher takes it for long prefills (``launch.PREFILL_TMA``).
 
-Both attention kernels work in base 2 (``exp2``; scores pre-multiplied by
+The three attention kernels work in base 2 (``exp2``; scores pre-multiplied by
 ``sm_scale * log2(e)``) and write the natural-log LSE ``(m + log2 l) * ln 2``
 and ``o`` straight into the canonical contiguous ``(B, Hq, Lq, Dv)`` layout.
 
@@ -31,7 +34,11 @@ The visibility rule of SPEC.md (the Python copy is ``reference.mask``)::
 NaN safety: a matrix product turns ``0 * NaN`` into NaN, so a key that no row
 of the program can see (left of the first row's window edge, right of the last
 row, or a landmark when ``MASK_LMK``) is *loaded* as 0 (``mask=..., other=0``),
-not only masked in the scores.
+not only masked in the scores. The TMA prefill kernel is coarser: its key
+tiles are aligned to the first key any query of the *call* sees and it has no
+per-program range mask, so it zeroes only what no query of the call sees
+(keys left of that first key are never loaded, landmarks are zeroed); other
+rows of a tile that this program's rows do not see are loaded as they are.
 
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
 arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets

@@ -415,13 +415,16 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
            num_splits: int | None = None, phases: bool | None = None, tma=None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
     ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
-    and ``tma`` (``False`` or a key of ``TMA_MODES``) are private knobs for tests and tuning (``tools/gpu_triton.py``, ``tools/lab_triton.py``).
+    and ``tma`` (``None``: the table decides; ``False``: never; a key of
+    ``TMA_MODES``: forced on the prefill path) are private knobs for tests and
+    tuning (``tools/gpu_triton.py``, ``triton_impl.tma_prefill``).
 
     The launch plan (path, grids, constexprs, split sizes) depends only on the
     static problem, not on ``kv_start``, strides or data, and is cached. The
     TMA prefill kernel is taken when the plan has one and the call's strides
     and base addresses suit the copy engine (``"prefill_tma"`` is returned);
-    otherwise the pointer kernel serves the call.
+    otherwise the pointer kernel serves the call, or, when ``tma`` names a
+    mode, :class:`UnsupportedConfig` is raised.
     """
     key = (p.B, p.Hq, p.Hkv, p.Lq, p.Lk, p.Dqk, p.Dv, p.dtype, p.device, p.window_size, p.chunk_size,
            p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma)
