@@ -243,6 +243,27 @@ def test_cpu_without_interpreter_is_unsupported(monkeypatch):
     assert issubclass(UnsupportedConfig, NotImplementedError) and _api.UnsupportedConfig is UnsupportedConfig
 
 
+@pytest.mark.parametrize("kv_start,window_size,chunk_size", [
+    (2 ** 31 - 10, 16, 8),          # q_off = kv_start + Lk - Lq crosses 2**31
+    (2 ** 31 + 5, 16, 8),
+    (2 ** 40 + 3, 40, 64),
+    (7, 2 ** 31, 8),                # huge window: every key left of the query
+    (2 ** 31 - 10, 2 ** 62, 3),
+    (2 ** 31 - 10, 16, 2 ** 31 - 3),  # huge chunk: residue near 2**31
+    (5, 20, 2 ** 33),
+])
+def test_positions_past_int32(kv_start, window_size, chunk_size):
+    """The kernels get kv_start mod chunk_size and a window clamped to Lk + C
+    (same visibility); positions that would still pass int32 go int64."""
+    q, k, v = _inputs(1, 2, 1, 50, 64, 32, 32, torch.float32)
+    for mask_lmk, expand in ((True, True), (False, False)):
+        kw = dict(window_size=window_size, chunk_size=chunk_size, kv_start=kv_start,
+                  mask_lmk=mask_lmk, expand_to_chunk=expand)
+        for path in ("prefill", "splitkv"):
+            o, lse, _ = _run(q, k, v, path=path, **kw)
+            _check(o, lse, q, k, v, **kw)
+
+
 def test_tma_stride_rules():
     """Which inputs the TMA prefill kernel may read: innermost stride 1, other
     strides positive multiples of 16 bytes, 16-byte aligned base; the rest

@@ -34,11 +34,12 @@ The visibility rule of SPEC.md (the Python copy is ``reference.mask``)::
 NaN safety: a matrix product turns ``0 * NaN`` into NaN, so a key that no row
 of the program can see (left of the first row's window edge, right of the last
 row, or a landmark when ``MASK_LMK``) is *loaded* as 0 (``mask=..., other=0``),
-not only masked in the scores. The TMA prefill kernel is coarser: its key
-tiles are aligned to the first key any query of the *call* sees and it has no
-per-program range mask, so it zeroes only what no query of the call sees
-(keys left of that first key are never loaded, landmarks are zeroed); other
-rows of a tile that this program's rows do not see are loaded as they are.
+not only masked in the scores. The TMA prefill kernel does the same for ``v``
+(masked pointer loads over the program's key range ``[j_lo, j_hi)``, landmarks
+zeroed); its ``k`` tiles come by TMA, aligned to the first key any query of the
+*call* sees (nothing left of it is ever read), and a NaN in a ``k`` column
+reaches only scores that ``tl.where`` replaces. With ``V_TMA`` (a tuning mode,
+not shipped) ``v`` tiles come by TMA too and only landmark rows are zeroed.
 
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
 arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets
@@ -301,7 +302,7 @@ def _swa_fwd_tma_kernel(
                   + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd)
     for n0 in range(start, j_hi, BLOCK_N):
         kpos = kv_start + n0 + offs_n
-        k = desc_k.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DK)
+        k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
         s = tl.dot(q, k.T) * qk_scale
         vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None])
         if MASK_LMK:
@@ -315,11 +316,11 @@ def _swa_fwd_tma_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if V_TMA:
-            v = desc_v.load([b, kvh, n0 - j_min, 0]).reshape(BLOCK_N, BLOCK_DV)
+            v = desc_v.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
             if MASK_LMK:
                 v = tl.where(keep[:, None], v, 0.0)
         else:
-            vrow = (n0 + offs_n < Lk)
+            vrow = (n0 + offs_n >= j_lo) & (n0 + offs_n < j_hi)  # keys some row of the block sees
             if MASK_LMK:
                 vrow = vrow & keep
             if BLOCK_DV != DV:

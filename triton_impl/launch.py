@@ -308,6 +308,35 @@ _PLANS: dict = {}
 TMA_MODES = {"v_ptr": False, "v_tma": True}
 
 
+def _window_eff(p: Problem) -> int:
+    """``window_size`` clamped to ``Lk + chunk_size``: a wider window already
+    reaches left of key 0 for every query (expanded or not), so visibility is
+    unchanged, and the kernels' int32 arithmetic never sees a huge window."""
+    return min(p.window_size, p.Lk + p.chunk_size)
+
+
+_I32 = 2 ** 31
+
+
+def _kv_frame(p: Problem) -> int:
+    """The ``kv_start`` the kernels get: ``kv_start mod chunk_size``.
+
+    Visibility depends on positions only through differences and modulo
+    ``chunk_size`` (the floor of the expanded edge, the landmark test), so
+    shifting every position by the multiple ``kv_start - r`` of the chunk
+    changes nothing, and positions stay small for any ``kv_start`` (10**6 + 3,
+    2**40). Only when the chunk itself is huge could ``r + Lk`` still pass
+    int32: then ``r`` is moved up by whole chunks past 2**31, so Triton types
+    it (and every position derived from it) as int64.
+    """
+    c = p.chunk_size
+    r = p.kv_start % c
+    if r + p.Lk + _window_eff(p) + 2 * c + 1024 >= _I32:
+        while r < _I32:
+            r += c
+    return r
+
+
 def _tma_choice(p: Problem, tma, cfg: Config | None):
     """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None."""
     if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
@@ -317,7 +346,8 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
         return None if cfg is not None else PREFILL_TMA.get(key)
     if tma not in TMA_MODES:
         raise ValueError(f"unknown tma mode {tma!r}; one of {sorted(TMA_MODES)}")
-    return (cfg or PREFILL[key], TMA_MODES[tma])
+    shipped = PREFILL_TMA.get(key)  # forced: the shipped TMA config where there is one
+    return (cfg or (shipped[0] if shipped else PREFILL[key]), TMA_MODES[tma])
 
 
 def _tma_strides_ok(*tensors) -> bool:
@@ -344,7 +374,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
-                     (p.window_size, p.chunk_size),
+                     (_window_eff(p), p.chunk_size),
                      dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                      cfg.num_warps, cfg.num_stages)
         choice = _tma_choice(p, tma, config)
@@ -382,7 +412,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq, p.Lk),
-                 (p.window_size, p.chunk_size, split_len, rows_total),
+                 (_window_eff(p), p.chunk_size, split_len, rows_total),
                  dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                  base.num_warps, base.num_stages)
     if not packed:
@@ -407,7 +437,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     _FWD_TMA(plan.tma_grid, (*descs, v, lse),
-             (*v.stride(), *plan.head, p.kv_start, j_min, *plan.tail), (qk_scale,), plan.tma,
+             (*v.stride(), *plan.head, _kv_frame(p), j_min, *plan.tail), (qk_scale,), plan.tma,
              plan.tma_warps, plan.tma_stages)
 
 
@@ -442,7 +472,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
                 "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         _FWD(plan.grid, (q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.kv_start, *plan.tail),
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, _kv_frame(p), *plan.tail),
              (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
         return plan.path
     if plan.path == "packed":
@@ -455,7 +485,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
         op, lp = views[1], views[2]
     _SPLIT(plan.grid, (q, k, v, op, lp),
-           (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.kv_start, *plan.tail),
+           (*q.stride(), *k.stride(), *v.stride(), *plan.head, _kv_frame(p), *plan.tail),
            (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
