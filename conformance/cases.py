@@ -178,7 +178,7 @@ def _window_build(base: Case, row: dict) -> Case:
 
 def _kv_build(base: Case, row: dict) -> Case:
     C = base.chunk
-    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3}[row["kv"]]
+    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3, "2^31-20": 2**31 - 20}[row["kv"]]
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
 
@@ -305,8 +305,9 @@ def _categories() -> list[Category]:
                       "Lq": [129, 70]},
         _set(window=40, Lk=129)))
     C.append(Category(
-        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3 (landmarks and chunk starts by position)",
-        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3"], "shape": ["train", "infer", "decode"],
+        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-20 (landmarks and chunk starts by position; "
+        "positions crossing 2^31 inside the call)",
+        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3", "2^31-20"], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (True, False), (False, True)]},
         _kv_build))
     C.append(Category(
@@ -314,8 +315,9 @@ def _categories() -> list[Category]:
         lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7]},
         _flags_build))
     C.append(Category(
-        "scale", "explicit sm_scale (inputs rescaled so the softmax stays informative)",
-        lambda cuda: {"sm_scale": [0.05, 0.3, 1.0], "dtype": list(DTYPES), "D": [(64, 64), (64, 32)]},
+        "scale", "explicit sm_scale, zero and negative included (inputs rescaled so the softmax "
+        "stays informative)",
+        lambda cuda: {"sm_scale": [0.05, 0.3, 1.0, 0.0, -0.3], "dtype": list(DTYPES), "D": [(64, 64), (64, 32)]},
         _scale_build))
     C.append(Category(
         "empty_rows", "rows with no visible key: o == 0 exactly, lse == -inf",
@@ -469,6 +471,7 @@ def make_inputs(case: Case, run_seed: int, device=None):
     gen = torch.Generator().manual_seed(case_seed(case, run_seed))
     dt = case.torch_dtype
     scale = case.sm_scale if case.sm_scale is not None else default_scale(case.Dqk)
+    scale = abs(scale) or default_scale(case.Dqk)  # sm_scale = 0: every logit is 0 anyway
     q_std = 1.5 / (scale * math.sqrt(max(case.Dqk, 1)))
     q = _randn(gen, (case.B, case.Hq, case.Lq, case.Dqk), q_std)
     k = _randn(gen, (case.B, case.Hkv, case.Lk, case.Dqk), 1.0)

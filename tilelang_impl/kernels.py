@@ -67,21 +67,20 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, gpu):
-    """``mask_scores`` on tiles that cross a window edge, only the landmark columns
-    (or nothing without ``mask_lmk``) on tiles inside every row's window. One
-    statement (an ``if``), as ``mask_scores`` is."""
+                expand_to_chunk, scale_log2, gpu):
+    """``mask_scores`` on tiles that cross a window edge; on tiles inside every
+    row's window only the scale and the landmark columns (``mask_landmarks``), or
+    only the scale without ``mask_lmk`` (``scale_scores``). One statement (an
+    ``if``), as ``mask_scores`` is."""
     inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
-    if mask_lmk:
-        if inside:
-            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, gpu)
+    if inside:
+        if mask_lmk:
+            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu)
         else:
-            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, gpu)
+            M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
     else:
-        if T.Not(inside):
-            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, gpu)
+        M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
+                      mask_lmk, scale_log2, gpu)
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
@@ -183,12 +182,12 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                        policy=T.GemmWarpPolicy.FullRow)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, True)
+                                mask_lmk, expand_to_chunk, scale_log2, True)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                                  inv_c, mask_lmk, True)
+                                  inv_c, mask_lmk, scale_log2, True)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                        scale_log2, True, fold)
+                                        True, fold)
                 T.copy(acc_s, acc_p)
                 M.rescale_output(acc_o, alpha, block_M, Dv, True)
                 if v_zero:
@@ -205,9 +204,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             for i in T.Parallel(block_M):
                 if q0 + i < Lq:
                     if split:
-                        LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i], scale_log2)
+                        LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
                     else:
-                        LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i], scale_log2)
+                        LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
             T.copy(acc_o, O_s)
             if split:
                 T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
@@ -366,12 +365,12 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     T.gemm(q_l, k_l, acc_s, transpose_B=True)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, False)
+                                mask_lmk, expand_to_chunk, scale_log2, False)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
-                                  mask_lmk, False)
+                                  mask_lmk, scale_log2, False)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
-                                        scale_log2, False, fold)
+                                        False, fold)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
                 if gpu:
                     for j, d in T.grid(block_N, Dv):
@@ -384,7 +383,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     O[bz, by, q0 + i, d] = acc_o[i, d]
             for i in T.serial(bm):
                 if q0 + i < Lq:
-                    LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i], scale_log2)
+                    LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
 
     return main
 

@@ -100,18 +100,22 @@ def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_siz
 
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
-                inv_chunk, mask_lmk, gpu):
-    """Replace the score of every invisible (row, key) pair by ``-inf``.
+                inv_chunk, mask_lmk, scale_log2, gpu):
+    """Scale the raw products into base-2 logits (``* scale_log2``) and replace
+    the score of every invisible (row, key) pair by ``-inf``.
 
     A select, not an addition: a NaN score of an invisible key (from a NaN in
-    ``k``) becomes ``-inf`` too. Keys at or beyond ``Lk`` are invisible because
-    ``kpos <= qpos <= r + Lk - 1`` for every real row.
+    ``k``) becomes ``-inf`` too. The scale is applied inside the select, so a
+    masked score stays ``-inf`` for any ``sm_scale`` (zero and negative
+    included; scaling after the mask would turn ``-inf`` into ``+inf`` or NaN).
+    Keys at or beyond ``Lk`` are invisible because ``kpos <= qpos <= r + Lk - 1``
+    for every real row.
     """
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             visible(r + Lk - Lq + q_first + i, r + k_first + j, left_row[i], chunk_size,
                     inv_chunk, mask_lmk),
-            acc_s[i, j], -T.infinity("float32"))
+            acc_s[i, j] * scale_log2, -T.infinity("float32"))
 
 
 @T.macro
@@ -134,15 +138,24 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
 
 
 @T.macro
-def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, gpu):
-    """``-inf`` (by select) in every landmark column of the tile; nothing else.
+def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, scale_log2, gpu):
+    """Scale (``* scale_log2``) and put ``-inf`` (by select) in every landmark
+    column of the tile; nothing else.
 
     What :func:`mask_scores` does with ``mask_lmk`` on a tile for which
     :func:`tile_inside_windows` holds (every window test there is true).
     """
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(is_landmark(r + k_first + j, chunk_size, inv_chunk),
-                                     -T.infinity("float32"), acc_s[i, j])
+                                     -T.infinity("float32"), acc_s[i, j] * scale_log2)
+
+
+@T.macro
+def scale_scores(acc_s, block_M, block_N, scale_log2, gpu):
+    """``acc_s *= scale_log2``: what :func:`mask_scores` does without
+    ``mask_lmk`` on a tile for which :func:`tile_inside_windows` holds."""
+    for i, j in _loop(gpu)(block_M, block_N):
+        acc_s[i, j] = acc_s[i, j] * scale_log2
 
 
 @T.macro
@@ -187,22 +200,21 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
 
 
 @T.macro
-def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, scale_log2, gpu,
-                          fold=False):
-    """One step of the online softmax over a masked score tile ``acc_s`` (fp32).
+def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False):
+    """One step of the online softmax over a masked, scaled score tile ``acc_s``
+    (fp32 base-2 logits, from :func:`mask_scores` / :func:`mask_landmarks` /
+    :func:`scale_scores`).
 
-    Updates the running max ``m`` (raw scores), turns ``acc_s`` into
-    ``exp2((s - m) * scale_log2)``, writes the rescale factor of the old state
-    into ``alpha`` and updates the running sum ``l``. A row whose max is still
-    ``-inf`` (nothing visible yet) uses 0 as its reference, so it gets
-    ``p = 0`` and ``alpha = 0``, never ``exp(-inf + inf) = NaN``.
+    Updates the running max ``m`` (of the scaled logits), turns ``acc_s`` into
+    ``exp2(s - m)``, writes the rescale factor of the old state into ``alpha``
+    and updates the running sum ``l``. A row whose max is still ``-inf``
+    (nothing visible yet) uses 0 as its reference, so it gets ``p = 0`` and
+    ``alpha = 0``, never ``exp(-inf + inf) = NaN``.
 
     ``fold`` (Python bool, baked in) changes only the arithmetic, not the
-    result's definition: the row reference is scaled once per row (kept in
-    ``m_prev`` after ``alpha`` is computed) and each element costs one FMA and
-    one ``exp2`` (``exp2(s * scale_log2 - m_ref * scale_log2)``, as FlashAttention
-    does), with no per-element select of the reference. Same statement count
-    as ``fold=False`` (the kernels' pipeline schedules count statements).
+    result: the row reference is computed once per row (kept in ``m_prev``
+    after ``alpha``) instead of a per-element select. Same statement count as
+    ``fold=False`` (the kernels' pipeline schedules count statements).
     """
     loop = _loop(gpu)
     T.copy(m, m_prev)
@@ -213,18 +225,18 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
             m[i] = T.max(m[i], acc_s[i, j])
     if fold:
         for i in loop(block_M):
-            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i]) * scale_log2
-            alpha[i] = T.exp2(m_prev[i] * scale_log2 - m_ref)
+            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            alpha[i] = T.exp2(m_prev[i] - m_ref)
             m_prev[i] = m_ref
         for i, j in loop(block_M, block_N):
-            acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_prev[i])
+            acc_s[i, j] = T.exp2(acc_s[i, j] - m_prev[i])
     else:
         for i in loop(block_M):
             m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-            alpha[i] = T.exp2((m_prev[i] - m_ref) * scale_log2)
+            alpha[i] = T.exp2(m_prev[i] - m_ref)
         for i, j in loop(block_M, block_N):
             m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-            acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_ref * scale_log2)
+            acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref)
     if gpu:
         T.reduce_sum(acc_s, row_sum, dim=1)
     else:
@@ -258,11 +270,10 @@ def finalize_output(acc_o, l, block_M, Dv, gpu):
 
 
 @T.macro
-def row_lse(m_i, l_i, scale_log2):
-    """Natural-log LSE of a finished row: ``(m * scale_log2 + log2 l) * ln 2``;
-    ``-inf`` when the row saw no key."""
-    return T.if_then_else(l_i > 0, (m_i * scale_log2 + T.log2(l_i)) * LN2,
-                          -T.infinity("float32"))
+def row_lse(m_i, l_i):
+    """Natural-log LSE of a finished row: ``(m + log2 l) * ln 2`` (``m`` is the
+    running max of the base-2 logits); ``-inf`` when the row saw no key."""
+    return T.if_then_else(l_i > 0, (m_i + T.log2(l_i)) * LN2, -T.infinity("float32"))
 
 
 @T.macro
