@@ -33,7 +33,7 @@ __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case
            "invisible_slots", "pairwise", "DTYPES"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-LAYOUTS = ("bhld", "bthd", "pad", "padt", "mix")
+LAYOUTS = ("bhld", "bthd", "pad", "padt", "pad16", "mix")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Case:
     expand: bool = True
     kv_start: int = 0
     sm_scale: float | None = None
-    layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | mix
+    layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix
     nan_slots: bool = False  # NaN in every key slot no query can see
     error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
     device: str = field(default="cpu", compare=False)
@@ -449,6 +449,9 @@ def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
     elif layout == "padt":  # offset view inside a larger NaN-filled (B, L, H, D) buffer, transposed
         buf = torch.full((B + 1, L + 5, H + 2, D + 8), float("nan"), dtype=x.dtype, device=x.device)
         view = buf[1:1 + B, 3:3 + L, 1:1 + H, 4:4 + D].transpose(1, 2)
+    elif layout == "pad16":  # as padt, with 16-byte aligned base and strides (TMA-eligible)
+        buf = torch.full((B + 1, L + 5, H + 2, D + 16), float("nan"), dtype=x.dtype, device=x.device)
+        view = buf[1:1 + B, 3:3 + L, 1:1 + H, 8:8 + D].transpose(1, 2)
     else:
         raise ValueError(f"unknown layout {layout!r}")
     view.copy_(x)

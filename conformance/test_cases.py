@@ -90,7 +90,7 @@ def test_coverage_of_the_issue(cases):
     assert any(W > C and W % C == 0 for W, C, _, _ in w) and any(W > C and W % C for W, C, _, _ in w)
     assert any(W >= L + k for W, _, L, k in w)
     assert any(c.sm_scale is not None for c in cases)
-    assert {"bhld", "bthd", "pad", "padt", "mix"} <= _values(cases, "layout")
+    assert {"bhld", "bthd", "pad", "padt", "pad16", "mix"} <= _values(cases, "layout")
     assert any(c.nan_slots for c in cases)
     assert {c.error for c in cases if c.error} >= set(ERROR_RULES) - {"mixed_device"}
     assert any(c.B == 0 for c in cases) and any(c.Lq == 0 for c in cases)
@@ -146,17 +146,23 @@ def test_logits_are_informative():
         assert 0.8 < float(s.std()) < 3.0, scale
 
 
-@pytest.mark.parametrize("layout", ["bhld", "bthd", "pad", "padt", "mix"])
+@pytest.mark.parametrize("layout", ["bhld", "bthd", "pad", "padt", "pad16", "mix"])
 def test_layouts(layout):
     c = Case(category="x", layout=layout, Lq=10, Lk=20, dtype="fp32")
     q, k, v, _ = make_inputs(c, 1)
     qc, kc, vc, _ = make_inputs(Case(category="x", layout="bhld", Lq=10, Lk=20, dtype="fp32"), 1)
     assert q.shape == qc.shape and k.shape == kc.shape and v.shape == vc.shape
-    if layout in ("pad", "padt"):
+    if layout in ("pad", "padt", "pad16"):
         for t in (q, k, v):
             assert t.storage_offset() > 0 and not t.is_contiguous()
             full = torch.as_strided(t, (t.untyped_storage().nbytes() // 4,), (1,), 0)
             assert bool(full.isnan().any()) and not bool(t.isnan().any())
+    if layout == "pad16":  # what the TMA kernels need: 16-byte base and strides, NaN around
+        for dt in ("bf16", "fp16", "fp32"):
+            for t in make_inputs(Case(category="x", layout=layout, Lq=10, Lk=20, dtype=dt), 1)[:3]:
+                es = t.element_size()
+                assert t.data_ptr() % 16 == 0 and t.stride(-1) == 1
+                assert all((s * es) % 16 == 0 for s in t.stride()[:-1])
     if layout == "bthd":
         assert q.transpose(1, 2).is_contiguous() and not q.is_contiguous()
 
