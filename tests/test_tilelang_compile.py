@@ -92,6 +92,14 @@ def test_split_variant_without_flags_still_fails_to_lower():
         kernels.fwd_tc(*args)
 
 
+def test_no_ws_variant_still_fails_to_lower():
+    """kernels.fwd_tc_nows (no warp specialisation, no TMA) does not lower in
+    TileLang 0.1.15, so nothing ships it. When this starts to pass, the variant
+    can be measured again (tools/lab_tilelang.py takes ``ws=False`` configs)."""
+    with pytest.raises(Exception, match="Downcast"):
+        kernels.fwd_tc_nows(*_tc(128, 128, cfg=(128, 64, 2, 256)))
+
+
 def test_combine_and_fp32_kernels_compile(tmp_path):
     sass = _sass("combine", (128, "bfloat16"), tmp_path)
     assert "HGMMA" not in sass and len(sass) > 0

@@ -277,6 +277,8 @@ def test_tma_stride_rules():
     assert not L._tma_strides_ok(x.transpose(2, 3))  # innermost stride not 1
     with pytest.raises(UnsupportedConfig, match="TMA"):  # the interpreter has no TMA: forced -> refused
         sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
+    with pytest.raises(ValueError, match="prefill path"):  # a TMA mode on another path is a mistake
+        sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="splitkv", _tma="v_ptr")
 
 
 # ---------------------------------------------------------------- GPU tier

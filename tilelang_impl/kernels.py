@@ -249,6 +249,11 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
     loads of the next ``num_stages - 1`` tiles are issued ahead inside the
     software pipeline (``T.Pipelined``) instead of by a producer warp group.
+
+    Not used by the launcher: TileLang 0.1.15 cannot lower it ("Downcast from
+    tirx.Sub to ir.IntImm failed"; pinned by
+    ``tests/test_tilelang_compile.py::test_no_ws_variant_still_fails_to_lower``).
+    Kept as the reference point the first GPU sweeps compared against.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold)

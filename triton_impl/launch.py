@@ -461,6 +461,8 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     plan = _PLANS.get(key)
     if plan is None:
         plan = _make_plan(p, path, config, num_splits, phases, tma)
+        if tma and plan.path != "prefill":
+            raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
         _PLANS[key] = plan
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
