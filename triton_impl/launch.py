@@ -332,8 +332,7 @@ def _kv_frame(p: Problem) -> int:
     c = p.chunk_size
     r = p.kv_start % c
     if r + p.Lk + _window_eff(p) + 2 * c + 1024 >= _I32:
-        while r < _I32:
-            r += c
+        r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
     return r
 
 
