@@ -51,6 +51,23 @@ class Problem:
         return self.kv_start + self.Lk - self.Lq
 
     @property
+    def kernel_window(self) -> int:
+        """``window_size`` clamped to ``Lk + chunk_size``: a wider window already
+        reaches left of key 0 for every query (expanded or not), so visibility is
+        unchanged, and kernels doing int32 arithmetic never see a huge window."""
+        return min(self.window_size, self.Lk + self.chunk_size)
+
+    @property
+    def kv_residue(self) -> int:
+        """``kv_start mod chunk_size``: the ``kv_start`` of an equivalent frame.
+
+        Visibility depends on positions only through differences and modulo
+        ``chunk_size`` (the floor of the expanded edge, the landmark test), so
+        shifting every position by the chunk multiple ``kv_start - kv_residue``
+        changes nothing and keeps positions small for any ``kv_start``."""
+        return self.kv_start % self.chunk_size
+
+    @property
     def empty(self) -> bool:
         """True when no query row exists (``B``, ``Hq`` or ``Lq`` is 0): both
         outputs are empty. ``Dv == 0`` is not empty: ``o`` has no element but

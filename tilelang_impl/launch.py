@@ -167,15 +167,12 @@ def check_limits(p) -> None:
 
 
 def scalars(p) -> tuple[int, int, int, float, float]:
-    """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)``.
-
-    ``W`` is clamped to ``Lk + C``: any wider window already reaches left of
-    key 0 for every query (expanded or not), so visibility is unchanged and
-    the value fits int32.
+    """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)``:
+    ``W = p.kernel_window`` (clamped to ``Lk + C``, same visibility, fits int32)
+    and ``r = p.kv_residue`` (``kv_start mod C``, the relative frame of macros.py).
     """
     C = p.chunk_size
-    W = min(p.window_size, p.Lk + C)
-    return W, C, p.kv_start % C, 1.0 / C, p.sm_scale * LOG2E
+    return p.kernel_window, C, p.kv_residue, 1.0 / C, p.sm_scale * LOG2E
 
 
 def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:

@@ -17,7 +17,7 @@ import torch
 import triton
 
 from reference.errors import UnsupportedConfig
-from reference.mask import window_left
+from reference.mask import visible_key_range
 from reference.validation import Problem
 
 from . import kernels
@@ -308,30 +308,19 @@ _PLANS: dict = {}
 TMA_MODES = {"v_ptr": False, "v_tma": True}
 
 
-def _window_eff(p: Problem) -> int:
-    """``window_size`` clamped to ``Lk + chunk_size``: a wider window already
-    reaches left of key 0 for every query (expanded or not), so visibility is
-    unchanged, and the kernels' int32 arithmetic never sees a huge window."""
-    return min(p.window_size, p.Lk + p.chunk_size)
-
-
 _I32 = 2 ** 31
 
 
 def _kv_frame(p: Problem) -> int:
-    """The ``kv_start`` the kernels get: ``kv_start mod chunk_size``.
-
-    Visibility depends on positions only through differences and modulo
-    ``chunk_size`` (the floor of the expanded edge, the landmark test), so
-    shifting every position by the multiple ``kv_start - r`` of the chunk
-    changes nothing, and positions stay small for any ``kv_start`` (10**6 + 3,
-    2**40). Only when the chunk itself is huge could ``r + Lk`` still pass
-    int32: then ``r`` is moved up by whole chunks past 2**31, so Triton types
-    it (and every position derived from it) as int64.
+    """The ``kv_start`` the kernels get: ``p.kv_residue`` (``kv_start mod
+    chunk_size``, same visibility, small positions for any ``kv_start``). Only
+    when the chunk itself is huge could ``r + Lk`` still pass int32: then ``r``
+    is moved up by whole chunks past 2**31, so Triton types it (and every
+    position derived from it) as int64.
     """
     c = p.chunk_size
-    r = p.kv_start % c
-    if r + p.Lk + _window_eff(p) + 2 * c + 1024 >= _I32:
+    r = p.kv_residue
+    if r + p.Lk + p.kernel_window + 2 * c + 1024 >= _I32:
         r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
     return r
 
@@ -373,7 +362,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
-                     (_window_eff(p), p.chunk_size),
+                     (p.kernel_window, p.chunk_size),
                      dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                      cfg.num_warps, cfg.num_stages)
         choice = _tma_choice(p, tma, config)
@@ -411,7 +400,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq, p.Lk),
-                 (_window_eff(p), p.chunk_size, split_len, rows_total),
+                 (p.kernel_window, p.chunk_size, split_len, rows_total),
                  dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                  base.num_warps, base.num_stages)
     if not packed:
@@ -428,8 +417,9 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bm, bn, bdk, bdv = plan.tma_blocks
-    j_min = max(window_left(p.q_offset, window_size=p.window_size, chunk_size=p.chunk_size,
-                            expand_to_chunk=p.expand_to_chunk) - p.kv_start, 0)
+    j_min = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
+                              chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
+                              kv_start=p.kv_start)[0]  # the first key any query of the call sees
     kk, vv = k[:, :, j_min:], v[:, :, j_min:]
     descs = (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
