@@ -64,7 +64,9 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     the folded softmax are within +-3% alone. D <= 64 ships the split mask
     only (90 vs 66 TFLOP/s on GQA 32/4); D = 128 ships all three at 128 x 128
     (the measured combination, 146 vs 101); D > 128 keeps the kernel that was
-    verified there (no knobs).
+    verified there (no knobs). These lab figures predate the sm_scale fix of
+    da4dfe3 (scale inside the mask select), which cost about 5% (bench:
+    144 -> 137 TFLOP/s at 32/32/128 L=8K).
     """
     d = max(Dqk, Dv)
     if d <= 64:
