@@ -201,6 +201,23 @@ def test_knobs_match_golden_with_nan_slots(knobs, case):
         assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("knobs", KNOBS, ids=["-".join(map(str, k)) for k in KNOBS])
+@pytest.mark.parametrize("sm_scale", [0.0, -0.3])
+@pytest.mark.parametrize("mask_lmk", [True, False])
+def test_knobs_scale_inside_the_mask(knobs, sm_scale, mask_lmk):
+    """sm_scale <= 0 through every macro that scales (mask_scores on edge tiles,
+    mask_landmarks / scale_scores on interior tiles with mask_split, the folded
+    softmax): a masked score must stay -inf, never become +inf or NaN. The public
+    CPU path uses the default knobs only, so the conformance scale cases do not
+    reach mask_landmarks, scale_scores or fold on CPU."""
+    q, k, v = _inputs(1, 2, 2, 45, 60, 32, 32, torch.float32, seed=5)
+    kw = dict(window_size=40, chunk_size=4, mask_lmk=mask_lmk, expand_to_chunk=True, kv_start=3,
+              sm_scale=sm_scale)
+    o, lse = _cpu_knobs(q, k, v, knobs, **kw)
+    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
+    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+
+
 def test_tc_kernel_args_keeps_default_cache_key():
     assert launch.tc_kernel_args((128, 64, 2, 256)) == ("fwd_tc", (128, 64, 2, 256), ())
     assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False)) == \
