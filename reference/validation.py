@@ -50,22 +50,28 @@ class Problem:
         """Absolute position of query 0: ``kv_start + Lk - Lq``."""
         return self.kv_start + self.Lk - self.Lq
 
-    @property
-    def kernel_window(self) -> int:
-        """``window_size`` clamped to ``Lk + chunk_size``: a wider window already
-        reaches left of key 0 for every query (expanded or not), so visibility is
-        unchanged, and kernels doing int32 arithmetic never see a huge window."""
-        return min(self.window_size, self.Lk + self.chunk_size)
+    def kernel_frame(self) -> tuple[int, int, int]:
+        """``(r, W, C)``: a ``kv_start``, window and chunk with exactly this call's
+        visibility and small values, for kernels that compute positions in
+        fixed-width integers.
 
-    @property
-    def kv_residue(self) -> int:
-        """``kv_start mod chunk_size``: the ``kv_start`` of an equivalent frame.
-
-        Visibility depends on positions only through differences and modulo
-        ``chunk_size`` (the floor of the expanded edge, the landmark test), so
-        shifting every position by the chunk multiple ``kv_start - kv_residue``
-        changes nothing and keeps positions small for any ``kv_start``."""
-        return self.kv_start % self.chunk_size
+        - ``r = kv_start mod chunk_size``: visibility depends on positions only
+          through differences and modulo ``chunk_size`` (the floor of the
+          expanded edge, the landmark test), so shifting every position by the
+          chunk multiple ``kv_start - r`` changes nothing.
+        - When the chunk is longer than every relative position
+          (``chunk_size > r + Lk``), no landmark falls on a key and every
+          expanded left edge floors to 0 or below (all keys from index 0), while
+          unexpanded edges depend on ``r`` not at all: ``r = 0, C = Lk + 1``
+          gives the same visibility.
+        - ``W = min(window_size, Lk + C)``: a wider window already reaches left
+          of key 0 for every query, expanded or not.
+        """
+        c = self.chunk_size
+        r = self.kv_start % c
+        if c > r + self.Lk:
+            r, c = 0, self.Lk + 1
+        return r, min(self.window_size, self.Lk + c), c
 
     @property
     def empty(self) -> bool:

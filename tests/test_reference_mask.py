@@ -160,3 +160,31 @@ def test_render_marks_hidden_landmarks():
     lines = render_mask(m, window=w).splitlines()
     assert lines[3] == "###L...."
     assert lines[7] == "....###L"
+
+
+def test_kernel_frame_keeps_visibility():
+    """Problem.kernel_frame() (kv_start mod C, a window clamped to Lk + C, and
+    r = 0, C = Lk + 1 when the chunk outlasts every relative position) gives
+    exactly the visibility of the original call, for every flag pair."""
+    import random
+
+    from reference.validation import check_inputs
+
+    rng = random.Random(0)
+    for _ in range(400):
+        Lk = rng.randint(1, 40)
+        Lq = rng.randint(1, Lk)
+        W = rng.choice([1, 2, 5, 17, 64, 2 ** 31, 2 ** 62, rng.randint(1, 60)])
+        C = rng.choice([1, 2, 3, 7, 16, 41, 2 ** 31 - 3, 2 ** 63, rng.randint(1, 50)])
+        ks = rng.choice([0, 1, 15, 10 ** 6 + 3, 2 ** 31 - 20, 2 ** 40 + 3, rng.randint(0, 10 ** 9)])
+        x = torch.zeros(1, 1, Lk, 4)
+        for lmk in (True, False):
+            for exp in (True, False):
+                kw = dict(window_size=W, chunk_size=C, mask_lmk=lmk, expand_to_chunk=exp)
+                p = check_inputs(x[:, :, :Lq], x, x, kv_start=ks, **kw)
+                r, w, c = p.kernel_frame()
+                assert 0 <= r < c <= max(C, 1) and w <= Lk + c
+                want = visibility_mask(Lq, Lk, kv_start=ks, **kw)
+                got = visibility_mask(Lq, Lk, kv_start=r, window_size=w, chunk_size=c, mask_lmk=lmk,
+                                      expand_to_chunk=exp)
+                assert torch.equal(want, got), (Lq, Lk, W, C, ks, lmk, exp, (r, w, c))

@@ -141,7 +141,7 @@ def variants():
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
                      EXPAND=True, V_TMA=L.TMA_MODES[mode]),
                 cfg.num_warps, cfg.num_stages, True)
-    # int64 positions (a chunk or residue near 2**31: launch._kv_frame): the TMA
+    # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
     for (cls, bucket), (cfg, v_tma) in L.PREFILL_TMA.items():
         d, bd = _dims(bucket)

@@ -251,6 +251,9 @@ def test_cpu_without_interpreter_is_unsupported(monkeypatch):
     (2 ** 31 - 10, 2 ** 62, 3),
     (2 ** 31 - 10, 16, 2 ** 31 - 3),  # huge chunk: residue near 2**31
     (5, 20, 2 ** 33),
+    (5, 10, 2 ** 63),               # chunk longer than every position: no landmark, edges floor to 0
+    (5, 10, 2 ** 63 - 1),
+    (2 ** 62 + 9, 30, 2 ** 61 + 3),
 ])
 def test_positions_past_int32(kv_start, window_size, chunk_size):
     """The kernels get kv_start mod chunk_size and a window clamped to Lk + C

@@ -169,12 +169,12 @@ def check_limits(p) -> None:
 
 
 def scalars(p) -> tuple[int, int, int, float, float]:
-    """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)``:
-    ``W = p.kernel_window`` (clamped to ``Lk + C``, same visibility, fits int32)
-    and ``r = p.kv_residue`` (``kv_start mod C``, the relative frame of macros.py).
+    """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)`` from
+    ``p.kernel_frame()`` (same visibility, small values: ``r`` is the relative
+    frame of macros.py, ``W`` is clamped to ``Lk + C``).
     """
-    C = p.chunk_size
-    return p.kernel_window, C, p.kv_residue, 1.0 / C, p.sm_scale * LOG2E
+    r, W, C = p.kernel_frame()
+    return W, C, r, 1.0 / C, p.sm_scale * LOG2E
 
 
 def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:

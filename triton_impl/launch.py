@@ -279,8 +279,8 @@ class _Plan:
 
     path: str
     grid: tuple
-    head: tuple  # runtime ints before kv_start
-    tail: tuple  # runtime ints after kv_start
+    head: tuple  # runtime ints before the frame (kv_start, W, C: per call, _frame)
+    tail: tuple  # runtime ints after it
     constexprs: dict
     num_warps: int
     num_stages: int
@@ -311,18 +311,17 @@ TMA_MODES = {"v_ptr": False, "v_tma": True}
 _I32 = 2 ** 31
 
 
-def _kv_frame(p: Problem) -> int:
-    """The ``kv_start`` the kernels get: ``p.kv_residue`` (``kv_start mod
-    chunk_size``, same visibility, small positions for any ``kv_start``). Only
-    when the chunk itself is huge could ``r + Lk`` still pass int32: then ``r``
-    is moved up by whole chunks past 2**31, so Triton types it (and every
-    position derived from it) as int64.
+def _frame(p: Problem) -> tuple[int, int, int]:
+    """``(kv_start, W, C)`` the kernels get: ``p.kernel_frame()`` (same
+    visibility, small values). Only when ``Lk`` itself nears 2**31 could
+    positions still pass int32: then the frame is moved up by whole chunks
+    past 2**31, so Triton types it (and every position derived from it) as
+    int64; ``r < C <= Lk + 1`` keeps that far below 2**63.
     """
-    c = p.chunk_size
-    r = p.kv_residue
-    if r + p.Lk + p.kernel_window + 2 * c + 1024 >= _I32:
+    r, w, c = p.kernel_frame()
+    if r + p.Lk + w + 2 * c + 1024 >= _I32:
         r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
-    return r
+    return r, w, c
 
 
 def _tma_choice(p: Problem, tma, cfg: Config | None):
@@ -362,7 +361,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
-                     (p.kernel_window, p.chunk_size),
+                     (),
                      dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                      cfg.num_warps, cfg.num_stages)
         choice = _tma_choice(p, tma, config)
@@ -400,7 +399,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq, p.Lk),
-                 (p.kernel_window, p.chunk_size, split_len, rows_total),
+                 (split_len, rows_total),
                  dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                  base.num_warps, base.num_stages)
     if not packed:
@@ -417,6 +416,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bm, bn, bdk, bdv = plan.tma_blocks
+    r, w, c = _frame(p)
     j_min = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                               chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                               kv_start=p.kv_start)[0]  # the first key any query of the call sees
@@ -426,7 +426,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     _FWD_TMA(plan.tma_grid, (*descs, v, lse),
-             (*v.stride(), *plan.head, _kv_frame(p), j_min, *plan.tail), (qk_scale,), plan.tma,
+             (*v.stride(), *plan.head, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma,
              plan.tma_warps, plan.tma_stages)
 
 
@@ -463,7 +463,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
                 "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         _FWD(plan.grid, (q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, _kv_frame(p), *plan.tail),
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, *_frame(p), *plan.tail),
              (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
         return plan.path
     if plan.path == "packed":
@@ -476,7 +476,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
         op, lp = views[1], views[2]
     _SPLIT(plan.grid, (q, k, v, op, lp),
-           (*q.stride(), *k.stride(), *v.stride(), *plan.head, _kv_frame(p), *plan.tail),
+           (*q.stride(), *k.stride(), *v.stride(), *plan.head, *_frame(p), *plan.tail),
            (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
