@@ -153,3 +153,11 @@ def test_message_names_case_and_backend():
     m = r.message(c.id, "triton")
     assert m.startswith(f"{c.id} [triton]: FAIL (dtype)")
     assert math.isinf(r.ratio)
+
+
+def test_mean_floor_share_gives_few_elements_the_whole_floor():
+    from conformance.verdict import mean_floor_share
+    assert mean_floor_share(1) == 1.0 and mean_floor_share(2) > 0.9  # one element: mean = max
+    assert 0.64 < mean_floor_share(16) < 0.65
+    assert 0.5 < mean_floor_share(10 ** 6) < 0.501
+    assert all(mean_floor_share(n) >= mean_floor_share(n + 1) for n in range(1, 1000))
