@@ -178,7 +178,7 @@ def _window_build(base: Case, row: dict) -> Case:
 
 def _kv_build(base: Case, row: dict) -> Case:
     C = base.chunk
-    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3, "2^31-20": 2**31 - 20}[row["kv"]]
+    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3, "2^31-120": 2**31 - 120}[row["kv"]]
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
 
@@ -305,9 +305,9 @@ def _categories() -> list[Category]:
                       "Lq": [129, 70]},
         _set(window=40, Lk=129)))
     C.append(Category(
-        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-20 (landmarks and chunk starts by position; "
+        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-120 (landmarks and chunk starts by position; "
         "positions crossing 2^31 inside the call)",
-        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3", "2^31-20"], "shape": ["train", "infer", "decode"],
+        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3", "2^31-120"], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (True, False), (False, True)]},
         _kv_build))
     C.append(Category(
