@@ -449,7 +449,7 @@ def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
     elif layout == "padt":  # offset view inside a larger NaN-filled (B, L, H, D) buffer, transposed
         buf = torch.full((B + 1, L + 5, H + 2, D + 8), float("nan"), dtype=x.dtype, device=x.device)
         view = buf[1:1 + B, 3:3 + L, 1:1 + H, 4:4 + D].transpose(1, 2)
-    elif layout == "pad16":  # as padt, with 16-byte aligned base and strides (TMA-eligible)
+    elif layout == "pad16":  # as padt, 16-byte aligned base and strides (TMA-eligible) when D % 8 == 0
         buf = torch.full((B + 1, L + 5, H + 2, D + 16), float("nan"), dtype=x.dtype, device=x.device)
         view = buf[1:1 + B, 3:3 + L, 1:1 + H, 8:8 + D].transpose(1, 2)
     else:
