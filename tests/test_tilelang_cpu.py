@@ -136,7 +136,7 @@ def test_window_clamp_scalars():
 def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     """Split-KV only for small grids, and never for the flag combination whose
     split variant TileLang 0.1.15 cannot lower (launch.split_variant_builds)."""
-    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
 
     def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128):
         q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from reference.device import sm_count
 from reference.errors import UnsupportedConfig
 
 LOG2E = 1.4426950408889634
@@ -118,7 +119,6 @@ def tc_kernel_args(config) -> tuple[str, tuple, tuple]:
 
 
 _cache: dict[tuple, object] = {}
-_sm_count: dict[int, int] = {}
 
 
 def _kernel(kind: str, *args):
@@ -129,14 +129,6 @@ def _kernel(kind: str, *args):
         ker = getattr(kernels, kind)(*args)
         _cache[key] = ker
     return ker
-
-
-def num_sms(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_count.get(idx)
-    if n is None:
-        n = _sm_count[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return n
 
 
 _caps: dict[int, tuple[int, int]] = {}
@@ -188,7 +180,7 @@ def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
     if p.Dv not in SPLIT_DV or not split_variant_builds(p.mask_lmk, p.expand_to_chunk):
         return 1
     programs = -(-p.Lq // block_M) * p.B * p.Hq
-    sms = num_sms(device)
+    sms = sm_count(device)
     if programs >= sms:
         return 1
     reach = min(p.Lk, p.window_size + p.chunk_size + block_M)

@@ -145,7 +145,7 @@ def _compiled_flex(device: torch.device) -> Callable:
 
 def _block_mask(p, Lk_eff: int, kv0: int, device):
     fa = _flex()
-    q_pos0 = p.kv_start + p.Lk - p.Lq           # absolute position of query 0
+    q_pos0 = p.q_offset                         # absolute position of query 0
     k_pos0 = p.kv_start + kv0                   # absolute position of the first key passed
     key = (str(device), p.Lq, Lk_eff, p.window_size, p.chunk_size, p.mask_lmk, p.expand_to_chunk,
            q_pos0, k_pos0)

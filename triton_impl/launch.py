@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from reference.device import sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import Problem
@@ -212,19 +213,6 @@ def dtype_class(dtype: torch.dtype) -> str:
 
 def head_bucket(p: Problem) -> int:
     return max(32, _pow2(max(p.Dqk, p.Dv)))
-
-
-_SM_COUNT: dict[int, int] = {}
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (cached); a nominal 132 on CPU."""
-    if device.type != "cuda":
-        return 132
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
 
 
 # Grow-only fp32 scratch per device for the split-KV partial states.

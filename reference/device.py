@@ -1,0 +1,19 @@
+"""Device facts the backends' launchers share (cached, no synchronisation)."""
+
+from __future__ import annotations
+
+import torch
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (cached per device index); a
+    nominal 132 (an H200) for other devices, so CPU runs plan grids as a GPU would."""
+    if device.type != "cuda":
+        return 132
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _SM_COUNT.get(idx)
+    if n is None:
+        n = _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return n
