@@ -95,7 +95,8 @@ def variants():
                                         {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"},
                                         dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
                                              BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
-                                             IEEE=dt == torch.float32, PHASES=L.PHASES[(cls, bucket)]),
+                                             IEEE=dt == torch.float32, PHASES=L.PHASES[(cls, bucket)],
+                                             LMK_ONE=dt != torch.float32),
                                         cfg.num_warps, cfg.num_stages, dt != torch.float32)
     for (cls, bucket), cfg in L.PACKED.items():
         d, bd = _dims(bucket)
@@ -105,7 +106,8 @@ def variants():
                                        {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": f"*{t}", "LP": "*fp32"},
                                        dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
                                             BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
-                                            IEEE=dt == torch.float32, DIRECT=True),
+                                            IEEE=dt == torch.float32, DIRECT=True,
+                                            LMK_ONE=dt != torch.float32),
                                        cfg.num_warps, cfg.num_stages, dt != torch.float32)
     for (cls, bucket), cfg in L.SPLIT.items():
         d, bd = _dims(bucket)
@@ -120,7 +122,8 @@ def variants():
                                                    "LP": "*fp32"},
                                                   dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
                                                        BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
-                                                       UPCAST=False, IEEE=dt == torch.float32, DIRECT=False),
+                                                       UPCAST=False, IEEE=dt == torch.float32, DIRECT=False,
+                                                       LMK_ONE=dt != torch.float32),
                                                   cfg.num_warps, cfg.num_stages,
                                                   dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
@@ -139,7 +142,7 @@ def variants():
                  "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
                  "V": f"*{t}", "LSE": "*fp32"},
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                     EXPAND=True, V_TMA=L.TMA_MODES[mode]),
+                     EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True),
                 cfg.num_warps, cfg.num_stages, True)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
@@ -152,8 +155,14 @@ def variants():
              "desc_v": f"tensordesc<bf16[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<bf16[1,1,{bm},{bd}]>",
              "V": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64", "C": "i64"},
             dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                 EXPAND=True, V_TMA=v_tma),
+                 EXPAND=True, V_TMA=v_tma, LMK_ONE=True),
             cfg.num_warps, cfg.num_stages, True)
+    # The modulo landmark test (LMK_ONE=False: chunk_size < BLOCK_N, or the
+    # kernel frame's C = Lk + 1 below BLOCK_N) of every 16-bit kernel, D = 128 bucket.
+    for name in [n for n in out if n.endswith(("-bf16-D96", "-bf16-D96-M64"))
+                 or n.startswith("tma-v_ptr-bf16-D96")]:
+        grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
+        out[name + "-lmkmod"] = (grp, fn, ptrs, dict(consts, LMK_ONE=False), warps, stages, hgmma)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):

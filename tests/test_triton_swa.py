@@ -116,6 +116,38 @@ def test_nan_in_slots_no_query_sees(path):
     assert torch.equal(o, o_clean) and torch.equal(lse, l_clean)
 
 
+# (path, BLOCK_N, C): C == BLOCK_N (the phase wraps to exactly 0 after every block),
+# C a multiple and a non-multiple of BLOCK_N (one landmark per block at most:
+# LMK_ONE), C < BLOCK_N (several per block: the modulo test).
+LMK_PHASE = [("prefill", 16, 16), ("prefill", 16, 48), ("prefill", 16, 21), ("prefill", 16, 6),
+             ("splitkv", 16, 16), ("splitkv", 16, 37), ("splitkv", 32, 8)]
+
+
+@pytest.mark.parametrize("path,block_n,chunk", LMK_PHASE, ids=[f"{a}-N{b}-C{c}" for a, b, c in LMK_PHASE])
+def test_landmark_phase_every_residue(path, block_n, chunk):
+    """The landmark test carries its phase ``(kv_start + n0) % C`` from block to
+    block (kernels._not_lmk / _next_phase): every residue of ``kv_start`` mod
+    ``C`` (so every alignment of blocks to chunks), NaN in every landmark slot
+    (a landmark the kernel misses turns o into NaN), both kernels."""
+    assert L._lmk_one(chunk, block_n) == (chunk >= block_n)
+    kw = dict(window_size=2 * chunk + 5, chunk_size=chunk)
+    Lq = 2 if path == "splitkv" else 70
+    q, k, v = _inputs(1, 2, 1, Lq, 100, 32, 32, torch.float16)  # 16-bit: the kernels that take LMK_ONE
+    cfg = L.Config(16, block_n, 4, 1)
+    for kv_start in sorted({0, 1, chunk - 1, max(chunk - block_n, 0), chunk // 2, 3 * chunk + 2}):
+        kw["kv_start"] = kv_start
+        lmk = (torch.arange(100, device=DEV) + kv_start + 1) % chunk == 0
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, lmk], v2[:, :, lmk] = float("nan"), float("nan")
+        p = reference.check_inputs(q, k2, v2, **kw)
+        o, lse = p.new_outputs(poison=True)
+        L.launch(p, q, k2, v2, o, lse, path=path, config=cfg, num_splits=3 if path == "splitkv" else None)
+        _check(o, lse, q, k, v, **kw)
+    plan = next(pl for pl in L._PLANS.values() if pl.path == path and pl.block_n == block_n
+                and pl.constexprs[True]["DK"] == 32)
+    assert plan.constexprs[True]["LMK_ONE"] is True  # the test reaches the one-landmark kernel
+
+
 @pytest.mark.parametrize("path", ["prefill", "splitkv"])
 def test_empty_rows_are_zero_and_minus_inf(path):
     """chunk_size == 1 with mask_lmk: every key is a landmark, no row sees anything."""
@@ -172,9 +204,28 @@ def test_workspace_growth_refreshes_cached_plans(monkeypatch):
     assert L._WORKSPACE[wkey] is not before, "the case must grow the workspace"
     o3, l3, _ = _run(*small, path="splitkv", num_splits=4, **kw)
     assert torch.equal(o1, o3) and torch.equal(l1, l3)
-    small_plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv" and pl.head == (2, 1, 2, 1, 200)]
+    small_plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv" and pl.head == (2, 1, 2, 1)]
     assert small_plans and all(pl.views[0] is L._WORKSPACE[wkey] for pl in small_plans)
     _check(o2, l2, *big, **kw)
+
+
+def test_growing_lk_reuses_one_plan(monkeypatch):
+    """A decode loop's Lk grows by one a step: past W + C + Lq the launch plan no
+    longer depends on Lk, so the steps share one plan (and stay right); the plan
+    cache is bounded (cleared when PLANS_MAX plans are held)."""
+    monkeypatch.setattr(L, "_PLANS", {})
+    kw = dict(window_size=30, chunk_size=8, kv_start=5)
+    q, k, v = _inputs(1, 2, 1, 1, 60, 32, 32, torch.float16)
+    for lk in range(40, 60):
+        o, lse, taken = _run(q, k[:, :, :lk], v[:, :, :lk], path="splitkv", **kw)
+    _check(o, lse, q, k[:, :, :59], v[:, :, :59], **kw)
+    # W + C + Lq = 39: every Lk from 40 to 59 maps to one plan; Lk = 20 gets its own.
+    assert len(L._PLANS) == 1
+    _run(q, k[:, :, :20], v[:, :, :20], path="splitkv", **kw)
+    assert len(L._PLANS) == 2
+    monkeypatch.setattr(L, "PLANS_MAX", 2)
+    _run(q, k[:, :, :21], v[:, :, :21], path="splitkv", **kw)
+    assert len(L._PLANS) == 1
 
 
 def test_public_function_defaults_and_path_choice():

@@ -31,6 +31,15 @@ The visibility rule of SPEC.md (the Python copy is ``reference.mask``)::
     visible(i, j) = left(i) <= kpos(j) <= qpos(i)
                     and not (MASK_LMK and (kpos(j) + 1) % C == 0)
 
+How a key block evaluates it (the integer work between the two matrix
+products is most of a block's instructions): the window test is one
+subtraction and one unsigned compare per element (:func:`_in_window`); the
+landmark test, when ``C >= BLOCK_N`` (``LMK_ONE``, chosen per call by the
+launcher), is one compare per column against a per-block scalar carried from
+block to block (:func:`_not_lmk`), otherwise an integer modulo per column.
+SASS of one key block, sm_90, bf16, D=128 64x64 TMA kernel: 1002
+instructions before, 673 after (Triton 3.9 on CPU).
+
 NaN safety: a matrix product turns ``0 * NaN`` into NaN, so a key that no row
 of the program can see (left of the first row's window edge, right of the last
 row, or a landmark when ``MASK_LMK``) is *loaded* as 0 (``mask=..., other=0``),
@@ -73,6 +82,64 @@ def _window_left(qpos, W, C, EXPAND: tl.constexpr):
 
 
 @triton.jit
+def _span_u32(qpos, left):
+    """``qpos - left`` (>= 0: a window never starts right of its query) as uint32,
+    for :func:`_in_window`. Clamped to ``2**31 - 1``: a wider span already
+    reaches every key left of the query (key indices are below ``2**31``)."""
+    return tl.minimum(qpos - left, 2147483647).to(tl.int32).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _in_window(qidx, n0, offs_n, span):
+    """Window test of every (row, key) pair of a tile: ``left <= kpos <= qpos``.
+
+    ``qidx`` is the key index of each row's own position (``Lk - Lq + i``),
+    ``span = qpos - left`` (:func:`_span_u32`), the keys are ``n0 + offs_n``.
+    With ``d = qidx - key`` the test is ``0 <= d <= span``: one subtraction
+    and one unsigned compare per element (``d < 0`` wraps above any span)
+    instead of two signed compares and an ``and``. Key indices are below
+    ``2**31``, so ``d`` fits int32 whatever width the positions have.
+    """
+    kidx = (n0 + offs_n).to(tl.int32)
+    d = qidx.to(tl.int32)[:, None] - kidx[None, :]
+    return d.to(tl.uint32, bitcast=True) <= span[:, None]
+
+
+@triton.jit
+def _lmk_phase(kv_start, n0, C):
+    """``(kv_start + n0) % C``: the landmark phase of key ``n0`` (:func:`_not_lmk`)."""
+    return (kv_start + n0) % C
+
+
+@triton.jit
+def _next_phase(ph, C, BLOCK_N: tl.constexpr, LMK_ONE: tl.constexpr):
+    """The phase of the next key block (``BLOCK_N`` keys on): one add and one
+    conditional subtraction, valid because ``BLOCK_N <= C`` with ``LMK_ONE``.
+    Unused (returned unchanged) otherwise."""
+    if LMK_ONE:
+        ph = ph + BLOCK_N
+        ph = tl.where(ph >= C, ph - C, ph)
+    return ph
+
+
+@triton.jit
+def _not_lmk(offs_n, n0, kv_start, C, ph, LMK_ONE: tl.constexpr):
+    """Keys ``n0 + offs_n`` that are not landmarks: ``(kpos + 1) % C != 0``.
+
+    ``LMK_ONE`` (the launcher sets it when ``C >= BLOCK_N``): a block holds at
+    most one landmark. With ``ph = (kv_start + n0) % C``, ``ph + j + 1`` lies
+    in ``[1, C + BLOCK_N)``, so it is a multiple of ``C`` exactly when it
+    equals ``C``: column ``j = C - 1 - ph`` (none when that is ``>= BLOCK_N``).
+    One compare per column against a per-block scalar instead of an integer
+    modulo per column. Otherwise the modulo itself.
+    """
+    if LMK_ONE:
+        return offs_n != (C - 1 - ph).to(tl.int32)
+    else:
+        return ((kv_start + n0 + offs_n + 1) % C) != 0
+
+
+@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -91,26 +158,26 @@ def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPC
 
 
 @triton.jit
-def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left, kv_start, C, qk_scale,
+def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_start, C, ph, qk_scale,
             dk_ok, dv_ok,
             BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr,
-            PAD_DK: tl.constexpr, PAD_DV: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+            LMK_ONE: tl.constexpr, PAD_DK: tl.constexpr, PAD_DV: tl.constexpr,
+            UPCAST: tl.constexpr, IEEE: tl.constexpr):
     """One key block ``[n0, n0 + BLOCK_N)`` of the online softmax (base 2).
 
     ``MASK_WINDOW``: the block may hold keys outside some row's window (or
-    outside ``[j_lo, j_hi)``): bounds-masked loads and the full window test.
-    Otherwise every key of the block is inside every row's window and only the
-    landmark column test (``MASK_LMK``) remains.
+    outside ``[j_lo, j_hi)``): bounds-masked loads and the window test
+    (:func:`_in_window`). Otherwise every key of the block is inside every
+    row's window and only the landmark column test (``MASK_LMK``) remains.
+    ``ph`` is the block's landmark phase (:func:`_not_lmk`).
     """
     offs_n = n0 + tl.arange(0, BLOCK_N)
-    kpos = kv_start + offs_n
     in_range = (offs_n >= j_lo) & (offs_n < j_hi)
-    if MASK_WINDOW:
-        col_ok = in_range
-        if MASK_LMK:
-            col_ok = col_ok & (((kpos + 1) % C) != 0)
+    if MASK_LMK:
+        keep = _not_lmk(tl.arange(0, BLOCK_N), n0, kv_start, C, ph, LMK_ONE)
+        col_ok = in_range & keep if MASK_WINDOW else keep
     else:
-        col_ok = ((kpos + 1) % C) != 0
+        col_ok = in_range
     HAS_COL: tl.constexpr = MASK_WINDOW or MASK_LMK
     # k is loaded transposed: (D, BLOCK_N); v as (BLOCK_N, D). A NaN in an
     # in-range k column only reaches scores that tl.where below replaces, so k
@@ -124,10 +191,15 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left, kv_sta
         s = tl.dot(q, k)
     s = s * qk_scale
     if MASK_WINDOW:
-        vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None]) & col_ok[None, :]
+        # Keys outside [j_lo, j_hi) fail the window test of every real row
+        # (j_lo is the first row's edge, j_hi - 1 the last row's position);
+        # rows past Lq are never stored.
+        vis = _in_window(qidx, n0, tl.arange(0, BLOCK_N), span)
+        if MASK_LMK:
+            vis = vis & keep[None, :]
         s = tl.where(vis, s, float("-inf"))
     elif MASK_LMK:
-        s = tl.where(col_ok[None, :], s, float("-inf"))
+        s = tl.where(keep[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
     alpha = tl.math.exp2(m_i - m_safe)
@@ -152,7 +224,7 @@ def _swa_fwd_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    PHASES: tl.constexpr = True,
+    PHASES: tl.constexpr = True, LMK_ONE: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -173,6 +245,8 @@ def _swa_fwd_kernel(
     q_off = kv_start + Lk - Lq  # absolute position of query 0
     qpos = q_off + offs_m
     left = _window_left(qpos, W, C, EXPAND)
+    qidx = Lk - Lq + offs_m  # key index of each row's own position
+    span = _span_u32(qpos, left)
 
     # Key indices [j_lo, j_hi) some row of this block can see (left edges are
     # non-decreasing in the row, windows of consecutive rows overlap or touch).
@@ -208,19 +282,23 @@ def _swa_fwd_kernel(
         # Phase 1: left edge, masked.
         k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
         v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+        ph = _lmk_phase(kv_start, start, C)
         for n0 in range(start, b_, BLOCK_N):
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                    kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                    PAD_DK, PAD_DV, UPCAST, IEEE)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                    kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
             k_ptrs += BLOCK_N * skl
             v_ptrs += BLOCK_N * svl
         # Phase 2: inside every row's window: landmark test only.
         k_ptrs = k_base + (b_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
         v_ptrs = v_base + (b_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+        ph = _lmk_phase(kv_start, b_, C)
         for n0 in range(b_, c_, BLOCK_N):
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                    kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
-                                    PAD_DK, PAD_DV, UPCAST, IEEE)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                    kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
+                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
             k_ptrs += BLOCK_N * skl
             v_ptrs += BLOCK_N * svl
         c0 = c_
@@ -229,10 +307,12 @@ def _swa_fwd_kernel(
     # Phase 3: diagonal, masked.
     k_ptrs = k_base + (c0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
     v_ptrs = v_base + (c0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    ph = _lmk_phase(kv_start, c0, C)
     for n0 in range(c0, end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl
 
@@ -259,6 +339,7 @@ def _swa_fwd_tma_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
+    LMK_ONE: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -287,6 +368,8 @@ def _swa_fwd_tma_kernel(
     q_off = kv_start + Lk - Lq
     qpos = q_off + offs_m
     left = _window_left(qpos, W, C, EXPAND)
+    qidx = Lk - Lq + offs_m
+    span = _span_u32(qpos, left)
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
     j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
     j_hi = Lk - Lq + m_last + 1
@@ -300,13 +383,13 @@ def _swa_fwd_tma_kernel(
         offs_dv = tl.arange(0, BLOCK_DV)
         v_ptrs = (V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
                   + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd)
+    ph = _lmk_phase(kv_start, start, C)
     for n0 in range(start, j_hi, BLOCK_N):
-        kpos = kv_start + n0 + offs_n
         k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
         s = tl.dot(q, k.T) * qk_scale
-        vis = (kpos[None, :] >= left[:, None]) & (kpos[None, :] <= qpos[:, None])
+        vis = _in_window(qidx, n0, offs_n, span)
         if MASK_LMK:
-            keep = ((kpos + 1) % C) != 0
+            keep = _not_lmk(offs_n, n0, kv_start, C, ph, LMK_ONE)
             vis = vis & keep[None, :]
         s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -328,6 +411,7 @@ def _swa_fwd_tma_kernel(
             else:
                 v = tl.load(v_ptrs, mask=vrow[:, None], other=0.0)
             v_ptrs += BLOCK_N * svl
+        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
 
@@ -349,7 +433,7 @@ def _swa_splitkv_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    DIRECT: tl.constexpr = False,
+    DIRECT: tl.constexpr = False, LMK_ONE: tl.constexpr = False,
 ):
     """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
     (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
@@ -381,6 +465,8 @@ def _swa_splitkv_kernel(
     q_off = kv_start + Lk - Lq
     qpos = q_off + i_row
     left = _window_left(qpos, W, C, EXPAND)
+    qidx = Lk - Lq + i_row
+    span = _span_u32(qpos, left)
     i_first = r0 // G
     i_last = (tl.minimum(r0 + BLOCK_M, GL) - 1) // G
     j_lo = tl.maximum(_window_left(q_off + i_first, W, C, EXPAND) - kv_start, 0)
@@ -401,10 +487,12 @@ def _swa_splitkv_kernel(
     v_base = V + b64 * svb + kvh.to(tl.int64) * svh
     k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
     v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    ph = _lmk_phase(kv_start, start, C)
     for n0 in range(start, end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qpos, left,
-                                kv_start, C, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                PAD_DK, PAD_DV, UPCAST, IEEE)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
+                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl
 

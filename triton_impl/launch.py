@@ -157,22 +157,41 @@ class _Kernel:
         self.fn = fn
         self.cache: dict = {}
 
+    # Specialisation of a tuple of runtime ints (see _key), memoised by the tuple
+    # itself: a repeated call shape skips the per-int arithmetic. Bounded: cleared
+    # when full (a decode loop whose Lk grows adds one entry per step).
+    _SPECS: dict = {}
+    _SPECS_MAX = 4096
+
+    @staticmethod
+    def _int_spec(ints):
+        spec = _Kernel._SPECS.get(ints)
+        if spec is None:
+            spec = tuple((x == 1) + 2 * (x % 16 == 0) + 4 * (x >= 2 ** 31 or x < -2 ** 31) for x in ints)
+            if len(_Kernel._SPECS) >= _Kernel._SPECS_MAX:
+                _Kernel._SPECS.clear()
+            _Kernel._SPECS[ints] = spec
+        return spec
+
     @staticmethod
     def _key(static, tensors, ints):
-        spec = tuple((x == 1) + 2 * (x % 16 == 0) + 4 * (x >= 2 ** 31 or x < -2 ** 31) for x in ints)
         # Tensors: dtype and 16-byte alignment; TMA descriptors: what their type
         # carries (block shape, element type, padding); shapes/strides are runtime.
         align = tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor)
                       else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
-        return static, spec, align
+        return static, _Kernel._int_spec(ints), align
 
-    def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int):
-        """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order."""
+    def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int,
+                 static=None):
+        """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
+        (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages)``,
+        precomputed by the caller's plan (computed here when not given)."""
         args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
             self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
             return
-        static = (tuple(constexprs.items()), num_warps, num_stages)
+        if static is None:
+            static = static_key(constexprs, num_warps, num_stages)
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
         if ck is not None:
@@ -187,6 +206,11 @@ class _Kernel:
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
                 and names[len(args):] == list(constexprs)):
             self.cache[key] = ck
+
+
+def static_key(constexprs: dict, num_warps: int, num_stages: int) -> tuple:
+    """The static part of :class:`_Kernel`'s cache key."""
+    return tuple(constexprs.items()), num_warps, num_stages
 
 
 def _direct_launch(ck, grid, full_args) -> None:
@@ -263,31 +287,70 @@ def choose_path(p: Problem, cfg: Config | None = None) -> str:
 
 @dataclass
 class _Plan:
-    """Everything a call derives from its static shape and flags, computed once."""
+    """Everything a call derives from its static shape and flags, computed once.
+
+    ``constexprs`` holds two variants keyed by ``LMK_ONE`` (``kernels._not_lmk``):
+    the call's kernel frame decides per call which one runs (``_lmk_one``);
+    ``static`` holds their precomputed :func:`static_key`.
+    """
 
     path: str
     grid: tuple
-    head: tuple  # runtime ints before the frame (kv_start, W, C: per call, _frame)
-    tail: tuple  # runtime ints after it
-    constexprs: dict
+    head: tuple  # runtime ints before Lk (Lk, then kv_start, W, C: per call)
+    tail: tuple  # runtime ints after the frame
+    constexprs: dict  # LMK_ONE -> constexprs
     num_warps: int
     num_stages: int
+    block_n: int = 0
+    static: dict | None = None  # LMK_ONE -> static_key
     # split-KV only
     ws_numel: int = 0
     op_numel: int = 0
     combine_grid: tuple = ()
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
+    combine_static: tuple = ()
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
-    tma: dict | None = None  # constexprs of _swa_fwd_tma_kernel
+    tma: dict | None = None  # LMK_ONE -> constexprs of _swa_fwd_tma_kernel
+    tma_static: dict | None = None
     tma_grid: tuple = ()
     tma_blocks: tuple = ()  # (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
     tma_warps: int = 4
     tma_stages: int = 3
 
 
+def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int) -> tuple[dict, dict]:
+    """``(constexprs, static keys)`` keyed by ``LMK_ONE``; without ``mask_lmk``
+    (or where the one-landmark test is not used, see :func:`_make_plan`) both
+    keys map to the ``LMK_ONE=False`` kernel."""
+    off = dict(cx, LMK_ONE=False)
+    on = dict(cx, LMK_ONE=True) if mask_lmk else off
+    return ({False: off, True: on},
+            {False: static_key(off, num_warps, num_stages), True: static_key(on, num_warps, num_stages)})
+
+
+def _lmk_one(c: int, block_n: int) -> bool:
+    """Whether the kernel frame's chunk ``c`` allows the one-landmark-per-block
+    test (``kernels._not_lmk``): ``c >= BLOCK_N``."""
+    return c >= block_n
+
+
 _PLANS: dict = {}
+PLANS_MAX = 1024  # the plan cache is cleared when it holds this many (distinct static shapes)
+
+
+def _lk_key(p: Problem, path) -> int:
+    """``Lk`` as far as a launch plan depends on it: past
+    ``window_size + chunk_size + Lq`` nothing the plan computes (path choice,
+    split sizes) changes with ``Lk`` (every ``min(Lk, ...)`` in
+    :func:`choose_path` / :func:`_make_plan` saturates), so a decode loop whose
+    ``Lk`` grows by one a step reuses one plan instead of building one per step.
+    The packed path's split length spans all of ``Lk``: exact ``Lk`` wherever
+    it can be chosen."""
+    if path == "packed" or (path is None and PACK_MIN_GROUP is not None):
+        return p.Lk
+    return min(p.Lk, p.window_size + p.chunk_size + p.Lq)
 
 
 # mode -> V by TMA. Triton 3.6's automatic warp specialisation of this loop
@@ -345,13 +408,17 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         path = choose_path(p)
     common = dict(DK=p.Dqk, DV=p.Dv, BLOCK_DK=bdk, BLOCK_DV=bdv)
     flags = dict(MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, UPCAST=upcast, IEEE=ieee)
+    # The one-landmark-per-block test (kernels._not_lmk) serves the 16-bit kernels
+    # only: the fp32 tiles are FFMA-bound (~1030 FFMA vs ~40 ISETP per block at
+    # D=64) and with it ptxas spills 4-8 registers in two fp32 configs.
+    lmk_one_ok = p.mask_lmk and not ieee
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
-        plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq, p.Lk),
-                     (),
-                     dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-                     cfg.num_warps, cfg.num_stages)
+        cx, st = _by_lmk(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
+                         lmk_one_ok, cfg.num_warps, cfg.num_stages)
+        plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st)
         choice = _tma_choice(p, tma, config)
         if choice is not None and tma is None:
             programs = _cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
@@ -359,8 +426,10 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
                 choice = None
         if choice is not None:
             tcfg, v_tma = choice
-            plan.tma = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
-                            MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma)
+            plan.tma, plan.tma_static = _by_lmk(
+                dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
+                     EXPAND=p.expand_to_chunk, V_TMA=v_tma),
+                lmk_one_ok, tcfg.num_warps, tcfg.num_stages)
             plan.tma_grid = (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq)
             plan.tma_blocks = (tcfg.block_m, tcfg.block_n, bdk, bdv)
             plan.tma_warps, plan.tma_stages = tcfg.num_warps, tcfg.num_stages
@@ -386,10 +455,10 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         num_splits = max(1, min(num_splits, n_blocks))
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
-    plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq, p.Lk),
-                 (split_len, rows_total),
-                 dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-                 base.num_warps, base.num_stages)
+    cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
+                     lmk_one_ok, base.num_warps, base.num_stages)
+    plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
+                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
@@ -397,6 +466,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
                                        ROWS=COMBINE_ROWS)
+        plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1)
     return plan
 
 
@@ -413,9 +483,10 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
+    one = _lmk_one(c, bn)
     _FWD_TMA(plan.tma_grid, (*descs, v, lse),
-             (*v.stride(), *plan.head, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma,
-             plan.tma_warps, plan.tma_stages)
+             (*v.stride(), *plan.head, p.Lk, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma[one],
+             plan.tma_warps, plan.tma_stages, plan.tma_static[one])
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -433,13 +504,15 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
-    key = (p.B, p.Hq, p.Hkv, p.Lq, p.Lk, p.Dqk, p.Dv, p.dtype, p.device, p.window_size, p.chunk_size,
-           p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma)
+    key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _make_plan(p, path, config, num_splits, phases, tma)
         if tma and plan.path != "prefill":
             raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
+        if len(_PLANS) >= PLANS_MAX:
+            _PLANS.clear()
         _PLANS[key] = plan
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
@@ -450,9 +523,11 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             raise UnsupportedConfig(
                 "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
+        frame = _frame(p)
+        one = _lmk_one(frame[2], plan.block_n)
         _FWD(plan.grid, (q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, *_frame(p), *plan.tail),
-             (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame, *plan.tail),
+             (qk_scale,), plan.constexprs[one], plan.num_warps, plan.num_stages, plan.static[one])
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -463,10 +538,12 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             ws = workspace(p.device, plan.ws_numel)
             views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
         op, lp = views[1], views[2]
+    frame = _frame(p)
+    one = _lmk_one(frame[2], plan.block_n)
     _SPLIT(plan.grid, (q, k, v, op, lp),
-           (*q.stride(), *k.stride(), *v.stride(), *plan.head, *_frame(p), *plan.tail),
-           (qk_scale,), plan.constexprs, plan.num_warps, plan.num_stages)
+           (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
+           (qk_scale,), plan.constexprs[one], plan.num_warps, plan.num_stages, plan.static[one])
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
-                 COMBINE_WARPS, 1)
+                 COMBINE_WARPS, 1, plan.combine_static)
     return plan.path
