@@ -43,24 +43,43 @@ def _sass(kind, args, tmp_path):
     return path.read_text()
 
 
-def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None):
-    """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships."""
+def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
+        C=64):
+    """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
+    for a call with kernel-frame chunk ``C`` (the split config and knobs with
+    ``split``; ``lmk_cols`` resolved by launch.lmk_cols_for)."""
+    if cfg is None and knobs is None:
+        full = (launch.SPLIT_CONFIG + launch.SPLIT_KNOBS if split
+                else launch.shipped_config(Dqk, Dv))
+        _, cfg, knobs = launch.tc_kernel_args(full, lmk, C)
     if knobs is None:
-        knobs = launch.tc_knobs(Dqk, Dv) if cfg is None else ()
+        knobs = ()
     return ((Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
             + (split,) + tuple(knobs))
 
 
 TC_VARIANTS = {
-    # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask
+    # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask; C = 64: two
+    # landmark columns per 128-key tile (lmk_cols = 2)
     "d64": _tc(64, 64),
-    # shipped D = 128: tile 128x128, landmark rows, split mask, folded softmax; BLHD inputs
+    # the same for C >= 128 (lmk_cols = 1) and C < 64 (general landmark test, lmk_cols = 0)
+    "d64-lmk1": _tc(64, 64, C=128),
+    "d64-general": _tc(64, 64, C=16),
+    # shipped D = 128: tile 128x128, landmark rows, split mask, folded softmax; BLHD
+    # inputs; C = 64 (lmk_cols = 2)
     "d128-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True),
+    "d128": _tc(128, 128),
+    # shipped D = 128 for C >= 128 (lmk_cols = 1) and C < 64 (general test)
+    "d128-lmk1": _tc(128, 128, C=128),
+    "d128-general": _tc(128, 128, C=16),
     # same without mask_lmk: V straight from TMA, no zeroing
     "d128-nolmk": _tc(128, 128, lmk=False),
-    # split-KV partials (decode path), shipped config
-    "d128-split": _tc(128, 128, split=True, cfg=launch.SPLIT_CONFIG),
-    "d96-split": _tc(96, 96, split=True, cfg=launch.SPLIT_CONFIG),
+    # split-KV partials (decode path), shipped config: C = 64 on 64-key tiles
+    # (lmk_cols = 1), 32 <= C < 64 (lmk_cols = 2) and C < 32 (general)
+    "d128-split": _tc(128, 128, split=True),
+    "d96-split": _tc(96, 96, split=True),
+    "d128-split-lmk2": _tc(128, 128, split=True, C=32),
+    "d128-split-general": _tc(128, 128, split=True, C=16),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
     "d128-first": _tc(128, 128, cfg=(128, 64, 2, 256)),
     # 64x64 tile, one consumer warp group (D > 128), shipped
@@ -80,6 +99,28 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
     sass = _sass("fwd_tc", TC_VARIANTS[name], tmp_path)
     assert "HGMMA" in sass
     assert "UTMALDG" in sass
+
+
+def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
+    """Every kernel run_cuda can pick for D = 64 / 96 / 128 with mask_lmk (lmk_cols
+    0, 1, 2 prefill; 0, 1 split) is among the compiled variants."""
+    have = set(TC_VARIANTS.values())
+    for D in (64, 128):
+        for C in range(1, 300):
+            assert _tc(D, D, C=C) in have, C
+    for C in range(1, 300):
+        assert _tc(128, 128, split=True, C=C) in have
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_lmk_cols_drops_the_float_landmark_test(D, tmp_path):
+    """lmk_cols (macros.tile_landmark) replaces the per-score float quotient
+    (I2F, FMUL, F2I, IMAD, 3 ISETP) by integer compares: the shipped C = 64 kernel
+    has a small fraction of the general kernel's F2I conversions (measured at
+    sm_90a: 110 -> 14 for D = 128, 111 -> 7 for D = 64)."""
+    general = _sass("fwd_tc", _tc(D, D, C=16), tmp_path).count("F2I")
+    cols = _sass("fwd_tc", _tc(D, D, C=64), tmp_path).count("F2I")
+    assert _tc(D, D, C=64)[-1] == 2 and cols * 4 < general, (cols, general)
 
 
 def test_split_variant_without_flags_still_fails_to_lower():

@@ -224,7 +224,120 @@ def test_tc_kernel_args_keeps_default_cache_key():
         ("fwd_tc", (128, 64, 2, 256), ())
     assert launch.tc_kernel_args((128, 64, 2, 256, "rows", True)) == \
         ("fwd_tc", (128, 64, 2, 256), ("rows", True))
-    assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, False)) == \
+    assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, 0, False)) == \
         ("fwd_tc_nows", (128, 64, 2, 256), ())
     with pytest.raises(ValueError):
-        launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, True, 1))
+        launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, 2, True, 1))
+
+
+def test_lmk_cols_rule_per_call():
+    """launch.lmk_cols_for: K = ceil(block_N / C) landmark columns per tile when
+    mask_lmk and K <= the config's cap; otherwise the general test (0)."""
+    f = launch.lmk_cols_for
+    assert f(2, True, 64, 128) == 2 and f(2, True, 65, 128) == 2 and f(2, True, 128, 128) == 1
+    assert f(2, True, 10**6, 128) == 1 and f(2, True, 63, 128) == 0 and f(2, True, 16, 16) == 1
+    assert f(2, True, 8, 16) == 2 and f(2, True, 7, 16) == 0 and f(1, True, 64, 128) == 0
+    assert f(2, False, 64, 128) == 0 and f(0, True, 128, 128) == 0
+    for C in range(1, 300):
+        for bN in (16, 64, 128):
+            k = f(2, True, C, bN)
+            assert k == 0 or (k * C >= bN and (k - 1) * C < bN)  # exact, and the fewest compares
+    ship = launch.shipped_config(128, 128)
+    assert launch.tc_kernel_args(ship, True, 64)[2] == ("rows", True, True, 2)
+    assert launch.tc_kernel_args(ship, True, 200)[2] == ("rows", True, True, 1)
+    assert launch.tc_kernel_args(ship, True, 32)[2] == ("rows", True, True)   # general kernel
+    assert launch.tc_kernel_args(ship, False, 64)[2] == ("rows", True, True)  # no landmarks
+    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True)             # no call: general
+    assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 64) == \
+        ("fwd_tc", launch.SPLIT_CONFIG, ("tile", False, False, 1))
+    assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 16) == \
+        ("fwd_tc", launch.SPLIT_CONFIG, ())
+    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == ("tile", True, False, 1)
+    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 5, 16) == ("tile", True)
+
+
+# lmk_cols (macros.tile_landmark): the landmark test as K compares against the
+# tile's landmark columns, exact when K * C >= block_N for the kernel-frame C.
+# The CPU kernel (16-key tiles) with K = 0, the launcher's K, and K = 2 where
+# allowed, under the lmk_zero / mask_split modes it meets in the shipped configs.
+LMK_CASES = [
+    # (B, Hq, Hkv, Lq, Lk, D, window, chunk, expand, kv_start)
+    (1, 2, 1, 40, 90, 32, 20, 16, True, 3),            # C == block_N: one column, K = 1
+    (1, 2, 2, 64, 64, 32, 37, 40, True, 0),            # C > block_N, some tiles without one
+    (1, 2, 1, 50, 120, 32, 45, 24, False, 10**6 + 3),  # block_N < C < 2 block_N, no expansion
+    (1, 2, 1, 50, 100, 32, 30, 8, True, 5),            # C = block_N / 2: two columns, K = 2
+    (1, 2, 1, 45, 70, 32, 20, 11, True, 2**40 + 7),    # K = 2 with an odd chunk
+    (1, 2, 1, 40, 70, 32, 9, 5, True, 3),              # C < block_N / 2: general test only
+    (1, 2, 1, 30, 40, 32, 8, 1000, False, 123),        # frame C = Lk + 1 = 41: K = 1
+    (1, 3, 1, 4, 10, 32, 6, 10**6, False, 7),          # frame C = 11 < block_N: K = 2
+]
+LMK_MODES = [("tile", False, False), ("tile", True, False), ("rows", True, True)]
+
+
+@pytest.mark.parametrize("modes", LMK_MODES, ids=["-".join(map(str, m)) for m in LMK_MODES])
+@pytest.mark.parametrize("case", LMK_CASES, ids=[f"C{c[7]}-Lk{c[4]}" for c in LMK_CASES])
+def test_lmk_cols_match_golden_with_nan_slots(case, modes):
+    B, Hq, Hkv, Lq, Lk, D, W, C, exp, ks = case
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=13)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=True, expand_to_chunk=exp, kv_start=ks)
+    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
+    lmk = reference.is_landmark(torch.arange(Lk) + ks, chunk_size=C)
+    assert bad.any()
+    k, v = k.clone(), v.clone()
+    k[:, :, bad] = float("nan")  # landmarks and slots left of every window
+    v[:, :, bad] = float("nan")
+    go, gl = reference.golden(q, k, v, **kw)
+    exp_ = verdict.expected(q, k, v, kw)
+    Ck = check_inputs(q, k, v, **kw).kernel_frame()[2]
+    k_min = launch.lmk_cols_for(launch.LMK_COLS_MAX, True, Ck, 16)
+    assert (k_min > 0) == (Ck >= 8)
+    runs = {0} | ({k_min, 2} if k_min else set())
+    for K in sorted(runs):
+        o, lse = _cpu_knobs(q, k, v, modes + (K,), **kw)
+        vd = verdict.judge(o, lse, exp_)
+        assert vd.status == verdict.PASS, f"lmk_cols={K}: " + "; ".join(vd.problems)
+        assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+        assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
+        assert (o.double() - go).abs().max().item() <= 1e-5, K
+        fin = torch.isfinite(gl)
+        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5, K
+    # the NaN slots include landmarks wherever a key is one (C < Lk + kv_start % C)
+    assert not (lmk & ~bad).any()
+
+
+@pytest.mark.parametrize("modes", LMK_MODES, ids=["-".join(map(str, m)) for m in LMK_MODES])
+@pytest.mark.parametrize("sm_scale", [0.0, -0.3])
+def test_lmk_cols_scale_inside_the_mask(modes, sm_scale):
+    """sm_scale <= 0 through the lmk_cols arithmetic of mask_scores and
+    mask_landmarks: masked scores stay -inf."""
+    q, k, v = _inputs(1, 2, 2, 45, 80, 32, 32, torch.float32, seed=16)
+    kw = dict(window_size=40, chunk_size=16, mask_lmk=True, expand_to_chunk=True, kv_start=3,
+              sm_scale=sm_scale)
+    o, lse = _cpu_knobs(q, k, v, modes + (1,), **kw)
+    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
+    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+
+
+def test_lmk_cols_too_few_is_wrong():
+    """The knob changes the arithmetic: one column where a 16-key tile holds two
+    landmarks (C = 8) misses one, so the launcher's rule (K * C >= block_N) matters."""
+    q, k, v = _inputs(1, 2, 1, 40, 90, 32, 32, torch.float32, seed=14)
+    kw = dict(window_size=20, chunk_size=8, mask_lmk=True, expand_to_chunk=True, kv_start=5)
+    o, lse = _cpu_knobs(q, k, v, ("tile", False, False, 1), **kw)
+    assert verdict.judge(o, lse, verdict.expected(q, k, v, kw)).status != verdict.PASS
+    o, lse = _cpu_knobs(q, k, v, ("tile", False, False, 2), **kw)
+    assert verdict.judge(o, lse, verdict.expected(q, k, v, kw)).status == verdict.PASS
+
+
+@pytest.mark.parametrize("C,K,expand", [(16, 1, True), (40, 1, True), (8, 2, True), (5, 0, True),
+                                        (10**6, 1, False)])
+def test_public_cpu_path_bakes_lmk_cols(C, K, expand):
+    """sliding_window_attention on CPU runs the CPU kernel with the launcher's
+    lmk_cols (shipped knobs, 16-key tile), and matches the reference."""
+    q, k, v = _inputs(1, 2, 1, 33, 60, 64, 64, torch.float32, seed=15)
+    kw = dict(window_size=21, chunk_size=C, kv_start=9, expand_to_chunk=expand)
+    launch._cache.clear()
+    _check(q, k, v, nan_slots=True, **kw)
+    (key,) = [key for key in launch._cache if key[0] == "fwd_cpu"]
+    knobs = key[9:]
+    assert (knobs[3] if len(knobs) > 3 else 0) == K, key

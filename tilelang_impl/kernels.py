@@ -53,13 +53,14 @@ def _elem(X, blhd: bool, b, h, l, d):
 # --------------------------------------------------------------------------------------
 @T.macro
 def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk, ws,
-            lmk_zero):
+            lmk_zero, lmk_cols):
     """The ``V`` tile load: a bulk copy, except without warp specialisation and
     ``lmk_zero="tile"`` where kept rows are loaded and the others zero-filled
     element by element (the pre-knob non-ws kernel)."""
     if mask_lmk and not ws and lmk_zero == "tile":
+        j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
         for j, d in T.Parallel(block_N, Dv):
-            V_s[j, d] = T.if_then_else(M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk),
+            V_s[j, d] = T.if_then_else(M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
                                        _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
     else:
         T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
@@ -67,20 +68,20 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``). One statement (an
-    ``if``), as ``mask_scores`` is."""
+    ``if``), as ``mask_scores`` is. ``lmk_cols``: ``macros.tile_landmark``."""
     inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
     if inside:
         if mask_lmk:
-            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu)
+            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu, lmk_cols)
         else:
             M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
     else:
         M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                      mask_lmk, scale_log2, gpu)
+                      mask_lmk, scale_log2, gpu, lmk_cols)
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
@@ -90,8 +91,15 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 LMK_ZERO = ("tile", "rows")
 
 
+def _check_lmk_cols(lmk_cols):
+    """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 = general."""
+    if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
+        raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
+
+
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
-                 num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False):
+                 num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
+                 lmk_cols=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -113,13 +121,18 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     before they existed): ``lmk_zero`` (:data:`LMK_ZERO`), ``mask_split``
     (tiles inside every row's window skip the window test and only mask
     landmark columns, ``macros.tile_inside_windows``), ``fold`` (softmax
-    arithmetic, ``macros.online_softmax_update``). A manual FA3-style
+    arithmetic, ``macros.online_softmax_update``), ``lmk_cols`` (landmark test
+    per score / V row as ``K`` compares against the tile's landmark columns
+    instead of a float division, ``macros.tile_landmark``: valid only for calls
+    with ``K * C >= block_N``, which the launcher guarantees; ``0`` = the
+    general test). A manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
+    _check_lmk_cols(lmk_cols)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -177,15 +190,15 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 k0 = lo + (kb0 + kb) * block_N
                 T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
                 _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk,
-                        ws, lmk_zero)
+                        ws, lmk_zero, lmk_cols)
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, scale_log2, True)
+                                mask_lmk, expand_to_chunk, scale_log2, True, lmk_cols)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                                  inv_c, mask_lmk, scale_log2, True)
+                                  inv_c, mask_lmk, scale_log2, True, lmk_cols)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
                                         True, fold)
                 T.copy(acc_s, acc_p)
@@ -194,9 +207,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     if lmk_zero == "rows":
                         M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype)
                     else:
+                        j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                         for j, d in T.Parallel(block_N, Dv):
                             V_s[j, d] = T.if_then_else(
-                                M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk), V_s[j, d],
+                                M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
+                                V_s[j, d],
                                 T.Cast(dtype, 0))
                 T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
@@ -220,7 +235,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
 def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
-           fold: bool = False):
+           fold: bool = False, lmk_cols: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -229,12 +244,18 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     group that issues the TMA / cp.async loads) and ``split``; and the
     performance knobs ``lmk_zero`` (``"tile"``: every V tile re-written with
     non-kept rows zeroed; ``"rows"``: only its landmark rows zeroed),
-    ``mask_split`` (window test only on tiles that cross a window edge) and
-    ``fold`` (one FMA per score in the softmax). The knob defaults are the
-    kernel as first shipped.
+    ``mask_split`` (window test only on tiles that cross a window edge),
+    ``fold`` (one FMA per score in the softmax) and ``lmk_cols`` (``K``: the
+    landmark test as ``K`` integer compares per score / V row against the
+    tile's landmark columns, ``macros.tile_landmark``; exact only for calls
+    with ``K * chunk_size >= block_N`` in the kernel frame, so the launcher
+    bakes ``K`` per call, ``launch.lmk_cols_for``; ``0`` = the general float
+    test, valid for every call). The knob defaults are the kernel as first
+    shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
-                        block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold)
+                        block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
+                        lmk_cols)
 
 
 @tilelang.jit(target=HOPPER,
@@ -243,7 +264,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
 def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                 q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
-                fold: bool = False):
+                fold: bool = False, lmk_cols: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -256,7 +277,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     Kept as the reference point the first GPU sweeps compared against.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
-                        block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold)
+                        block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
+                        lmk_cols)
 
 
 @tilelang.jit(target=HOPPER)
@@ -301,11 +323,12 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # Row-per-thread kernels: fp32 on the GPU (CUDA cores) and the CPU kernel (C target)
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
-                  gpu, lmk_zero="tile", mask_split=False, fold=False):
+                  gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0):
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
+    _check_lmk_cols(lmk_cols)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
@@ -356,8 +379,9 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     if mask_lmk:
                         M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, inv_c, accum, False)
                 else:
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                     for j in T.serial(block_N):
-                        if M.key_kept(k0 + j, hi, r, C, inv_c, mask_lmk):
+                        if M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0):
                             for d in T.serial(Dqk):
                                 k_l[j, d] = _elem(K, kv_blhd, bz, hk, k0 + j, d)
                             for d in T.serial(Dv):
@@ -370,10 +394,10 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     T.gemm(q_l, k_l, acc_s, transpose_B=True)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, scale_log2, False)
+                                mask_lmk, expand_to_chunk, scale_log2, False, lmk_cols)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
-                                  mask_lmk, scale_log2, False)
+                                  mask_lmk, scale_log2, False, lmk_cols)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
                                         False, fold)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
@@ -396,7 +420,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 @tilelang.jit(target="c", execution_backend="cython")
 def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
             kv_blhd: bool, block_M: int = 16, block_N: int = 16, lmk_zero: str = "tile",
-            mask_split: bool = False, fold: bool = False):
+            mask_split: bool = False, fold: bool = False, lmk_cols: int = 0):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -405,12 +429,14 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     never loads keys the block cannot see (left of ``lo``, past ``hi``,
     landmarks with ``mask_lmk``; tile rows stay zero), ``"rows"`` loads every
     row below ``Lk`` as the bulk copy does and zeroes the landmark rows
-    (``macros.zero_landmark_rows``); ``mask_split`` and ``fold`` as in
-    :func:`fwd_tc`. One program per (query block, head, batch); tiles live in
-    local buffers, the two products are ``T.gemm`` on them.
+    (``macros.zero_landmark_rows``); ``mask_split``, ``fold`` and ``lmk_cols``
+    as in :func:`fwd_tc` (``lmk_cols = K`` is exact only for calls with ``K *
+    chunk_size >= block_N``; the launcher picks it per call). One program per
+    (query block, head, batch); tiles live in local buffers, the two products
+    are ``T.gemm`` on them.
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
-                         block_M, block_N, False, lmk_zero, mask_split, fold)
+                         block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols)
 
 
 @tilelang.jit

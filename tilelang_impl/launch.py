@@ -21,6 +21,10 @@ MIN_D, MAX_D, D_STEP = 32, 256, 16
 # The landmark test divides in float32 (macros.is_landmark): positions < 2**22.
 MAX_POSITIONS = 1 << 22
 
+#: Most landmark columns per key tile the kernels test by integer compares
+#: (``macros.tile_landmark``): 2 covers C = 64 on the 128-key tiles.
+LMK_COLS_MAX = 2
+
 _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
@@ -57,7 +61,8 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
 
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
-    """Values of :data:`TC_KNOBS` (``lmk_zero``, ``mask_split``, ``fold``) shipped per head dim.
+    """Values of :data:`TC_KNOBS` (``lmk_zero``, ``mask_split``, ``fold``, ``lmk_cols``
+    cap) shipped per head dim.
 
     Measured on the H200 (bf16, W=512, C=64, kernel-only TFLOP/s, lab run of
     session 3): the split mask (window test only on edge tiles) is the win,
@@ -68,22 +73,33 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     verified there (no knobs). These lab figures predate the sm_scale fix of
     da4dfe3 (scale inside the mask select), which cost about 5% (bench:
     144 -> 137 TFLOP/s at 32/32/128 L=8K).
+
+    ``lmk_cols`` cap :data:`LMK_COLS_MAX` for D <= 128 (the landmark test as
+    one or two integer compares per score when ``chunk_size >= block_N / 2``,
+    :func:`lmk_cols_for`): exact, so shipped before any GPU timing; measured on
+    CPU only (SASS of the consumer key loop, sm_90a: per 128-key tile ~15% (D=128)
+    to ~20% (D=64) fewer instructions at C = 64, the edge-tile mask branch-free).
+    The lab variants ``shipped`` / ``lmkcols`` of tools/lab_tilelang.py time it.
     """
     d = max(Dqk, Dv)
     if d <= 64:
-        return ("tile", True, False)
+        return ("tile", True, False, LMK_COLS_MAX)
     if d <= 128:
-        return ("rows", True, True)
+        return ("rows", True, True, LMK_COLS_MAX)
     return ()
 
 
 #: Config of the split-KV (decode) variant, Dv in SPLIT_DV only: the first
-#: shipped tile (128 x 64, whole V tile zeroed, no knobs). The prefill tile of
+#: shipped tile (128 x 64, whole V tile zeroed, no knobs; :data:`SPLIT_KNOBS`
+#: adds only the exact ``lmk_cols`` cap). The prefill tile of
 #: D = 128 (128 x 128 with the knobs) does not lower as a split variant in
 #: TileLang 0.1.15 (ThreadSync: a shared-memory sync inside a one-thread
 #: branch; tests/test_tilelang_compile.py), and split-KV is not where the
 #: knobs were measured.
 SPLIT_CONFIG = (128, 64, 2, 256)
+#: Knobs of the split-KV variant: the defaults but the ``lmk_cols`` cap
+#: (:func:`lmk_cols_for`: one compare per score and V row for C >= 64).
+SPLIT_KNOBS = ("tile", False, False, LMK_COLS_MAX)
 
 
 def shipped_config(Dqk: int, Dv: int) -> tuple:
@@ -96,13 +112,46 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 #: the kernel as first shipped. A config passed to :func:`run_cuda` may be
 #: ``(block_M, block_N, num_stages, threads)`` or that tuple followed by these
 #: values (all or a prefix), plus optionally ``ws=False`` as a last item
-#: (:func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`.
-TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False))
+#: (:func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`. ``lmk_cols`` in a
+#: config is a cap, not the baked value: the kernel gets :func:`lmk_cols_for`
+#: of the call (0 when the cap is 0).
+TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0))
 
 
-def tc_kernel_args(config) -> tuple[str, tuple, tuple]:
+def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
+    """``lmk_cols`` baked into the kernel of one call: ``K = ceil(block_N / C)``
+    when ``mask_lmk`` and ``K <= cap``, else 0 (the general landmark test).
+
+    ``C`` is the kernel-frame chunk (``Problem.kernel_frame()``, what the kernel
+    receives, ``Lk + 1`` when the chunk outlasts every position). A tile's
+    landmark columns are ``j0 + m * C`` with ``0 <= j0 < C``; ``K * C >=
+    block_N`` puts every ``m >= K`` outside the tile, so testing ``m < K`` is the
+    rule itself on every column (``macros.tile_landmark``). The rule is
+    decided here, once per call; the kernel cache holds one kernel per ``K``.
+    """
+    if not mask_lmk or cap <= 0:
+        return 0
+    k = -(-block_N // C)
+    return k if k <= cap else 0
+
+
+def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int) -> tuple:
+    """Knob values baked for one call from a config's knob items (a prefix of
+    :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
+    call (0 without ``C``), trailing defaults are dropped (one cache key per
+    kernel; the default kernel keeps the key it always had)."""
+    full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
+    full[3] = lmk_cols_for(full[3], mask_lmk, C, block_N) if C else 0
+    while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
+        full.pop()
+    return tuple(full)
+
+
+def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
-    of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws).
+    of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
+    for a call with ``mask_lmk`` and kernel-frame chunk ``C`` (the ``lmk_cols``
+    item becomes :func:`lmk_cols_for` of the call; without ``C`` it is 0).
     Trailing knobs at their defaults are left out, so the default kernel keeps
     the cache key ``("fwd_tc", ..., split)`` it always had."""
     base, extra = tuple(config[:4]), tuple(config[4:])
@@ -112,10 +161,7 @@ def tc_kernel_args(config) -> tuple[str, tuple, tuple]:
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    knobs = extra + tuple(d for _, d in TC_KNOBS[len(extra):])
-    while knobs and knobs[-1] == TC_KNOBS[len(knobs) - 1][1]:
-        knobs = knobs[:-1]  # trailing defaults dropped: one cache key per kernel
-    return kind, base, knobs
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1])
 
 
 _cache: dict[tuple, object] = {}
@@ -197,10 +243,12 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     dt = _TL_DTYPE[p.dtype]
-    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or SPLIT_CONFIG)
+    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or SPLIT_CONFIG + SPLIT_KNOBS,
+                                                   p.mask_lmk, C)
     S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
     if S <= 1:
-        kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or shipped_config(p.Dqk, p.Dv))
+        kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or shipped_config(p.Dqk, p.Dv),
+                                                       p.mask_lmk, C)
         ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                       bM, bN, ns, th, False, *knobs)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
@@ -215,12 +263,18 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     _kernel("combine", p.Dv, dt)(op, lp, o, lse)
 
 
+#: Tile of the CPU kernel (:func:`run_cpu`).
+CPU_TILE = (16, 16)
+
+
 def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``,
-    with the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`), so
-    the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
+    with the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`; the
+    ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for` for the 16-key
+    tile), so the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
-    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, 16, 16,
-                  *tc_knobs(p.Dqk, p.Dv))
+    knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1])
+    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                  *CPU_TILE, *knobs)
     ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)
 

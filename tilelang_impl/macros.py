@@ -17,6 +17,13 @@ multiple of ``chunk_size``, so the relative frame gives the same visibility as
 the absolute one while every integer stays small (no int32 overflow for any
 ``kv_start``, 10**6 + 3 or 2**40).
 
+Landmark test. :func:`is_landmark` tests any position (a float quotient, about
+9 instructions); :func:`tile_landmark` is what the score masks and the V-row
+tests call: with ``lmk_cols = K`` baked in it compares the tile column with
+the tile's first ``K`` landmark columns instead (``K`` integer compares, one
+floor modulo per tile), which is the same predicate whenever ``K * C >=
+block_N`` (the launcher's rule, ``launch.lmk_cols_for``).
+
 Loops. Buffer-level macros take ``gpu``: on the GPU they loop with
 ``T.Parallel`` over fragments; the C target rejects ``T.Parallel`` over local
 buffers, so the CPU kernel passes ``gpu=False`` and the same body runs under
@@ -66,11 +73,84 @@ def is_landmark(kpos, chunk_size, inv_chunk):
 
 
 @T.macro
-def visible(qpos, kpos, left, chunk_size, inv_chunk, mask_lmk):
-    """Whether the query at ``qpos`` (window edge ``left``) sees the key at ``kpos``."""
+def first_landmark(k_first, r, chunk_size):
+    """Column of the first landmark in the tile whose column 0 is key index ``k_first``.
+
+    Column ``j`` holds the key at relative position ``r + k_first + j``, a
+    landmark when ``(r + k_first + j + 1) % C == 0``: so exactly the columns
+    ``j0 + m * C`` (``m >= 0``) with ``j0 = floormod(-(r + k_first + 1), C)`` in
+    ``[0, C)``. One integer division per tile, not per element.
+    """
+    return T.floormod(-(r + k_first + 1), chunk_size)
+
+
+@T.macro
+def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols):
+    """``j0`` (:func:`first_landmark`) of the tile, computed once into a register
+    before a loop over the tile when ``mask_lmk`` and ``lmk_cols`` (else
+    ``None``: the general test needs no per-tile value). Passed on to
+    :func:`tile_landmark`; without the register nvcc re-derives the floor
+    modulo inside every short-circuited ``&&`` branch of the window test.
+    """
+    j0 = None
+    if mask_lmk and lmk_cols:
+        j0 = T.alloc_var("int32", init=first_landmark(k_first, r, chunk_size))
+    return j0
+
+
+def _landmark_columns(j, j0, chunk_size, lmk_cols):
+    """``j`` is one of ``j0, j0 + C, ..., j0 + (lmk_cols - 1) * C`` (plain Python:
+    ``lmk_cols`` integer compares, unrolled at trace time)."""
+    hit = j == j0
+    for m in range(1, lmk_cols):
+        hit = T.Or(hit, j == j0 + m * chunk_size)
+    return hit
+
+
+@T.macro
+def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
+    """Whether column ``j`` of the tile whose column 0 is key index ``k_first``
+    holds a landmark, i.e. ``(kpos + 1) % C == 0`` for ``kpos = r + k_first + j``.
+
+    ``lmk_cols`` (Python int, baked in) picks the arithmetic, never the answer:
+
+    - ``0``: :func:`is_landmark` of the position (about 9 instructions per
+      element: int to float, multiply, float to int, multiply-add, 3 compares);
+    - ``K >= 1``: ``j`` compared with the first ``K`` landmark columns
+      ``j0 + m * C`` of the tile (:func:`first_landmark`, once per tile, ``j0``
+      from :func:`tile_landmark_start` when given): ``K`` integer compares per
+      element.
+
+    The two agree exactly for every column ``j`` in ``[0, block_N)`` when
+    ``K * C >= block_N``: the tile's landmark columns are ``j0 + m * C`` with
+    ``j0 >= 0``, so those with ``m >= K`` lie at ``j >= K * C >= block_N``,
+    outside the tile (e.g. ``C >= block_N``: one column ``j0``, or none when
+    ``j0 >= block_N``). The launcher bakes ``K = ceil(block_N / C)`` for the
+    call's kernel-frame ``C`` (``tilelang_impl.launch.lmk_cols_for``), which
+    meets that, and ``0`` when that would take more than a few compares. The
+    frame's ``C`` is the one the kernel computes with, so the equality holds in
+    every frame; when the chunk outlasts every position (``C = Lk + 1``) no key
+    below ``Lk`` is a landmark and both tests mark at most column
+    ``Lk - k_first``, a key past ``Lk`` that no row sees.
+    """
+    if lmk_cols:
+        if j0 is None:
+            j0 = first_landmark(k_first, r, chunk_size)
+        lmk = _landmark_columns(j, j0, chunk_size, lmk_cols)
+    else:
+        lmk = is_landmark(r + k_first + j, chunk_size, inv_chunk)
+    return lmk
+
+
+@T.macro
+def visible(qpos, k_first, j, left, r, chunk_size, inv_chunk, mask_lmk, lmk_cols=0, j0=None):
+    """Whether the query at ``qpos`` (window edge ``left``) sees the key in column
+    ``j`` of the tile whose column 0 is key index ``k_first`` (relative position
+    ``r + k_first + j``); ``lmk_cols`` as in :func:`tile_landmark`."""
+    kpos = r + k_first + j
     ok = T.And(kpos >= left, kpos <= qpos)
     if mask_lmk:
-        ok = T.And(ok, T.Not(is_landmark(kpos, chunk_size, inv_chunk)))
+        ok = T.And(ok, T.Not(tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0)))
     return ok
 
 
@@ -100,7 +180,7 @@ def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_siz
 
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
-                inv_chunk, mask_lmk, scale_log2, gpu):
+                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0):
     """Scale the raw products into base-2 logits (``* scale_log2``) and replace
     the score of every invisible (row, key) pair by ``-inf``.
 
@@ -109,12 +189,14 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     masked score stays ``-inf`` for any ``sm_scale`` (zero and negative
     included; scaling after the mask would turn ``-inf`` into ``+inf`` or NaN).
     Keys at or beyond ``Lk`` are invisible because ``kpos <= qpos <= r + Lk - 1``
-    for every real row.
+    for every real row. ``lmk_cols``: the landmark arithmetic
+    (:func:`tile_landmark`, baked in).
     """
+    j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
-            visible(r + Lk - Lq + q_first + i, r + k_first + j, left_row[i], chunk_size,
-                    inv_chunk, mask_lmk),
+            visible(r + Lk - Lq + q_first + i, k_first, j, left_row[i], r, chunk_size,
+                    inv_chunk, mask_lmk, lmk_cols, j0),
             acc_s[i, j] * scale_log2, -T.infinity("float32"))
 
 
@@ -138,16 +220,20 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
 
 
 @T.macro
-def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, scale_log2, gpu):
+def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, scale_log2, gpu,
+                   lmk_cols=0):
     """Scale (``* scale_log2``) and put ``-inf`` (by select) in every landmark
     column of the tile; nothing else.
 
     What :func:`mask_scores` does with ``mask_lmk`` on a tile for which
     :func:`tile_inside_windows` holds (every window test there is true).
+    ``lmk_cols``: the landmark arithmetic (:func:`tile_landmark`, baked in).
     """
+    j0 = tile_landmark_start(k_first, r, chunk_size, True, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
-        acc_s[i, j] = T.if_then_else(is_landmark(r + k_first + j, chunk_size, inv_chunk),
-                                     -T.infinity("float32"), acc_s[i, j] * scale_log2)
+        acc_s[i, j] = T.if_then_else(
+            tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0),
+            -T.infinity("float32"), acc_s[i, j] * scale_log2)
 
 
 @T.macro
@@ -164,7 +250,7 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
 
     Tile row ``j`` holds the key at relative position ``r + k_first + j``; it is a
     landmark when ``(r + k_first + j + 1) % C == 0``, so the first one is
-    ``j0 = floormod(-(r + k_first + 1), C)`` and the others follow every ``C``
+    ``j0`` (:func:`first_landmark`) and the others follow every ``C``
     rows: ``ceil((block_N - j0) / C)`` rows (at most ``ceil(block_N / C)``).
 
     Why this is enough to keep ``0 * NaN`` out of ``P @ V`` (SPEC.md: only
@@ -187,7 +273,7 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
     loop that only part of a warp runs (ThreadSync), which one row of 64
     elements did.
     """
-    j0 = T.floormod(-(r + k_first + 1), chunk_size)
+    j0 = first_landmark(k_first, r, chunk_size)
     n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
     R = min(block_N, 256 // math.gcd(256, Dv))
     for p in T.serial(T.ceildiv(n, R)):
@@ -277,12 +363,14 @@ def row_lse(m_i, l_i):
 
 
 @T.macro
-def key_kept(kidx, hi, r, chunk_size, inv_chunk, mask_lmk):
-    """Whether key ``kidx`` of a tile is loaded at all: inside the block's key
-    range and not a landmark (when ``mask_lmk``). Keys that fail this are seen
-    by no query of the block; they are zero-filled on load so a NaN there
-    cannot turn ``0 * NaN`` into NaN in ``P @ V``."""
-    ok = kidx < hi
+def key_kept(k_first, j, hi, r, chunk_size, inv_chunk, mask_lmk, lmk_cols=0, j0=None):
+    """Whether the key in row ``j`` of the tile whose row 0 is key index
+    ``k_first`` is loaded at all: inside the block's key range (``k_first + j <
+    hi``) and not a landmark (when ``mask_lmk``; ``lmk_cols`` as in
+    :func:`tile_landmark`, ``j0`` from :func:`tile_landmark_start`). Keys that
+    fail this are seen by no query of the block; they are zero-filled on load so
+    a NaN there cannot turn ``0 * NaN`` into NaN in ``P @ V``."""
+    ok = k_first + j < hi
     if mask_lmk:
-        ok = T.And(ok, T.Not(is_landmark(r + kidx, chunk_size, inv_chunk)))
+        ok = T.And(ok, T.Not(tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0)))
     return ok
