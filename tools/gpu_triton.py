@@ -299,49 +299,47 @@ def host_breakdown(res):
 
 
 def lab():
-    """Variants of the TMA prefill kernel (K by TMA, V by pointers): each timed
-    variant is first checked on a case of its own head dim (NaN in the unseen
-    slots, partial blocks, kv_start), then timed on the issue's shapes."""
+    """Config sweep after the mask rewrite (841e9f7: the key loop lost a third of
+    its instructions, so the register/stage balance that chose the tables may have
+    moved): TMA prefill tiles and V-by-TMA per head dim, pointer-kernel tiles for
+    chunked prefill, split-KV tiles for decode. Each timed variant is first checked
+    on a case of its own head dim (NaN in the unseen slots, partial blocks,
+    kv_start), then timed on the issue's shapes."""
     bf, fp = torch.bfloat16, torch.float16
-    d128 = [tma(64, 64, 4, 3), tma(64, 64, 8, 3), tma(64, 32, 4, 3), tma(64, 64, 4, 2), tma(64, 32, 4, 4),
-            tma(64, 64, 4, 4), tma(128, 64, 8, 2), tma(64, 32, 8, 3)]
-    d64 = [tma(128, 32, 4, 3), tma(64, 64, 4, 3), tma(128, 32, 4, 4), tma(128, 64, 4, 2), tma(64, 32, 4, 4),
-           tma(128, 32, 8, 3), tma(64, 64, 8, 3), tma(128, 64, 4, 3)]
+    d128 = [tma(64, 64, 4, 3), tma(64, 64, 4, 3, "v_tma"), tma(64, 32, 4, 3), tma(64, 64, 4, 4),
+            tma(64, 64, 4, 2), tma(128, 64, 8, 3), tma(128, 64, 8, 3, "v_tma"), tma(64, 128, 4, 2)]
+    d64 = [tma(128, 32, 4, 4), tma(128, 32, 4, 4, "v_tma"), tma(128, 64, 4, 3), tma(128, 64, 4, 2),
+           tma(64, 64, 4, 3), tma(128, 32, 4, 3), tma(128, 64, 8, 3), tma(64, 32, 4, 4)]
+    ptr128 = [pre(64, 64, 4, 3, False), pre(64, 32, 4, 3, False), pre(64, 64, 4, 4, False),
+              pre(128, 64, 8, 3, False)]
+    split128 = [("split 64x64 w4 s3", dict(_force_path="splitkv", _config=L.Config(64, 64, 4, 3))),
+                ("split 64x32 w4 s4", dict(_force_path="splitkv", _config=L.Config(64, 32, 4, 4))),
+                ("split 64x128 w8 s2", dict(_force_path="splitkv", _config=L.Config(64, 128, 8, 2)))]
+    split64 = [("split 64x128 w4 s2", dict(_force_path="splitkv", _config=L.Config(64, 128, 4, 2))),
+               ("split 64x64 w4 s3", dict(_force_path="splitkv", _config=L.Config(64, 64, 4, 3))),
+               ("split 64x128 w4 s3", dict(_force_path="splitkv", _config=L.Config(64, 128, 4, 3)))]
     base = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5)
     cases = []
     for D, variants in ((128, d128), (64, d64)):
         for name, kn in variants:
             cases.append(dict(base, Dqk=D, Dv=D, dtype=bf, path="prefill", tma=kn["_tma"], config=kn["_config"]))
-    edge = [
-        dict(base, Dqk=96, Dv=96, dtype=fp),
-        dict(base, Dqk=128, Dv=64, dtype=bf, blhd=True),
-        dict(base, Dqk=64, Dv=128, dtype=fp, kv_start=10 ** 6 + 3),
-        dict(B=1, Hq=4, Hkv=4, Lq=512, Lk=512, Dqk=128, Dv=128, W=37, C=1, dtype=fp),
-        dict(B=1, Hq=4, Hkv=2, Lq=900, Lk=900, Dqk=128, Dv=128, W=300, C=50, dtype=bf, mask_lmk=False,
-             expand=False, sm_scale=-0.3),
-        dict(B=1, Hq=4, Hkv=2, Lq=333, Lk=1000, Dqk=128, Dv=128, W=100, C=16, dtype=bf, mask_lmk=True,
-             expand=False, blhd=True, nan_invisible=True),
-        dict(B=3, Hq=8, Hkv=1, Lq=77, Lk=3000, Dqk=128, Dv=128, W=512, C=64, dtype=bf, kv_start=129,
-             nan_invisible=True),
-    ]
-    cases += [dict(c, path="prefill", tma="v_ptr") for c in edge]
-    # the shipped table through the public path (TMA where PREFILL_TMA says so)
-    cases += [dict(B=1, Hq=32, Hkv=32, Lq=4096, Lk=4096, Dqk=128, Dv=128, W=512, C=64, dtype=bf, nan_invisible=True),
-              dict(B=2, Hq=32, Hkv=4, Lq=4096, Lk=4096, Dqk=64, Dv=64, W=512, C=64, dtype=bf, blhd=True)]
+    for name, kn in ptr128:
+        cases.append(dict(base, Dqk=128, Dv=128, dtype=bf, path="prefill", tma=False, config=kn["_config"],
+                          phases=False))
+    for D, variants in ((128, split128), (64, split64)):
+        for name, kn in variants:
+            cases.append(dict(base, Dqk=D, Dv=D, dtype=bf, path="splitkv", Lq=1, Lk=3000, Hq=8, Hkv=2,
+                              config=kn["_config"], kv_start=10 ** 6 + 3))
     mha = dict(B=1, Hq=32, Hkv=32, D=128, W=512, C=64)
     gqa = dict(B=1, Hq=32, Hkv=4, D=64, W=512, C=64)
-    ptr = [("pointer kernel", dict(_tma=False))]
     table = [("table", {})]
     plan = [
-        (dict(mha, name="mha D128 L8K", Lq=8192, Lk=8192), table + ptr + d128),
-        (dict(gqa, name="gqa32/4 D64 L8K", Lq=8192, Lk=8192), table + ptr + d64),
-        (dict(mha, name="mha D128 L16K", Lq=16384, Lk=16384), table + ptr + d128[:4]),
-        (dict(gqa, name="gqa16/2 D64 L8K", Hq=16, Hkv=2, Lq=8192, Lk=8192), table + ptr + d64[:5]),
-        (dict(gqa, name="batch4x4K gqa D64", B=4, Lq=4096, Lk=4096), table + ptr + d64[:5]),
-        (dict(mha, name="chunk Lq512/8K D128", Lq=512, Lk=8192), table + d128[:2]),
-        (dict(mha, name="decode B1 8K", Lq=1, Lk=8192), table),
-        (dict(gqa, name="decode B8 gqa 32K", B=8, Lq=1, Lk=32768), table),
-        (dict(mha, name="mha D128 L8K blhd", Lq=8192, Lk=8192, blhd=True), table + ptr),
+        (dict(mha, name="mha D128 L8K", Lq=8192, Lk=8192), table + d128),
+        (dict(gqa, name="gqa32/4 D64 L8K", Lq=8192, Lk=8192), table + d64),
+        (dict(gqa, name="batch4x4K gqa D64", B=4, Lq=4096, Lk=4096), table + d64[:6]),
+        (dict(mha, name="chunk Lq512/8K D128", Lq=512, Lk=8192), table + ptr128 + d128[:2]),
+        (dict(mha, name="decode B1 8K", Lq=1, Lk=8192), table + split128),
+        (dict(gqa, name="decode B8 gqa 32K", B=8, Lq=1, Lk=32768), table + split64),
     ]
     return cases, plan
 

@@ -122,9 +122,12 @@ SPLIT: dict[tuple[str, int], Config] = {
 # pointer kernel 344 us; TMA K + pointer V 289 us; TMA K and V 324 us;
 # bench_results/triton-lab1-*.json). D=64 (bench_results/triton-lab2-ddc1d18.json):
 # 128x32 w4 s4 vs the pointer kernel, GQA 32/4 L=8K 197 vs 206 us, 16/2 107
-# vs 113 us, batch 4 x 4K 368 vs 384 us.
+# vs 113 us, batch 4 x 4K 368 vs 384 us. After the mask rewrite (841e9f7,
+# bench_results/triton-lab5-841e9f7.json) D=64 moved to 64x64 w4 s3: GQA 32/4
+# L=8K 165 vs 178 us (128x32 w4 s4), batch 4 x 4K 310 vs 328 us; D=128 kept
+# 64x64 w4 s3 (229 us; V by TMA 273 us).
 PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
-    ("16", 64): (Config(128, 32, 4, 4), False),
+    ("16", 64): (Config(64, 64, 4, 3), False),
     ("16", 128): (Config(64, 64, 4, 3), False),
 }
 # TMA only pays once the kernel outlasts the host cost of encoding four
