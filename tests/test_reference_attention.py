@@ -234,3 +234,21 @@ def test_zero_dqk_is_uniform_attention():
 def test_public_names():
     for name in reference.__all__:
         assert hasattr(reference, name)
+
+
+def test_check_inputs_problem_is_a_plain_problem():
+    """check_inputs builds its Problem without the dataclass __init__ (host time):
+    the result must be indistinguishable from one the constructor builds (equal,
+    same hash, frozen, every field set), and a missing field is refused."""
+    import dataclasses
+
+    from reference.validation import Problem, check_inputs
+
+    q, k, v = (torch.randn(1, 2, 5, 8), torch.randn(1, 1, 7, 8), torch.randn(1, 1, 7, 4))
+    p = check_inputs(q, k, v, window_size=3, chunk_size=2, kv_start=4, sm_scale=0.5)
+    built = Problem(**{f.name: getattr(p, f.name) for f in dataclasses.fields(Problem)})
+    assert p == built and hash(p) == hash(built) and repr(p) == repr(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.Lq = 3
+    with pytest.raises(TypeError):
+        Problem._fast(B=1)
