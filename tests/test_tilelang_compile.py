@@ -91,6 +91,16 @@ TC_VARIANTS = {
     # the same at 128x128 for D=128 and at 64x64 / 128 threads
     "d128-knobs-128x128": _tc(128, 128, cfg=(128, 128, 2, 256), knobs=("rows", True, True)),
     "d128-knobs-64x64": _tc(128, 128, cfg=(64, 64, 2, 128), knobs=("rows", True, True)),
+    # session 6 knobs on the shipped kernels (C = 64: lmk_cols = 2): fast_exp2 alone, and
+    # fast_exp2 + scale_fold + win_u32 (tools/lab_tilelang.py fexp / fexp+sfold+wu32),
+    # with and without mask_lmk (without it, interior tiles need no mask at all)
+    "d128-fexp": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7] + (2, True)),
+    "d128-all3": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7] + (2, True, True, True)),
+    "d64-all3": _tc(64, 64, knobs=launch.shipped_config(64, 64)[4:7] + (2, True, True, True)),
+    "d128-all3-nolmk": _tc(128, 128, lmk=False,
+                           knobs=launch.shipped_config(128, 128)[4:7] + (0, True, True, True)),
+    "d64-sfold-wu32-nolmk": _tc(64, 64, lmk=False,
+                                knobs=launch.shipped_config(64, 64)[4:7] + (0, False, True, True)),
 }
 
 
@@ -121,6 +131,18 @@ def test_lmk_cols_drops_the_float_landmark_test(D, tmp_path):
     general = _sass("fwd_tc", _tc(D, D, C=16), tmp_path).count("F2I")
     cols = _sass("fwd_tc", _tc(D, D, C=64), tmp_path).count("F2I")
     assert _tc(D, D, C=64)[-1] == 2 and cols * 4 < general, (cols, general)
+
+
+def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
+    """fast_exp2 (macros.exp2): exp2f without fast math is MUFU.EX2 wrapped in a
+    range test against -126 and two predicated multiplies; with the knob the key
+    loop's exponentials are the bare MUFU.EX2 (ex2.approx.ftz). Measured at sm_90a,
+    D = 128 shipped: consumer key loop 1418 -> 1220 instructions per interior tile."""
+    base = _sass("fwd_tc", _tc(128, 128), tmp_path)
+    fast = _sass("fwd_tc", TC_VARIANTS["d128-fexp"], tmp_path)
+    assert base.count("-126") >= 64 and fast.count("-126") < 8, (base.count("-126"),
+                                                                  fast.count("-126"))
+    assert fast.count("MUFU.EX2") >= 64
 
 
 def test_split_variant_without_flags_still_fails_to_lower():

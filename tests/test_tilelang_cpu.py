@@ -224,10 +224,10 @@ def test_tc_kernel_args_keeps_default_cache_key():
         ("fwd_tc", (128, 64, 2, 256), ())
     assert launch.tc_kernel_args((128, 64, 2, 256, "rows", True)) == \
         ("fwd_tc", (128, 64, 2, 256), ("rows", True))
-    assert launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, 0, False)) == \
-        ("fwd_tc_nows", (128, 64, 2, 256), ())
+    nows = (128, 64, 2, 256) + tuple(d for _, d in launch.TC_KNOBS) + (False,)
+    assert launch.tc_kernel_args(nows) == ("fwd_tc_nows", (128, 64, 2, 256), ())
     with pytest.raises(ValueError):
-        launch.tc_kernel_args((128, 64, 2, 256, "tile", False, False, 2, True, 1))
+        launch.tc_kernel_args(nows + (1,))
 
 
 def test_lmk_cols_rule_per_call():
@@ -341,3 +341,99 @@ def test_public_cpu_path_bakes_lmk_cols(C, K, expand):
     (key,) = [key for key in launch._cache if key[0] == "fwd_cpu"]
     knobs = key[9:]
     assert (knobs[3] if len(knobs) > 3 else 0) == K, key
+
+
+# fast_exp2 / scale_fold / win_u32 (kernels.fwd_tc, session 6): scale_fold and win_u32
+# change macros (macros.online_softmax_update with a scale, macros.visible), so the
+# CPU kernel runs them; fast_exp2 is GPU-only (ex2.approx) and a no-op on the C target,
+# run here so the knob tuple is accepted. Knob values through launch.call_knobs, as the
+# launcher bakes them per call (scale_fold only for a positive scale).
+NEW_KNOBS = [(True, False, False), (False, True, False), (False, False, True),
+             (True, True, True)]
+
+
+@pytest.mark.parametrize("new", NEW_KNOBS, ids=["fexp", "sfold", "wu32", "all3"])
+@pytest.mark.parametrize("modes", LMK_MODES, ids=["-".join(map(str, m)) for m in LMK_MODES])
+@pytest.mark.parametrize("case", [
+    # (B, Hq, Hkv, Lq, Lk, D, window, chunk, mask_lmk, expand, kv_start, sm_scale)
+    (1, 2, 1, 40, 70, 32, 7, 5, True, True, 3, None),        # C < block_N / 2: K = 0
+    (1, 2, 2, 60, 60, 32, 37, 16, True, True, 0, 0.37),      # interior tiles, K = 1
+    (1, 2, 1, 50, 90, 32, 20, 8, True, False, 10**6 + 3, None),  # K = 2, no expansion
+    (1, 2, 2, 45, 60, 32, 40, 4, True, True, 3, 0.0),        # zero scale: no fold
+    (1, 2, 2, 45, 60, 32, 40, 16, True, True, 3, -0.3),      # negative scale: no fold
+    (1, 2, 2, 45, 45, 32, 9, 4, False, True, 0, None),       # no landmarks
+    (1, 2, 2, 45, 60, 32, 9, 4, False, False, 0, -0.3),
+    (1, 2, 2, 12, 12, 32, 4, 1, True, True, 0, 0.5),         # every key a landmark
+])
+def test_new_knobs_match_golden_with_nan_slots(case, modes, new):
+    B, Hq, Hkv, Lq, Lk, D, W, C, lmk, exp, ks, sm = case
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=17)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=lmk, expand_to_chunk=exp, kv_start=ks,
+              sm_scale=sm)
+    rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+    bad = ~visibility_mask(Lq, Lk, **rule).any(0)
+    k, v = k.clone(), v.clone()
+    k[:, :, bad] = float("nan")
+    v[:, :, bad] = float("nan")
+    go, gl = reference.golden(q, k, v, **kw)
+    p = check_inputs(q, k, v, **kw)
+    W_, C_, r, inv_c, sl2 = launch.scalars(p)
+    knobs = launch.call_knobs(modes + (2,) + new, lmk, C_, 16, sl2)
+    full = knobs + tuple(d for _, d in launch.TC_KNOBS[len(knobs):])
+    assert full[5] == (new[1] and (sm is None or sm > 0))
+    from tilelang_impl import kernels
+    ker = kernels.fwd_cpu(p.Dqk, p.Dv, lmk, exp, False, False, 16, 16, *knobs)
+    o = torch.full((B, Hq, Lq, D), float("nan"))
+    lse = torch.full((B, Hq, Lq), float("nan"))
+    ker(q, k, v, o, lse, W_, C_, r, inv_c, sl2)
+    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
+    assert vd.status == verdict.PASS, f"{knobs}: " + "; ".join(vd.problems)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
+    assert (o.double() - go).abs().max().item() <= 1e-5
+    fin = torch.isfinite(gl)
+    if fin.any():
+        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5
+
+
+def test_scale_fold_rule_per_call():
+    """launch.scale_fold_ok: only a positive normal fp32 scale_log2; call_knobs drops
+    scale_fold for every other call (and without a scale)."""
+    ok = launch.scale_fold_ok
+    assert ok(0.125 * launch.LOG2E) and ok(2.0 ** -126) and ok(1e30)
+    assert not ok(0.0) and not ok(-0.3) and not ok(2.0 ** -127) and not ok(1e39)
+    assert not ok(None) and not ok(float("nan"))
+    cfg = ("rows", True, True, 2, True, True, True)
+    assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
+    assert launch.call_knobs(cfg, True, 64, 128, 0.0) == ("rows", True, True, 2, True, False,
+                                                          True)
+    assert launch.call_knobs(cfg, True, 64, 128) == ("rows", True, True, 2, True, False, True)
+    assert launch.call_knobs(cfg[:6], True, 64, 128, -1.0) == ("rows", True, True, 2, True)
+    ship = launch.shipped_config(128, 128)
+    assert launch.tc_kernel_args(ship, True, 64, 0.2) == launch.tc_kernel_args(ship, True, 64)
+
+
+@pytest.mark.parametrize("sm_scale", [0.0, -0.3])
+def test_scale_fold_forced_with_nonpositive_scale_is_wrong(sm_scale):
+    """The fold needs a positive scale (-inf * 0 = NaN, -inf * -s = +inf): baked in
+    against launch.scale_fold_ok it breaks, so the per-call rule matters."""
+    q, k, v = _inputs(1, 2, 2, 45, 60, 32, 32, torch.float32, seed=5)
+    kw = dict(window_size=40, chunk_size=4, mask_lmk=True, expand_to_chunk=True, kv_start=3,
+              sm_scale=sm_scale)
+    o, lse = _cpu_knobs(q, k, v, ("tile", False, False, 0, False, True), **kw)
+    assert verdict.judge(o, lse, verdict.expected(q, k, v, kw)).status != verdict.PASS
+
+
+def test_public_cpu_path_passes_the_scale_to_call_knobs(monkeypatch):
+    """run_cpu resolves scale_fold per call: with a config that asks for it, the CPU
+    kernel gets it for a positive scale and not for zero."""
+    monkeypatch.setattr(launch, "tc_knobs", lambda Dqk, Dv: ("tile", True, False, 2, True,
+                                                            True, True))
+    q, k, v = _inputs(1, 2, 1, 33, 60, 32, 32, torch.float32, seed=15)
+    for sm, fold in ((0.3, True), (0.0, False), (-0.2, False)):
+        launch._cache.clear()
+        _check(q, k, v, nan_slots=True, window_size=21, chunk_size=16, kv_start=9, sm_scale=sm)
+        (key,) = [key for key in launch._cache if key[0] == "fwd_cpu"]
+        knobs = key[9:]
+        assert (len(knobs) > 5 and knobs[5]) == fold, key
+    launch._cache.clear()

@@ -8,16 +8,18 @@ from tools import lab_tilelang as L  # noqa: E402
 from tilelang_impl import launch  # noqa: E402
 
 
-# "shipped" is the pre-lmk_cols shipped kernel, the same kernel as another variant
-# per head dim (D=64: split, D=128: all); the lab compiles shared kernels once.
-ALIASES = {"shipped"}
+# "nolmkcols" is the pre-lmk_cols shipped kernel, the same kernel as another variant
+# per head dim (D=64: split, D=128: all); "shipped" is launch.shipped_config, the same
+# kernel as "lmkcols"; the lab compiles shared kernels once.
+ALIASES = {"nolmkcols", "shipped"}
 
 
 def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
     for D in (64, 128):
         assert L.VARIANTS["base"][0](D) == launch.tc_config(D, D)
-        # kernels of the timed shapes (mask_lmk, C = 64)
-        keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T) for n in L.VARIANTS
+        # kernels of the timed shapes (mask_lmk, C = 64, default scale)
+        sl2 = L.scale_log2(D)
+        keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2) for n in L.VARIANTS
                 if n not in ALIASES]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
         assert len(set(keys)) == len(keys), keys
@@ -25,11 +27,12 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
 
 
 def test_shipped_and_lmkcols_variants():
-    """shipped = launch.shipped_config with lmk_cols off; lmkcols = launch.shipped_config,
-    whose kernel at C = 64 on 128-key tiles tests two landmark columns."""
+    """nolmkcols = launch.shipped_config with lmk_cols off; lmkcols = shipped =
+    launch.shipped_config, whose kernel at C = 64 on 128-key tiles tests two landmark
+    columns."""
     for D in (64, 128):
-        ship, lmk = L.VARIANTS["shipped"][0](D), L.VARIANTS["lmkcols"][0](D)
-        assert lmk == launch.shipped_config(D, D)
+        ship, lmk = L.VARIANTS["nolmkcols"][0](D), L.VARIANTS["lmkcols"][0](D)
+        assert lmk == launch.shipped_config(D, D) == L.VARIANTS["shipped"][0](D)
         assert ship[:7] == lmk[:7] and ship[7] == 0
         k_ship = launch.tc_kernel_args(ship, True, L.C_T)
         k_lmk = launch.tc_kernel_args(lmk, True, L.C_T)
@@ -41,7 +44,7 @@ def test_shipped_and_lmkcols_variants():
 
 
 def test_kernel_jobs_cover_cases_and_shapes():
-    names = ["base", "all", "shipped", "lmkcols"]
+    names = ["base", "all", "nolmkcols", "lmkcols", "shipped"] + NEW
     jobs = L.kernel_jobs(names)
     for name, kind, args in jobs:
         assert kind in ("fwd_tc", "fwd_tc_nows")
@@ -49,15 +52,48 @@ def test_kernel_jobs_cover_cases_and_shapes():
     # every kernel a case or timed shape launches is compiled up front, once per variant
     have = {(n, k, a) for n, k, a in jobs}
     assert len(have) == len(jobs)
-    calls = [(D, f, L.frame_chunk(**kw)) for _, D, f, kw in L.CASES]
-    calls += [(s[6], (True, True), L.frame_chunk(s[4], s[5], L.W_T, L.C_T, 0)) for s in L.SHAPES]
+    calls = [(D, f, L.frame_chunk(**kw), L.scale_log2(D, **kw)) for _, D, f, kw in L.CASES]
+    calls += [(s[6], (True, True), L.frame_chunk(s[4], s[5], L.W_T, L.C_T, 0), L.scale_log2(s[6]))
+              for s in L.SHAPES]
     for name in names:
-        for D, (lmk, exp), C in calls:
-            kind, base, knobs = launch.tc_kernel_args(L.VARIANTS[name][0](D), lmk, C)
+        for D, (lmk, exp), C, sl2 in calls:
+            kind, base, knobs = launch.tc_kernel_args(L.VARIANTS[name][0](D), lmk, C, sl2)
             args = (D, D, "bfloat16", lmk, exp, False, False) + base + (False,) + knobs
             assert (name, kind, args) in have
     lmk_cols = {a[15] for n, _, a in jobs if n == "lmkcols" and len(a) > 15}
     assert lmk_cols == {1, 2}  # C192 / frame Lk+1 cases, and C = 64
+    # the session-6 variants compile both scale paths: scale_fold on (sm_scale > 0) and
+    # off (the sm_scale <= 0 cases), for both head dims
+    for name in NEW[1:]:
+        folds = {(a[0], a[17] if len(a) > 17 else False) for n, _, a in jobs if n == name}
+        assert folds == {(64, True), (64, False), (128, True), (128, False)}, (name, folds)
+
+
+NEW = ["fexp", "fexp+sfold", "fexp+sfold+wu32"]
+
+
+def test_new_variants_bake_their_knobs_on_top_of_shipped():
+    """fexp / fexp+sfold / fexp+sfold+wu32 are launch.shipped_config plus the knobs of
+    their name (cumulative), each with a written prediction; scale_fold only for a
+    positive scale (launch.scale_fold_ok)."""
+    names = [n for n, _ in launch.TC_KNOBS]
+    for D in (64, 128):
+        ship = L.VARIANTS["shipped"][0](D)
+        for name, on in zip(NEW, [{"fast_exp2"}, {"fast_exp2", "scale_fold"},
+                                  {"fast_exp2", "scale_fold", "win_u32"}]):
+            cfg = L.VARIANTS[name][0](D)
+            assert cfg[:4 + len(ship) - 4] == ship
+            for n in ("fast_exp2", "scale_fold", "win_u32"):
+                assert cfg[4 + names.index(n)] == (n in on), (name, n)
+            assert "SASS" in L.VARIANTS[name][2]
+            on_pos = launch.tc_kernel_args(cfg, True, L.C_T, L.scale_log2(D))[2]
+            on_neg = launch.tc_kernel_args(cfg, True, L.C_T, L.scale_log2(D, sm_scale=-0.2))[2]
+            assert (len(on_pos) > 5 and on_pos[5]) == ("scale_fold" in on)
+            assert not (len(on_neg) > 5 and on_neg[5])
+    # the lab's correctness cases reach sm_scale zero and negative, and a positive one
+    scales = {kw.get("sm_scale") for _, _, _, kw in L.CASES}
+    assert {0.0, None} <= scales and any(s is not None and s < 0 for s in scales)
+    assert any(s is not None and s > 0 for s in scales)
 
 
 def test_fold_events_and_table():

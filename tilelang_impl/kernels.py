@@ -10,7 +10,8 @@ per-call values are scalar kernel arguments:
     C          int32   chunk_size
     r          int32   kv_start % chunk_size (the relative frame of macros.py)
     inv_c      float32 1 / chunk_size (exact landmark test without a division)
-    scale_log2 float32 sm_scale * log2(e)
+    scale_log2 float32 sm_scale * log2(e) (with ``scale_fold`` a positive normal
+                       float32, which the launcher guarantees)
 
 Layouts. ``q_blhd`` / ``kv_blhd`` bake the memory order of the inputs:
 False reads ``(B, H, L, D)`` contiguous tensors, True reads ``(B, L, H, D)``
@@ -68,20 +69,28 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu, lmk_cols=0):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
-    only the scale without ``mask_lmk`` (``scale_scores``). One statement (an
-    ``if``), as ``mask_scores`` is. ``lmk_cols``: ``macros.tile_landmark``."""
+    only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
+    without ``mask_lmk`` when the scale is folded into the exponent
+    (``scale_log2=None``). One statement (an ``if``), as ``mask_scores`` is.
+    ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``."""
     inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
-    if inside:
-        if mask_lmk:
-            M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu, lmk_cols)
+    if mask_lmk or scale_log2 is not None:
+        if inside:
+            if mask_lmk:
+                M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu,
+                                 lmk_cols)
+            else:
+                M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
         else:
-            M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
+            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32)
     else:
-        M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                      mask_lmk, scale_log2, gpu, lmk_cols)
+        if T.Not(inside):
+            M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32)
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
@@ -97,9 +106,14 @@ def _check_lmk_cols(lmk_cols):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
 
 
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: a bool")
+
+
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
-                 lmk_cols=0):
+                 lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -125,7 +139,13 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     per score / V row as ``K`` compares against the tile's landmark columns
     instead of a float division, ``macros.tile_landmark``: valid only for calls
     with ``K * C >= block_N``, which the launcher guarantees; ``0`` = the
-    general test). A manual FA3-style
+    general test), ``fast_exp2`` (the softmax exponentials as the bare
+    ``ex2.approx.ftz`` instruction, ``macros.exp2``), ``scale_fold`` (the
+    scale as one FMA in the exponent instead of a multiply in the mask select:
+    valid only for calls with a positive normal fp32 ``scale_log2``, which the
+    launcher decides per call, ``launch.scale_fold_ok``;
+    ``macros.online_softmax_update``) and ``win_u32`` (the window test of
+    edge tiles as one unsigned compare, ``macros.visible``). A manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
@@ -133,6 +153,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_lmk_cols(lmk_cols)
+    for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
+                        ("win_u32", win_u32)):
+        _check_bool(name, value)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -169,6 +192,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             row_sum = T.alloc_fragment([block_M], accum)
             left_row = T.alloc_fragment([block_M], "int32")
 
+            if fast_exp2:
+                T.import_source(M.EX2_APPROX_SRC)
             qb = bx // S if split else bx
             sp = bx % S if split else 0
             hk = by // (Hq // Hkv)
@@ -195,12 +220,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                        policy=T.GemmWarpPolicy.FullRow)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, scale_log2, True, lmk_cols)
+                                mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                                True, lmk_cols, win_u32)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                                  inv_c, mask_lmk, scale_log2, True, lmk_cols)
+                                  inv_c, mask_lmk, None if scale_fold else scale_log2, True,
+                                  lmk_cols, win_u32)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                        True, fold)
+                                        True, fold, scale_log2 if scale_fold else None, fast_exp2)
                 T.copy(acc_s, acc_p)
                 M.rescale_output(acc_o, alpha, block_M, Dv, True)
                 if v_zero:
@@ -235,7 +262,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
 def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
-           fold: bool = False, lmk_cols: int = 0):
+           fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
+           scale_fold: bool = False, win_u32: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -250,12 +278,17 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     tile's landmark columns, ``macros.tile_landmark``; exact only for calls
     with ``K * chunk_size >= block_N`` in the kernel frame, so the launcher
     bakes ``K`` per call, ``launch.lmk_cols_for``; ``0`` = the general float
-    test, valid for every call). The knob defaults are the kernel as first
-    shipped.
+    test, valid for every call), ``fast_exp2`` (the softmax exponentials as the
+    bare ``ex2.approx.ftz`` instruction instead of ``exp2f``), ``scale_fold``
+    (``exp2(s * scale - m)`` as one FMA, the mask selecting raw scores; exact
+    only for a positive normal fp32 ``scale_log2``, so the launcher bakes it
+    per call, ``launch.scale_fold_ok``) and ``win_u32`` (the edge tiles'
+    window test as one unsigned compare per score). The knob defaults are the
+    kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols)
+                        lmk_cols, fast_exp2, scale_fold, win_u32)
 
 
 @tilelang.jit(target=HOPPER,
@@ -264,7 +297,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
 def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                 q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
-                fold: bool = False, lmk_cols: int = 0):
+                fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
+                scale_fold: bool = False, win_u32: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -278,7 +312,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols)
+                        lmk_cols, fast_exp2, scale_fold, win_u32)
 
 
 @tilelang.jit(target=HOPPER)
@@ -323,12 +357,16 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # Row-per-thread kernels: fp32 on the GPU (CUDA cores) and the CPU kernel (C target)
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
-                  gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0):
+                  gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
+                  scale_fold=False, win_u32=False):
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
     _check_lmk_cols(lmk_cols)
+    for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
+                        ("win_u32", win_u32)):
+        _check_bool(name, value)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
@@ -342,6 +380,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
              O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
         with T.Kernel(T.ceildiv(Lq, block_M), Hq, B, threads=threads) as (bx, by, bz):
+            if fast_exp2 and gpu:
+                T.import_source(M.EX2_APPROX_SRC)
             q_l = T.alloc_local([bm, Dqk], accum)
             k_l = T.alloc_local([block_N, Dqk], accum)
             v_l = T.alloc_local([block_N, Dv], accum)
@@ -394,12 +434,14 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     T.gemm(q_l, k_l, acc_s, transpose_B=True)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, scale_log2, False, lmk_cols)
+                                mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                                False, lmk_cols, win_u32)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
-                                  mask_lmk, scale_log2, False, lmk_cols)
+                                  mask_lmk, None if scale_fold else scale_log2, False, lmk_cols,
+                                  win_u32)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
-                                        False, fold)
+                                        False, fold, scale_log2 if scale_fold else None, fast_exp2)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
                 if gpu:
                     for j, d in T.grid(block_N, Dv):
@@ -420,7 +462,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 @tilelang.jit(target="c", execution_backend="cython")
 def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
             kv_blhd: bool, block_M: int = 16, block_N: int = 16, lmk_zero: str = "tile",
-            mask_split: bool = False, fold: bool = False, lmk_cols: int = 0):
+            mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
+            fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -429,14 +472,18 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     never loads keys the block cannot see (left of ``lo``, past ``hi``,
     landmarks with ``mask_lmk``; tile rows stay zero), ``"rows"`` loads every
     row below ``Lk`` as the bulk copy does and zeroes the landmark rows
-    (``macros.zero_landmark_rows``); ``mask_split``, ``fold`` and ``lmk_cols``
-    as in :func:`fwd_tc` (``lmk_cols = K`` is exact only for calls with ``K *
-    chunk_size >= block_N``; the launcher picks it per call). One program per
+    (``macros.zero_landmark_rows``); ``mask_split``, ``fold``, ``lmk_cols``,
+    ``scale_fold`` and ``win_u32`` as in :func:`fwd_tc` (``lmk_cols = K`` is
+    exact only for calls with ``K * chunk_size >= block_N``, ``scale_fold``
+    only for a positive normal fp32 scale; the launcher picks both per call);
+    ``fast_exp2`` is accepted so the CPU kernel takes the GPU's knob tuple, and
+    changes nothing here (no ``ex2.approx`` on the C target: ``T.exp2``). One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
-                         block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols)
+                         block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
+                         fast_exp2, scale_fold, win_u32)
 
 
 @tilelang.jit

@@ -111,11 +111,15 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 #: the factory's positional order after ``split``, with the defaults that give
 #: the kernel as first shipped. A config passed to :func:`run_cuda` may be
 #: ``(block_M, block_N, num_stages, threads)`` or that tuple followed by these
-#: values (all or a prefix), plus optionally ``ws=False`` as a last item
-#: (:func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`. ``lmk_cols`` in a
-#: config is a cap, not the baked value: the kernel gets :func:`lmk_cols_for`
-#: of the call (0 when the cap is 0).
-TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0))
+#: values (all or a prefix), plus optionally ``ws`` as the item after *all* of
+#: them (``False``: :func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`.
+#: Two items of a config are permissions, not baked values: ``lmk_cols`` is a
+#: cap (the kernel gets :func:`lmk_cols_for` of the call, 0 when the cap is 0)
+#: and ``scale_fold`` is baked only for calls whose scale allows it
+#: (:func:`scale_fold_ok`).
+TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
+            ("fast_exp2", False), ("scale_fold", False), ("win_u32", False))
+_SCALE_FOLD = 5
 
 
 def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
@@ -135,25 +139,41 @@ def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
     return k if k <= cap else 0
 
 
-def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int) -> tuple:
+def scale_fold_ok(scale_log2) -> bool:
+    """Whether a call may run the kernel with ``scale_fold`` (the scale moved
+    from the mask select into the exponent, ``macros.online_softmax_update``):
+    ``scale_log2`` (``sm_scale * log2(e)``, what the kernel receives) must be a
+    positive normal float32, so that ``-inf * scale`` stays ``-inf`` and
+    ``x -> x * scale`` is non-decreasing. Zero, negative, subnormal or
+    overflowing scales (and no call, ``None``) keep the scale in the mask select."""
+    return scale_log2 is not None and 2.0 ** -126 <= scale_log2 <= 3.4028234663852886e38
+
+
+def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
+               scale_log2: float | None = None) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
-    call (0 without ``C``), trailing defaults are dropped (one cache key per
-    kernel; the default kernel keeps the key it always had)."""
+    call (0 without ``C``), ``scale_fold`` stays on only where
+    :func:`scale_fold_ok` of the call's ``scale_log2`` (off without one);
+    trailing defaults are dropped (one cache key per kernel; the default
+    kernel keeps the key it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     full[3] = lmk_cols_for(full[3], mask_lmk, C, block_N) if C else 0
+    full[_SCALE_FOLD] = bool(full[_SCALE_FOLD]) and scale_fold_ok(scale_log2)
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)
 
 
-def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0) -> tuple[str, tuple, tuple]:
+def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
+                   scale_log2: float | None = None) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
-    for a call with ``mask_lmk`` and kernel-frame chunk ``C`` (the ``lmk_cols``
-    item becomes :func:`lmk_cols_for` of the call; without ``C`` it is 0).
-    Trailing knobs at their defaults are left out, so the default kernel keeps
-    the cache key ``("fwd_tc", ..., split)`` it always had."""
+    for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
+    (:func:`call_knobs`: the ``lmk_cols`` item becomes :func:`lmk_cols_for` of
+    the call, 0 without ``C``; ``scale_fold`` needs :func:`scale_fold_ok`, off
+    without a scale). Trailing knobs at their defaults are left out, so the
+    default kernel keeps the cache key ``("fwd_tc", ..., split)`` it always had."""
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
     if len(extra) > len(TC_KNOBS):
@@ -161,7 +181,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0) -> tuple[str, tup
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1])
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2)
 
 
 _cache: dict[tuple, object] = {}
@@ -244,11 +264,11 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         return
     dt = _TL_DTYPE[p.dtype]
     kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or SPLIT_CONFIG + SPLIT_KNOBS,
-                                                   p.mask_lmk, C)
+                                                   p.mask_lmk, C, sl2)
     S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
     if S <= 1:
         kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or shipped_config(p.Dqk, p.Dv),
-                                                       p.mask_lmk, C)
+                                                       p.mask_lmk, C, sl2)
         ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                       bM, bN, ns, th, False, *knobs)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
@@ -271,9 +291,10 @@ def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``,
     with the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`; the
     ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for` for the 16-key
-    tile), so the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
+    tile; ``scale_fold`` per call, :func:`scale_fold_ok`), so the CPU tier runs the
+    same macros as the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
-    knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1])
+    knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2)
     ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                   *CPU_TILE, *knobs)
     ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)

@@ -24,6 +24,13 @@ the tile's first ``K`` landmark columns instead (``K`` integer compares, one
 floor modulo per tile), which is the same predicate whenever ``K * C >=
 block_N`` (the launcher's rule, ``launch.lmk_cols_for``).
 
+Arithmetic knobs (baked in, never the answer): ``win_u32`` (:func:`visible`: the
+window test as one unsigned compare), a folded scale (:func:`mask_scores`,
+:func:`mask_landmarks` and :func:`online_softmax_update` with the scale moved
+from the mask select into the exponent: valid for a positive scale only, which
+the launcher decides per call) and ``fast_exp2`` (:func:`exp2`: the hardware
+``ex2.approx.ftz`` on the GPU).
+
 Loops. Buffer-level macros take ``gpu``: on the GPU they loop with
 ``T.Parallel`` over fragments; the C target rejects ``T.Parallel`` over local
 buffers, so the CPU kernel passes ``gpu=False`` and the same body runs under
@@ -43,6 +50,36 @@ LOG2E = 1.4426950408889634
 
 def _loop(gpu: bool):
     return T.Parallel if gpu else T.grid
+
+
+#: CUDA source of the approximate base-2 exponential (:func:`exp2` with
+#: ``fast=True``): the hardware ``ex2.approx.ftz.f32`` (one MUFU.EX2; relative
+#: error about 2**-22, subnormal inputs and results flushed to zero). A kernel
+#: that uses it imports it once (``T.import_source(EX2_APPROX_SRC)``).
+EX2_APPROX_SRC = r"""
+__device__ __forceinline__ float hils_ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+"""
+
+
+def exp2(x, fast: bool = False):
+    """``2 ** x`` in fp32 (plain Python, expands at trace time).
+
+    ``fast=False``: ``T.exp2`` (CUDA ``exp2f`` without fast math: four
+    instructions on sm_90, a range test and two rescaling multiplies around
+    MUFU.EX2, so that subnormal results stay exact). ``fast=True`` (GPU
+    kernels only, baked in): ``hils_ex2_approx`` (:data:`EX2_APPROX_SRC`), the
+    MUFU.EX2 alone. The two differ by a few ulp and below 2**-126, where the
+    fast one gives 0: ``exp2(-inf) = 0``, ``exp2(0) = 1`` and NaN stay exact,
+    which is all the online softmax relies on (a probability below 2**-126
+    next to a row maximum of probability 1 is below fp32 resolution of the sum).
+    """
+    if fast:
+        return T.call_extern("float32", "hils_ex2_approx", x)
+    return T.exp2(x)
 
 
 @T.macro
@@ -143,12 +180,25 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
 
 
 @T.macro
-def visible(qpos, k_first, j, left, r, chunk_size, inv_chunk, mask_lmk, lmk_cols=0, j0=None):
+def visible(qpos, k_first, j, left, r, chunk_size, inv_chunk, mask_lmk, lmk_cols=0, j0=None,
+            win_u32=False):
     """Whether the query at ``qpos`` (window edge ``left``) sees the key in column
     ``j`` of the tile whose column 0 is key index ``k_first`` (relative position
-    ``r + k_first + j``); ``lmk_cols`` as in :func:`tile_landmark`."""
+    ``r + k_first + j``); ``lmk_cols`` as in :func:`tile_landmark`.
+
+    ``win_u32`` (Python bool, baked in) picks the arithmetic of ``left <= kpos
+    <= qpos``, never the answer: ``False`` two signed compares joined by a
+    short-circuit ``&&``; ``True`` one unsigned compare ``uint32(kpos - left)
+    <= uint32(qpos - left)``. The same predicate because ``left <= qpos``
+    always (``left`` is at most ``qpos - window_size + 1``, floored) and every
+    relative position is below ``2**23`` (no int32 overflow): a ``kpos`` left
+    of ``left`` wraps to at least ``2**31``, above any ``qpos - left``.
+    """
     kpos = r + k_first + j
-    ok = T.And(kpos >= left, kpos <= qpos)
+    if win_u32:
+        ok = T.Cast("uint32", kpos - left) <= T.Cast("uint32", qpos - left)
+    else:
+        ok = T.And(kpos >= left, kpos <= qpos)
     if mask_lmk:
         ok = T.And(ok, T.Not(tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0)))
     return ok
@@ -178,9 +228,16 @@ def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_siz
                                   expand_to_chunk)
 
 
+def _scaled(x, scale_log2):
+    """``x * scale_log2``, or ``x`` itself when the scale is folded into the
+    exponent (``scale_log2 is None``: :func:`online_softmax_update` with
+    ``scale``)."""
+    return x if scale_log2 is None else x * scale_log2
+
+
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
-                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0):
+                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False):
     """Scale the raw products into base-2 logits (``* scale_log2``) and replace
     the score of every invisible (row, key) pair by ``-inf``.
 
@@ -188,16 +245,20 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     ``k``) becomes ``-inf`` too. The scale is applied inside the select, so a
     masked score stays ``-inf`` for any ``sm_scale`` (zero and negative
     included; scaling after the mask would turn ``-inf`` into ``+inf`` or NaN).
+    ``scale_log2=None``: no scale here, the raw product or ``-inf`` (the scale
+    folded into the exponent, :func:`online_softmax_update` with ``scale``;
+    positive scales only).
     Keys at or beyond ``Lk`` are invisible because ``kpos <= qpos <= r + Lk - 1``
     for every real row. ``lmk_cols``: the landmark arithmetic
-    (:func:`tile_landmark`, baked in).
+    (:func:`tile_landmark`, baked in); ``win_u32``: the window compare
+    (:func:`visible`, baked in).
     """
     j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             visible(r + Lk - Lq + q_first + i, k_first, j, left_row[i], r, chunk_size,
-                    inv_chunk, mask_lmk, lmk_cols, j0),
-            acc_s[i, j] * scale_log2, -T.infinity("float32"))
+                    inv_chunk, mask_lmk, lmk_cols, j0, win_u32),
+            _scaled(acc_s[i, j], scale_log2), -T.infinity("float32"))
 
 
 @T.macro
@@ -222,8 +283,9 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
 @T.macro
 def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, scale_log2, gpu,
                    lmk_cols=0):
-    """Scale (``* scale_log2``) and put ``-inf`` (by select) in every landmark
-    column of the tile; nothing else.
+    """Scale (``* scale_log2``; not with ``scale_log2=None``, as in
+    :func:`mask_scores`) and put ``-inf`` (by select) in every landmark column
+    of the tile; nothing else.
 
     What :func:`mask_scores` does with ``mask_lmk`` on a tile for which
     :func:`tile_inside_windows` holds (every window test there is true).
@@ -233,7 +295,7 @@ def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, s
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0),
-            -T.infinity("float32"), acc_s[i, j] * scale_log2)
+            -T.infinity("float32"), _scaled(acc_s[i, j], scale_log2))
 
 
 @T.macro
@@ -286,7 +348,8 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
 
 
 @T.macro
-def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False):
+def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False,
+                          scale=None, fast_exp2=False):
     """One step of the online softmax over a masked, scaled score tile ``acc_s``
     (fp32 base-2 logits, from :func:`mask_scores` / :func:`mask_landmarks` /
     :func:`scale_scores`).
@@ -299,30 +362,54 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
 
     ``fold`` (Python bool, baked in) changes only the arithmetic, not the
     result: the row reference is computed once per row (kept in ``m_prev``
-    after ``alpha``) instead of a per-element select. Same statement count as
-    ``fold=False`` (the kernels' pipeline schedules count statements).
+    after ``alpha``) instead of a per-element select.
+
+    ``scale`` (baked in as present or not; its value is the kernel's
+    ``scale_log2``): ``acc_s`` holds the *raw* masked products (``-inf`` where
+    invisible, from the mask macros with ``scale_log2=None``) and the scale
+    moves into the exponent, ``exp2(s * scale - m)``, one FMA per score. The
+    row max is taken over the raw scores and scaled once per row, equal to the
+    max of the scaled scores because ``x -> x * scale`` (rounded) is
+    non-decreasing for ``scale > 0``. Valid for a positive, normal fp32
+    ``scale`` only (zero or negative would turn ``-inf`` into NaN or ``+inf``):
+    the launcher bakes it per call (``launch.scale_fold_ok``).
+    ``row_sum`` holds the raw row max until the row sums overwrite it.
+
+    ``fast_exp2`` (baked in): :func:`exp2` with ``fast`` on the GPU (the CPU
+    kernel has no such instruction and keeps ``T.exp2``).
     """
     loop = _loop(gpu)
+    fast = fast_exp2 and gpu
     T.copy(m, m_prev)
-    if gpu:
-        T.reduce_max(acc_s, m, dim=1, clear=False)
-    else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
-        for i, j in T.grid(block_M, block_N):
-            m[i] = T.max(m[i], acc_s[i, j])
+    if scale is None:
+        if gpu:
+            T.reduce_max(acc_s, m, dim=1, clear=False)
+        else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
+            for i, j in T.grid(block_M, block_N):
+                m[i] = T.max(m[i], acc_s[i, j])
+    else:
+        if gpu:
+            T.reduce_max(acc_s, row_sum, dim=1, clear=True)
+        else:
+            T.fill(row_sum, -T.infinity("float32"))
+            for i, j in T.grid(block_M, block_N):
+                row_sum[i] = T.max(row_sum[i], acc_s[i, j])
+        for i in loop(block_M):
+            m[i] = T.max(m[i], row_sum[i] * scale)
     if fold:
         for i in loop(block_M):
             m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-            alpha[i] = T.exp2(m_prev[i] - m_ref)
+            alpha[i] = exp2(m_prev[i] - m_ref, fast)
             m_prev[i] = m_ref
         for i, j in loop(block_M, block_N):
-            acc_s[i, j] = T.exp2(acc_s[i, j] - m_prev[i])
+            acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_prev[i], fast)
     else:
         for i in loop(block_M):
             m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-            alpha[i] = T.exp2(m_prev[i] - m_ref)
+            alpha[i] = exp2(m_prev[i] - m_ref, fast)
         for i, j in loop(block_M, block_N):
             m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
-            acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref)
+            acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_ref, fast)
     if gpu:
         T.reduce_sum(acc_s, row_sum, dim=1)
     else:

@@ -46,8 +46,10 @@ import traceback
 # No variant without warp specialisation: kernels.fwd_tc_nows does not lower in
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
-# lmk_zero, mask_split, fold, lmk_cols cap[, ws]) -- see launch.tc_kernel_args; the
-# lmk_cols cap becomes launch.lmk_cols_for of each call (C = 64 on 128-key tiles: 2).
+# lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32[, ws]) -- see
+# launch.tc_kernel_args; the lmk_cols cap becomes launch.lmk_cols_for of each call
+# (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
+# scale (launch.scale_fold_ok).
 # ---------------------------------------------------------------------------------------
 def _base(D):
     from tilelang_impl import launch
@@ -64,7 +66,13 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
     if threads is not None:
         th = threads
     cfg = (bM, bN, ns, th, lmk_zero, mask_split, fold, lmk_cols)
-    return cfg if ws else cfg + (False,)
+    return cfg if ws else _full(cfg) + (False,)
+
+
+def _full(cfg):
+    """A config with every knob item (defaults filled in), so a ``ws`` item can follow."""
+    from tilelang_impl import launch
+    return tuple(cfg) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
 
 
 def _shipped(D, lmk_cols):
@@ -73,6 +81,22 @@ def _shipped(D, lmk_cols):
     cfg = launch.shipped_config(D, D)
     knobs = tuple(cfg[4:]) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
     return tuple(cfg[:4]) + knobs[:3] + (lmk_cols,)
+
+
+def launch_shipped(D):
+    """launch.shipped_config for head dim D, unchanged."""
+    from tilelang_impl import launch
+    return launch.shipped_config(D, D)
+
+
+def _ship_plus(D, **knobs):
+    """launch.shipped_config for head dim D (all knob items) with ``knobs`` set."""
+    from tilelang_impl import launch
+    cfg = list(_full(launch.shipped_config(D, D)))
+    names = [n for n, _ in launch.TC_KNOBS]
+    for name, value in knobs.items():
+        cfg[4 + names.index(name)] = value
+    return tuple(cfg)
 
 
 def _other_tile(D):
@@ -122,21 +146,58 @@ VARIANTS = {
                   "-20..-40% vs all (one WG cannot hide softmax behind wgmma; 2x programs)"),
     # session 5: the landmark test as integer compares against the tile's landmark
     # columns (macros.tile_landmark). Run: --only shipped,lmkcols
-    "shipped": (lambda D: _shipped(D, 0),
-                "launch.shipped_config knobs as of ee66ff0, lmk_cols off (D=64: split mask; "
-                "D=128: rows + split + fold; 128x128): the general float landmark test "
-                "(~9 instructions per score)",
-                "reference point for lmkcols: ~137 TF/s H32 D128 L8K, ~85 TF/s GQA D64 "
-                "(BENCHMARKS.md)"),
+    "nolmkcols": (lambda D: _shipped(D, 0),
+                  "launch.shipped_config knobs as of ee66ff0, lmk_cols off (D=64: split mask; "
+                  "D=128: rows + split + fold; 128x128): the general float landmark test "
+                  "(~9 instructions per score); called 'shipped' until lmk_cols shipped",
+                  "reference point for lmkcols: ~137 TF/s H32 D128 L8K, ~85 TF/s GQA D64 "
+                  "(BENCHMARKS.md)"),
+    "shipped": (lambda D: launch_shipped(D),
+                "launch.shipped_config as it is (since dbb5ab4 = lmkcols)",
+                "measured on the H200 at dbb5ab4: ~185 TF/s H32 D128 L8K, ~136 TF/s GQA D64"),
     "lmkcols": (lambda D: _shipped(D, 2),
-                "shipped + lmk_cols (launch.shipped_config now): landmark test = K integer "
-                "compares vs the tile's landmark columns j0 + m*C (K = ceil(bN/C) = 2 at C=64, "
-                "bN=128), j0 once per tile in a register; edge-tile mask branch-free",
+                "nolmkcols + lmk_cols (= launch.shipped_config since dbb5ab4): landmark test = "
+                "K integer compares vs the tile's landmark columns j0 + m*C (K = ceil(bN/C) = 2 "
+                "at C=64, bN=128), j0 once per tile in a register; edge-tile mask branch-free",
                 "SASS (CPU, sm_90a, consumer key loop per 128-key tile, dynamic): D128 "
                 "3550 -> 3024 instr on interior tiles (-15%), <=4164 -> 3552 on edge tiles "
                 "(-15%, 190 branches -> 0); D64 2637 -> 2060 (-22%) / <=3191 -> 2587 (-19%). "
                 "Predicted: D128 +5-12% TFLOP/s, D64 GQA +8-18%, chunked prefill like D128; "
                 "below +3% would mean the loop is MMA/latency bound, not issue bound"),
+    # session 6 (measured on the H200 before: shipped = lmkcols, D128 185 TF/s, GQA D64
+    # 136 TF/s). Knobs of kernels.fwd_tc added on top of launch.shipped_config, cumulative.
+    # SASS: consumer key loop, dynamic instructions per 128-key tile per consumer thread
+    # (64 scores), sm_90a, C = 64, CPU compile; "interior / edge" tile paths.
+    # Run: --only shipped,fexp,fexp+sfold,fexp+sfold+wu32
+    "fexp": (lambda D: _ship_plus(D, fast_exp2=True),
+             "shipped + fast_exp2: the softmax exponentials as the bare ex2.approx.ftz "
+             "(1 MUFU.EX2) instead of exp2f (range test + 2 predicated FMULs + MUFU.EX2)",
+             "SASS D128 1418 / 1911 -> 1220 / 1713 (-14% / -10%), D64 1055 / 1557 -> "
+             "857 / 1359 (-19% / -13%). Predicted vs shipped: D128 +6-12% TFLOP/s, GQA D64 "
+             "+8-15%; if below +3% the exp2 is hidden behind the MMAs (then sfold will also "
+             "gain little)"),
+    "fexp+sfold": (lambda D: _ship_plus(D, fast_exp2=True, scale_fold=True),
+                   "fexp + scale_fold (calls with sm_scale > 0): the mask selects raw scores "
+                   "(no FMUL per score), the row max is scaled once per row, p = "
+                   "ex2(fma(s, scale, -m)); edge-tile mask loses its predicated per-score "
+                   "scale loads",
+                   "SASS D128 -> 1159 / 1371 (-18% / -28% vs shipped), D64 -> 794 / 1014 "
+                   "(-25% / -35%). Predicted vs shipped: D128 +10-20%, GQA D64 +15-30%"),
+    "fexp+sfold+wu32": (lambda D: _ship_plus(D, fast_exp2=True, scale_fold=True, win_u32=True),
+                        "fexp+sfold + win_u32: the edge tiles' window test as one unsigned "
+                        "compare uint32(kpos - left) <= uint32(qpos - left) per score",
+                        "SASS D128 -> 1156 / 1296 (-18% / -32% vs shipped), D64 -> 794 / 942 "
+                        "(-25% / -40%). Predicted vs shipped: D128 +12-25%, GQA D64 +18-35% "
+                        "(about half the W=512 tiles are edge tiles); vs fexp+sfold +2-5%"),
+    # single knobs on shipped, for attribution if the cumulative ones surprise
+    "sfold": (lambda D: _ship_plus(D, scale_fold=True),
+              "shipped + scale_fold only",
+              "SASS D128 1357 / 1569 (-4% / -18%), D64 992 / 1212 (-6% / -22%): +3-10% vs "
+              "shipped"),
+    "wu32": (lambda D: _ship_plus(D, win_u32=True),
+             "shipped + win_u32 only (the scale multiply stays in the select)",
+             "SASS D128 1415 / 1829, D64 1054 / 1542 (edge -1..-4%): within +-3% of shipped; "
+             "the unsigned compare pays only once the select has no multiply (sfold)"),
 }
 
 # Correctness cases: (name, D, flags (mask_lmk, expand), kwargs). All bf16, prefill grid.
@@ -177,6 +238,23 @@ CASES = [
     ("D64 C=1e6 frame Lk+1 nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=1, Lq=300, Lk=900, window_size=100, chunk_size=10**6, kv_start=12345,
           nan_slots=True, tail_nan=True)),
+    # sm_scale: positive (scale_fold baked), zero and negative (scale_fold off, the scale
+    # stays in the mask select; masked scores must stay -inf)
+    ("D128 W512 C64 sm_scale=0.37 nan", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=1100, Lk=1300, window_size=512, chunk_size=64, kv_start=7,
+          nan_slots=True, tail_nan=True, sm_scale=0.37)),
+    ("D128 W300 C64 sm_scale=0 nan", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=700, Lk=900, window_size=300, chunk_size=64, kv_start=3,
+          nan_slots=True, sm_scale=0.0)),
+    ("D64 W300 C64 sm_scale=-0.2 nan", 64, (True, True),
+     dict(B=1, Hq=4, Hkv=1, Lq=700, Lk=900, window_size=300, chunk_size=64, kv_start=3,
+          nan_slots=True, tail_nan=True, sm_scale=-0.2)),
+    ("D128 lmk=F sm_scale=-0.1", 128, (False, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=600, Lk=600, window_size=300, chunk_size=64, kv_start=0,
+          nan_slots=True, sm_scale=-0.1)),
+    ("D64 lmk=F exp=F sm_scale=0.5", 64, (False, False),
+     dict(B=1, Hq=4, Hkv=4, Lq=600, Lk=600, window_size=300, chunk_size=64, kv_start=0,
+          tail_nan=True, sm_scale=0.5)),
 ]
 
 # Timed shapes: (name, B, Hq, Hkv, Lq, Lk, D); bf16, W=512, C=64, both flags on.
@@ -203,17 +281,24 @@ def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
     return p.kernel_frame()[2]
 
 
+def scale_log2(D, sm_scale=None, **_):
+    """The kernel's ``scale_log2`` of a call (decides ``scale_fold``)."""
+    from tilelang_impl import launch
+    return (D ** -0.5 if sm_scale is None else sm_scale) * launch.LOG2E
+
+
 def kernel_jobs(variants):
     """Every (variant, kind, factory args) the lab launches (one per distinct kernel of
-    a variant); D, flags and kernel-frame chunk from CASES and SHAPES."""
+    a variant); D, flags, kernel-frame chunk and scale from CASES and SHAPES."""
     from tilelang_impl import launch
-    need = {(D, f, frame_chunk(**kw)) for _, D, f, kw in CASES}
-    need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0)) for s in SHAPES}
+    need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw)) for _, D, f, kw in CASES}
+    need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]))
+             for s in SHAPES}
     jobs = []
     for name in variants:
         seen = set()
-        for D, (lmk, exp), C in sorted(need):
-            kind, base, knobs = launch.tc_kernel_args(VARIANTS[name][0](D), lmk, C)
+        for D, (lmk, exp), C, sl2 in sorted(need):
+            kind, base, knobs = launch.tc_kernel_args(VARIANTS[name][0](D), lmk, C, sl2)
             args = (D, D, "bfloat16", lmk, exp, False, False) + base + (False,) + knobs
             if (kind, args) not in seen:
                 seen.add((kind, args))
@@ -304,13 +389,13 @@ def _tensor_with_nan_tail(shape, dtype, g, tail):
 
 
 def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv_start,
-               nan_slots=False, tail_nan=False, seed=0):
+               nan_slots=False, tail_nan=False, seed=0, sm_scale=None):
     """One correctness case; returns a result dict (``ok`` and errors)."""
     import torch
     import reference
     from reference import visibility_mask
     kw = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=lmk,
-              expand_to_chunk=exp, kv_start=kv_start)
+              expand_to_chunk=exp, kv_start=kv_start, sm_scale=sm_scale)
     g = torch.Generator(device="cuda").manual_seed(seed)
     bf = torch.bfloat16
     q = torch.randn(B, Hq, Lq, D, dtype=bf, device="cuda", generator=g)
@@ -324,7 +409,8 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
     ref_el = (sl.double() - gl)[fin].abs().max().item() if fin.any() else 0.0
     n_nan = 0
     if nan_slots:
-        bad = ~visibility_mask(Lq, Lk, **kw, device="cuda").any(0)
+        rule = {n: v for n, v in kw.items() if n != "sm_scale"}
+        bad = ~visibility_mask(Lq, Lk, **rule, device="cuda").any(0)
         n_nan = int(bad.sum())
         k[:, :, bad] = float("nan")
         v[:, :, bad] = float("nan")
