@@ -183,6 +183,21 @@ def _kv_build(base: Case, row: dict) -> Case:
     return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
 
 
+def _tile_chunk_build(base: Case, row: dict) -> Case:
+    """Chunk sizes at the kernels' key-block widths: the landmark column of a key
+    block is found from the block's phase ``(kv_start + n0) mod C``; at
+    ``C == BLOCK_N`` the phase wraps to exactly 0 after every block and at
+    ``C == BLOCK_N / 2`` a block holds two landmarks (off-by-ones live there)."""
+    C = row["chunk"]
+    kv = {"0": 0, "half": C // 2, "C-1": C - 1}[row["kv"]]
+    D = row["D"]
+    # Long enough that the blocks of a program loop over several key blocks
+    # (a prefill grid on the GPU; on CPU, 180 queries keep D=64 on the prefill path).
+    L = 1024 if base.device.startswith("cuda") else 180
+    return replace(base, chunk=C, window=C + 5, kv_start=kv, Dqk=D, Dv=D, dtype=row["dtype"],
+                   Lq=L, Lk=L, mask_lmk=True, expand=True, nan_slots=True)
+
+
 def _flags_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     W, C = row["wc"]
@@ -304,6 +319,12 @@ def _categories() -> list[Category]:
         lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128], "mask_lmk": [True, False], "expand": [True, False],
                       "Lq": [129, 70]},
         _set(window=40, Lk=129)))
+    C.append(Category(
+        "tile_chunk", "chunk sizes equal to the kernels' key-block widths (16..128), every "
+        "alignment of blocks to chunks, NaN in every unseen slot",
+        lambda cuda: {"chunk": [16, 32, 64, 128], "kv": ["0", "half", "C-1"], "D": [64, 128],
+                      "dtype": ["bf16", "fp16"]},
+        _tile_chunk_build))
     C.append(Category(
         "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-120 (landmarks and chunk starts by position; "
         "positions crossing 2^31 inside the call)",
