@@ -112,8 +112,10 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
 
 
 def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
-    """Every kernel run_cuda can pick for D = 64 / 96 / 128 with mask_lmk (lmk_cols
-    0, 1, 2 prefill; 0, 1 split) is among the compiled variants."""
+    """Every kernel run_cuda can pick for D = 64 and 128 with mask_lmk (lmk_cols
+    0, 1, 2 prefill; 0, 1, 2 split, D = 128) is among the compiled variants.
+    D = 96 runs D = 128's tiles and knobs with a smaller head dim; its
+    lmk_cols kernels are not compiled here (CI time), only on the GPU."""
     have = set(TC_VARIANTS.values())
     for D in (64, 128):
         for C in range(1, 300):

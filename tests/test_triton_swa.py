@@ -126,9 +126,10 @@ LMK_PHASE = [("prefill", 16, 16), ("prefill", 16, 48), ("prefill", 16, 21), ("pr
 @pytest.mark.parametrize("path,block_n,chunk", LMK_PHASE, ids=[f"{a}-N{b}-C{c}" for a, b, c in LMK_PHASE])
 def test_landmark_phase_every_residue(path, block_n, chunk):
     """The landmark test carries its phase ``(kv_start + n0) % C`` from block to
-    block (kernels._not_lmk / _next_phase): every residue of ``kv_start`` mod
-    ``C`` (so every alignment of blocks to chunks), NaN in every landmark slot
-    (a landmark the kernel misses turns o into NaN), both kernels."""
+    block (kernels._not_lmk / _next_phase): ``kv_start`` residues 0, 1, C-1,
+    C-BLOCK_N, C/2 and 2 past 3C (the blocks then run through further phases),
+    NaN in every landmark slot (a landmark the kernel misses turns o into NaN),
+    both kernels."""
     assert L._lmk_one(chunk, block_n) == (chunk >= block_n)
     kw = dict(window_size=2 * chunk + 5, chunk_size=chunk)
     Lq = 2 if path == "splitkv" else 70
@@ -217,7 +218,7 @@ def test_growing_lk_reuses_one_plan(monkeypatch):
     q, k, v = _inputs(1, 2, 1, 1, 60, 32, 32, torch.float16)
     for lk in range(40, 60):
         o, lse, taken = _run(q, k[:, :, :lk], v[:, :, :lk], path="splitkv", **kw)
-    _check(o, lse, q, k[:, :, :59], v[:, :, :59], **kw)
+        _check(o, lse, q, k[:, :, :lk], v[:, :, :lk], **kw)
     # W + C + Lq = 39: every Lk from 40 to 59 maps to one plan; Lk = 20 gets its own.
     assert len(L._PLANS) == 1
     _run(q, k[:, :, :20], v[:, :, :20], path="splitkv", **kw)
@@ -305,16 +306,42 @@ def test_cpu_without_interpreter_is_unsupported(monkeypatch):
     (5, 10, 2 ** 63 - 1),
     (2 ** 62 + 9, 30, 2 ** 61 + 3),
 ])
-def test_positions_past_int32(kv_start, window_size, chunk_size):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_positions_past_int32(kv_start, window_size, chunk_size, dtype):
     """The kernels get kv_start mod chunk_size and a window clamped to Lk + C
-    (same visibility); positions that would still pass int32 go int64."""
-    q, k, v = _inputs(1, 2, 1, 50, 64, 32, 32, torch.float32)
+    (same visibility); positions that would still pass int32 go int64. fp16
+    takes the one-landmark test (LMK_ONE), fp32 the modulo test."""
+    q, k, v = _inputs(1, 2, 1, 50, 64, 32, 32, dtype)
     for mask_lmk, expand in ((True, True), (False, False)):
         kw = dict(window_size=window_size, chunk_size=chunk_size, kv_start=kv_start,
                   mask_lmk=mask_lmk, expand_to_chunk=expand)
         for path in ("prefill", "splitkv"):
             o, lse, _ = _run(q, k, v, path=path, **kw)
             _check(o, lse, q, k, v, **kw)
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv"])
+def test_landmark_column_with_chunk_past_2_32(path):
+    """The one-landmark test's column ``C - 1 - phase`` is near ``C`` in the
+    blocks after a landmark; with a frame ``C`` past 2**32 an unclamped int32
+    cast wrapped it into the block and hid a visible key (review of 841e9f7).
+    C = 2**32 + 100, kv_start = C - 5: the only landmark is key 4, keys 64..199
+    sit in later blocks. NaN in the landmark slot."""
+    C = 2 ** 32 + 100
+    kw = dict(window_size=300, chunk_size=C, kv_start=C - 5)
+    q, k, v = _inputs(1, 2, 1, 64 if path == "prefill" else 2, 200, 32, 32, torch.float16)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 4], v2[:, :, 4] = float("nan"), float("nan")
+    o, lse, _ = _run(q, k2, v2, path=path, **kw)
+    _check(o, lse, q, k, v, **kw)
+
+
+def test_positions_past_int64_are_unsupported():
+    """A frame whose positions would pass int64 (kv_start and chunk_size both
+    near 2**63) raises UnsupportedConfig before any kernel runs."""
+    q, k, v = _inputs(1, 2, 1, 4, 64, 32, 32, torch.float16)
+    with pytest.raises(UnsupportedConfig, match="int64"):
+        sliding_window_attention(q, k, v, window_size=8, chunk_size=2 ** 63 + 100, kv_start=2 ** 63 + 50)
 
 
 def test_tma_stride_rules():

@@ -35,7 +35,7 @@ How a key block evaluates it (the integer work between the two matrix
 products is most of a block's instructions): the window test is one
 subtraction and one unsigned compare per element (:func:`_in_window`); the
 landmark test, when ``C >= BLOCK_N`` (``LMK_ONE``, chosen per call by the
-launcher), is one compare per column against a per-block scalar carried from
+launcher for 16-bit dtypes), is one compare per column against a per-block scalar carried from
 block to block (:func:`_not_lmk`), otherwise an integer modulo per column.
 SASS of one key block, sm_90, bf16, D=128 64x64 TMA kernel: 1002
 instructions before, 673 after (Triton 3.9 on CPU).
@@ -123,18 +123,21 @@ def _next_phase(ph, C, BLOCK_N: tl.constexpr, LMK_ONE: tl.constexpr):
 
 
 @triton.jit
-def _not_lmk(offs_n, n0, kv_start, C, ph, LMK_ONE: tl.constexpr):
-    """Keys ``n0 + offs_n`` that are not landmarks: ``(kpos + 1) % C != 0``.
+def _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N: tl.constexpr, LMK_ONE: tl.constexpr):
+    """Keys ``n0 + offs_n`` (``offs_n`` in ``[0, BLOCK_N)``) that are not
+    landmarks: ``(kpos + 1) % C != 0``.
 
-    ``LMK_ONE`` (the launcher sets it when ``C >= BLOCK_N``): a block holds at
-    most one landmark. With ``ph = (kv_start + n0) % C``, ``ph + j + 1`` lies
-    in ``[1, C + BLOCK_N)``, so it is a multiple of ``C`` exactly when it
-    equals ``C``: column ``j = C - 1 - ph`` (none when that is ``>= BLOCK_N``).
-    One compare per column against a per-block scalar instead of an integer
-    modulo per column. Otherwise the modulo itself.
+    ``LMK_ONE`` (the launcher sets it for 16-bit dtypes when ``C >= BLOCK_N``):
+    a block holds at most one landmark. With ``ph = (kv_start + n0) % C``,
+    ``ph + j + 1`` lies in ``[1, C + BLOCK_N)``, so it is a multiple of ``C``
+    exactly when it equals ``C``: column ``j = C - 1 - ph`` (none when that is
+    ``>= BLOCK_N``; clamped to ``BLOCK_N`` before the int32 cast, since the
+    frame's ``C`` can exceed 2**32). One compare per column against a
+    per-block scalar instead of an integer modulo per column. Otherwise the
+    modulo itself.
     """
     if LMK_ONE:
-        return offs_n != (C - 1 - ph).to(tl.int32)
+        return offs_n != tl.minimum(C - 1 - ph, BLOCK_N).to(tl.int32)
     else:
         return ((kv_start + n0 + offs_n + 1) % C) != 0
 
@@ -174,7 +177,7 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
     offs_n = n0 + tl.arange(0, BLOCK_N)
     in_range = (offs_n >= j_lo) & (offs_n < j_hi)
     if MASK_LMK:
-        keep = _not_lmk(tl.arange(0, BLOCK_N), n0, kv_start, C, ph, LMK_ONE)
+        keep = _not_lmk(tl.arange(0, BLOCK_N), n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
         col_ok = in_range & keep if MASK_WINDOW else keep
     else:
         col_ok = in_range
@@ -389,7 +392,7 @@ def _swa_fwd_tma_kernel(
         s = tl.dot(q, k.T) * qk_scale
         vis = _in_window(qidx, n0, offs_n, span)
         if MASK_LMK:
-            keep = _not_lmk(offs_n, n0, kv_start, C, ph, LMK_ONE)
+            keep = _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
             vis = vis & keep[None, :]
         s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))

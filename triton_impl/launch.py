@@ -363,17 +363,27 @@ TMA_MODES = {"v_ptr": False, "v_tma": True}
 
 
 _I32 = 2 ** 31
+_I63 = 2 ** 63
 
 
 def _frame(p: Problem) -> tuple[int, int, int]:
     """``(kv_start, W, C)`` the kernels get: ``p.kernel_frame()`` (same
-    visibility, small values). Only when ``Lk`` itself nears 2**31 could
-    positions still pass int32: then the frame is moved up by whole chunks
-    past 2**31, so Triton types it (and every position derived from it) as
-    int64; ``r < C <= Lk + 1`` keeps that far below 2**63.
+    visibility; small values unless the chunk itself is large). Triton types
+    an int argument of 2**31 or more as int64, and every position derived from
+    it with it. When the frame's values are below 2**31 but positions derived
+    from them (up to ``r + Lk + W + 2C`` plus a block) could pass it, the frame
+    is moved up by whole chunks past 2**31 (then ``C <= r + Lk < 2**31 + Lk``,
+    so the moved ``r`` stays below ``2**32 + Lk``). Frames whose positions
+    would pass int64 (a chunk and ``kv_start`` both beyond 2**62) raise
+    :class:`UnsupportedConfig` before any kernel runs.
     """
     r, w, c = p.kernel_frame()
-    if r + p.Lk + w + 2 * c + 1024 >= _I32:
+    top = r + p.Lk + w + 2 * c + 1024
+    if top >= _I63:
+        raise UnsupportedConfig(
+            f"triton: positions up to kv_start % chunk_size + Lk + window + 2 * chunk_size = {top} "
+            "do not fit int64 (kv_start and chunk_size both near 2**63)")
+    if top >= _I32:
         r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
     return r, w, c
 
