@@ -41,9 +41,13 @@ STRIDE_TENSORS = {"qb", "qh", "ql", "kb", "kh", "kl", "vb", "vh", "vl", "ob", "o
 
 def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, dict]:
     sig, consts = {}, dict(constexprs)
+    params = {prm.name: prm for prm in fn.params}
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif params[name].is_constexpr and params[name].has_default:  # what the JIT does: the default
+            sig[name] = "constexpr"
+            consts[name] = params[name].default
         elif name in UNIT_STRIDES:
             sig[name] = "constexpr"
             consts[name] = 1
@@ -163,6 +167,13 @@ def variants():
                  or n.startswith("tma-v_ptr-bf16-D96")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-lmkmod"] = (grp, fn, ptrs, dict(consts, LMK_ONE=False), warps, stages, hgmma)
+    # The scale folded into the exponent (FOLD, launch.FOLD_SCALE / the _fold knob):
+    # every shipped 16-bit TMA tile and the D = 128 bucket of the other two kernels.
+    shipped_tma = {f"tma-v_ptr-bf16-D{_dims(b)[0]}-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
+                   for (cls, b), (c, v_tma) in L.PREFILL_TMA.items()}
+    for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
+        grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
+        out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):

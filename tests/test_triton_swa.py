@@ -145,7 +145,7 @@ def test_landmark_phase_every_residue(path, block_n, chunk):
         L.launch(p, q, k2, v2, o, lse, path=path, config=cfg, num_splits=3 if path == "splitkv" else None)
         _check(o, lse, q, k, v, **kw)
     plan = L._make_plan(p, path, cfg, 3 if path == "splitkv" else None, None)
-    assert plan.constexprs[True]["LMK_ONE"] is True  # 16-bit: the one-landmark kernel is reachable
+    assert plan.constexprs[(True, False)]["LMK_ONE"] is True  # 16-bit: the one-landmark kernel is reachable
 
 
 @pytest.mark.parametrize("path", ["prefill", "splitkv"])
@@ -207,6 +207,29 @@ def test_workspace_growth_refreshes_cached_plans(monkeypatch):
     small_plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv" and pl.head == (2, 1, 2, 1)]
     assert small_plans and all(pl.views[0] is L._WORKSPACE[wkey] for pl in small_plans)
     _check(o2, l2, *big, **kw)
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv"])
+@pytest.mark.parametrize("sm_scale", [None, 0.37, 0.0, -0.2, 1e-39])
+def test_fold_scale(path, sm_scale):
+    """The scale folded into the exponent (kernels._softmax_p, FOLD, forced with
+    the private knob) matches the reference for every scale; the launcher runs
+    it only for a positive normal float32 qk_scale (0, negative, subnormal and
+    overflowing scales multiply first). NaN in every slot no query sees."""
+    assert L._fold_ok(2.0 ** -126) and not L._fold_ok(2.0 ** -127) and not L._fold_ok(-0.0)
+    assert L._fold_ok(3.4e38) and not L._fold_ok(3.5e38) and not L._fold_ok(float("nan"))
+    kw = dict(window_size=37, chunk_size=16, kv_start=5, sm_scale=sm_scale)
+    Lq = 3 if path == "splitkv" else 70
+    q, k, v = _inputs(1, 2, 1, Lq, 120, 32, 32, torch.float16)
+    unseen = ~visibility_mask(Lq, 120, window_size=37, chunk_size=16, kv_start=5, device=DEV).any(0)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
+    p = reference.check_inputs(q, k2, v2, **kw)
+    o, lse = p.new_outputs(poison=True)
+    L.launch(p, q, k2, v2, o, lse, path=path, fold=True)
+    _check(o, lse, q, k, v, **kw)
+    qk = p.sm_scale * L.LOG2E
+    assert L._fold_ok(qk) == (sm_scale is None or sm_scale == 0.37)
 
 
 def test_growing_lk_reuses_one_plan(monkeypatch):

@@ -143,6 +143,32 @@ def _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N: tl.constexpr, LMK_ONE: tl.con
 
 
 @triton.jit
+def _softmax_p(s, m_i, qk_scale, FOLD: tl.constexpr):
+    """``(p, m_new, alpha)`` of one online-softmax step over the masked score
+    tile ``s`` (masked entries ``-inf``), base 2, ``m`` in scaled units.
+
+    ``FOLD=False``: ``s`` is already scaled (``* qk_scale``). ``FOLD=True``
+    (the launcher allows it only for a positive normal ``qk_scale``): ``s`` is
+    raw, the row max is scaled once per row (``max(s) * c == max(s * c)`` for
+    ``c > 0``, ``-inf * c == -inf``) and each score's scale rides in the
+    exponent's FMA, ``exp2(s * c - m)``: one multiply per score fewer. A row
+    with nothing visible yet uses 0 as its reference (``p = 0``, ``alpha = 0``,
+    never ``exp(-inf + inf)``).
+    """
+    if FOLD:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_safe)
+    if FOLD:
+        p = tl.math.exp2(s * qk_scale - m_safe[:, None])
+    else:
+        p = tl.math.exp2(s - m_safe[:, None])
+    return p, m_new, alpha
+
+
+@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -165,7 +191,7 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
             dk_ok, dv_ok,
             BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr,
             LMK_ONE: tl.constexpr, PAD_DK: tl.constexpr, PAD_DV: tl.constexpr,
-            UPCAST: tl.constexpr, IEEE: tl.constexpr):
+            UPCAST: tl.constexpr, IEEE: tl.constexpr, FOLD: tl.constexpr = False):
     """One key block ``[n0, n0 + BLOCK_N)`` of the online softmax (base 2).
 
     ``MASK_WINDOW``: the block may hold keys outside some row's window (or
@@ -192,7 +218,8 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
         s = tl.dot(q, k, input_precision="ieee")
     else:
         s = tl.dot(q, k)
-    s = s * qk_scale
+    if not FOLD:
+        s = s * qk_scale
     if MASK_WINDOW:
         # Keys outside [j_lo, j_hi) fail the window test of every real row
         # (j_lo is the first row's edge, j_hi - 1 the last row's position);
@@ -203,10 +230,7 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
         s = tl.where(vis, s, float("-inf"))
     elif MASK_LMK:
         s = tl.where(keep[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-    alpha = tl.math.exp2(m_i - m_safe)
-    p = tl.math.exp2(s - m_safe[:, None])
+    p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     if IEEE:
@@ -227,7 +251,7 @@ def _swa_fwd_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    PHASES: tl.constexpr = True, LMK_ONE: tl.constexpr = False,
+    PHASES: tl.constexpr = True, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -289,7 +313,7 @@ def _swa_fwd_kernel(
         for n0 in range(start, b_, BLOCK_N):
             acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
                                     kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
             ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
             k_ptrs += BLOCK_N * skl
             v_ptrs += BLOCK_N * svl
@@ -300,7 +324,7 @@ def _swa_fwd_kernel(
         for n0 in range(b_, c_, BLOCK_N):
             acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
                                     kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
-                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
             ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
             k_ptrs += BLOCK_N * skl
             v_ptrs += BLOCK_N * svl
@@ -314,7 +338,7 @@ def _swa_fwd_kernel(
     for n0 in range(c0, end, BLOCK_N):
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
                                 kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
         ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl
@@ -342,7 +366,7 @@ def _swa_fwd_tma_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
-    LMK_ONE: tl.constexpr = False,
+    LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -389,16 +413,15 @@ def _swa_fwd_tma_kernel(
     ph = _lmk_phase(kv_start, start, C)
     for n0 in range(start, j_hi, BLOCK_N):
         k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
-        s = tl.dot(q, k.T) * qk_scale
+        s = tl.dot(q, k.T)
+        if not FOLD:
+            s = s * qk_scale
         vis = _in_window(qidx, n0, offs_n, span)
         if MASK_LMK:
             keep = _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
             vis = vis & keep[None, :]
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_safe)
-        p = tl.math.exp2(s - m_safe[:, None])
+        p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if V_TMA:
@@ -436,7 +459,7 @@ def _swa_splitkv_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    DIRECT: tl.constexpr = False, LMK_ONE: tl.constexpr = False,
+    DIRECT: tl.constexpr = False, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
 ):
     """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
     (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
@@ -494,7 +517,7 @@ def _swa_splitkv_kernel(
     for n0 in range(start, end, BLOCK_N):
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
                                 kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE)
+                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
         ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl

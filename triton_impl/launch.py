@@ -130,6 +130,12 @@ PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
     ("16", 64): (Config(64, 64, 4, 3), False),
     ("16", 128): (Config(64, 64, 4, 3), False),
 }
+# Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
+# FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
+# 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
+# sm_90, on CPU). Not measured on a GPU yet: off everywhere until a lab run
+# (tools/gpu_triton.py --lab) shows it pays; the private _fold knob forces it.
+FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
 # TMA only pays once the kernel outlasts the host cost of encoding four
 # descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
 # kernel time, +70 us host time): at least this many waves of programs.
@@ -292,8 +298,9 @@ def choose_path(p: Problem, cfg: Config | None = None) -> str:
 class _Plan:
     """Everything a call derives from its static shape and flags, computed once.
 
-    ``constexprs`` holds two variants keyed by ``LMK_ONE`` (``kernels._not_lmk``):
-    the call's kernel frame decides per call which one runs (``_lmk_one``);
+    ``constexprs`` holds the kernel variants keyed by ``(LMK_ONE, FOLD)``
+    (``kernels._not_lmk``, ``kernels._softmax_p``): the call's kernel frame and
+    scale decide per call which one runs (``_lmk_one``, ``_fold_ok``);
     ``static`` holds their precomputed :func:`static_key`.
     """
 
@@ -301,11 +308,12 @@ class _Plan:
     grid: tuple
     head: tuple  # runtime ints before Lk (Lk, then kv_start, W, C: per call)
     tail: tuple  # runtime ints after the frame
-    constexprs: dict  # LMK_ONE -> constexprs
+    constexprs: dict  # (LMK_ONE, FOLD) -> constexprs
     num_warps: int
     num_stages: int
     block_n: int = 0
-    static: dict | None = None  # LMK_ONE -> static_key
+    static: dict | None = None  # (LMK_ONE, FOLD) -> static_key
+    fold: bool = False  # FOLD allowed for this plan (FOLD_SCALE or the _fold knob)
     # split-KV only
     ws_numel: int = 0
     op_numel: int = 0
@@ -315,7 +323,7 @@ class _Plan:
     combine_static: tuple = ()
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
-    tma: dict | None = None  # LMK_ONE -> constexprs of _swa_fwd_tma_kernel
+    tma: dict | None = None  # (LMK_ONE, FOLD) -> constexprs of _swa_fwd_tma_kernel
     tma_static: dict | None = None
     tma_grid: tuple = ()
     tma_blocks: tuple = ()  # (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
@@ -323,14 +331,27 @@ class _Plan:
     tma_stages: int = 3
 
 
-def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int) -> tuple[dict, dict]:
-    """``(constexprs, static keys)`` keyed by ``LMK_ONE``; without ``mask_lmk``
-    (or where the one-landmark test is not used, see :func:`_make_plan`) both
-    keys map to the ``LMK_ONE=False`` kernel."""
-    off = dict(cx, LMK_ONE=False)
-    on = dict(cx, LMK_ONE=True) if mask_lmk else off
-    return ({False: off, True: on},
-            {False: static_key(off, num_warps, num_stages), True: static_key(on, num_warps, num_stages)})
+def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int,
+            fold: bool = False) -> tuple[dict, dict]:
+    """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Without
+    ``mask_lmk`` (or where the one-landmark test is not used, see
+    :func:`_make_plan`) both ``LMK_ONE`` keys map to the ``LMK_ONE=False``
+    kernel; without ``fold`` both ``FOLD`` keys map to ``FOLD=False``."""
+    cxs, sts = {}, {}
+    for one in (False, True):
+        for fo in (False, True):
+            v = dict(cx, LMK_ONE=one and mask_lmk, FOLD=fo and fold)
+            cxs[(one, fo)] = v
+            sts[(one, fo)] = static_key(v, num_warps, num_stages)
+    return cxs, sts
+
+
+def _fold_ok(qk_scale: float) -> bool:
+    """Whether a call may run ``FOLD`` (``kernels._softmax_p``): ``qk_scale``
+    (``sm_scale * log2(e)``, passed as float32) must be a positive normal
+    float32, so that ``-inf * qk_scale == -inf`` and scaling keeps the order of
+    scores. Zero, negative, subnormal and overflowing scales multiply first."""
+    return 2.0 ** -126 <= qk_scale <= 3.4028234663852886e38
 
 
 def _lmk_one(c: int, block_n: int) -> bool:
@@ -412,7 +433,7 @@ def _tma_strides_ok(*tensors) -> bool:
     return True
 
 
-def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
+def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
@@ -425,13 +446,14 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
     # only: the fp32 tiles are FFMA-bound (~1030 FFMA vs ~40 ISETP per block at
     # D=64) and with it ptxas spills 4-8 registers in two fp32 configs.
     lmk_one_ok = p.mask_lmk and not ieee
+    fold_on = FOLD_SCALE.get((cls, bucket), False) if fold is None else bool(fold)
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         cx, st = _by_lmk(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-                         lmk_one_ok, cfg.num_warps, cfg.num_stages)
+                         lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
-                     cfg.num_warps, cfg.num_stages, cfg.block_n, st)
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold_on)
         choice = _tma_choice(p, tma, config)
         if choice is not None and tma is None:
             programs = _cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
@@ -442,7 +464,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
             plan.tma, plan.tma_static = _by_lmk(
                 dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
                      EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                lmk_one_ok, tcfg.num_warps, tcfg.num_stages)
+                lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
             plan.tma_grid = (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq)
             plan.tma_blocks = (tcfg.block_m, tcfg.block_n, bdk, bdv)
             plan.tma_warps, plan.tma_stages = tcfg.num_warps, tcfg.num_stages
@@ -469,9 +491,9 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None) -> _Plan:
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
     cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-                     lmk_one_ok, base.num_warps, base.num_stages)
+                     lmk_one_ok, base.num_warps, base.num_stages, fold_on)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
-                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
+                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st, fold_on)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
@@ -496,19 +518,22 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
-    one = _lmk_one(c, bn)
+    var = (_lmk_one(c, bn), plan.fold and _fold_ok(qk_scale))
     _FWD_TMA(plan.tma_grid, (*descs, v, lse),
-             (*v.stride(), *plan.head, p.Lk, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma[one],
-             plan.tma_warps, plan.tma_stages, plan.tma_static[one])
+             (*v.stride(), *plan.head, p.Lk, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma[var],
+             plan.tma_warps, plan.tma_stages, plan.tma_static[var])
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
-           num_splits: int | None = None, phases: bool | None = None, tma=None) -> str:
+           num_splits: int | None = None, phases: bool | None = None, tma=None,
+           fold: bool | None = None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
     ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
-    and ``tma`` (``None``: the table decides; ``False``: never; a key of
-    ``TMA_MODES``: forced on the prefill path) are private knobs for tests and
-    tuning (``tools/gpu_triton.py``, ``triton_impl.tma_prefill``).
+    ``tma`` (``None``: the table decides; ``False``: never; a key of
+    ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
+    ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal
+    scale) are private knobs for tests and tuning (``tools/gpu_triton.py``,
+    ``triton_impl.tma_prefill``).
 
     The launch plan (path, grids, constexprs, split sizes) depends only on the
     static problem, not on ``kv_start``, strides or data, and is cached. The
@@ -518,10 +543,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     mode, :class:`UnsupportedConfig` is raised.
     """
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma)
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases, tma)
+        plan = _make_plan(p, path, config, num_splits, phases, tma, fold)
         if tma and plan.path != "prefill":
             raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
         if len(_PLANS) >= PLANS_MAX:
@@ -537,10 +562,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
                 "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         frame = _frame(p)
-        one = _lmk_one(frame[2], plan.block_n)
+        var = (_lmk_one(frame[2], plan.block_n), plan.fold and _fold_ok(qk_scale))
         _FWD(plan.grid, (q, k, v, o, lse),
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-             (qk_scale,), plan.constexprs[one], plan.num_warps, plan.num_stages, plan.static[one])
+             (qk_scale,), plan.constexprs[var], plan.num_warps, plan.num_stages, plan.static[var])
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -552,10 +577,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
         op, lp = views[1], views[2]
     frame = _frame(p)
-    one = _lmk_one(frame[2], plan.block_n)
+    var = (_lmk_one(frame[2], plan.block_n), plan.fold and _fold_ok(qk_scale))
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), plan.constexprs[one], plan.num_warps, plan.num_stages, plan.static[one])
+           (qk_scale,), plan.constexprs[var], plan.num_warps, plan.num_stages, plan.static[var])
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
                  COMBINE_WARPS, 1, plan.combine_static)
