@@ -76,10 +76,11 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
 
     ``lmk_cols`` cap :data:`LMK_COLS_MAX` for D <= 128 (the landmark test as
     one or two integer compares per score when ``chunk_size >= block_N / 2``,
-    :func:`lmk_cols_for`): exact, so shipped before any GPU timing; measured on
-    CPU only (SASS of the consumer key loop, sm_90a: per 128-key tile ~15% (D=128)
-    to ~20% (D=64) fewer instructions at C = 64, the edge-tile mask branch-free).
-    The lab variants ``shipped`` / ``lmkcols`` of tools/lab_tilelang.py time it.
+    :func:`lmk_cols_for`): exact; SASS of the consumer key loop, sm_90a: per
+    128-key tile ~15% (D=128) to ~20% (D=64) fewer instructions at C = 64, the
+    edge-tile mask branch-free. Measured on the H200 (lab variants ``shipped`` /
+    ``lmkcols`` of tools/lab_tilelang.py, bench_results/tilelang-lab3-dbb5ab4.json):
+    32/32/128 L=8K 137 -> 185 TFLOP/s, GQA 32/4 D=64 84 -> 136.
     """
     d = max(Dqk, Dv)
     if d <= 64:

@@ -35,10 +35,12 @@ How a key block evaluates it (the integer work between the two matrix
 products is most of a block's instructions): the window test is one
 subtraction and one unsigned compare per element (:func:`_in_window`); the
 landmark test, when ``C >= BLOCK_N`` (``LMK_ONE``, chosen per call by the
-launcher for 16-bit dtypes), is one compare per column against a per-block scalar carried from
-block to block (:func:`_not_lmk`), otherwise an integer modulo per column.
-SASS of one key block, sm_90, bf16, D=128 64x64 TMA kernel: 1002
-instructions before, 673 after (Triton 3.9 on CPU).
+launcher for 16-bit dtypes), is one compare per column against a per-block
+scalar carried from block to block (:func:`_not_lmk`), otherwise an integer
+modulo per column. SASS of one key block, sm_90, bf16, D=128 64x64 TMA
+kernel: 1002 instructions before, 665 after (Triton 3.9 on CPU); with the
+scale folded into the exponent (``FOLD``, :func:`_softmax_p`, off by default)
+636.
 
 NaN safety: a matrix product turns ``0 * NaN`` into NaN, so a key that no row
 of the program can see (left of the first row's window edge, right of the last
