@@ -101,6 +101,18 @@ TC_VARIANTS = {
                            knobs=launch.shipped_config(128, 128)[4:7] + (0, True, True, True)),
     "d64-sfold-wu32-nolmk": _tc(64, 64, lmk=False,
                                 knobs=launch.shipped_config(64, 64)[4:7] + (0, False, True, True)),
+    # session 7: lmk_rows_j0 (landmark-row zeroing from the tile's int32 j0 register) on the
+    # shipped D = 128 kernel for the three lmk_cols it bakes (C = 64: 2, C >= 128: 1,
+    # C < 64: 0, the serial row loop), and on fexp+sfold+wu32 (tools/lab_tilelang.py lmkj0,
+    # fexp+sfold+wu32+lmkj0)
+    "d128-lmkj0": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
+                      + (2, False, False, False, True)),
+    "d128-lmkj0-lmk1": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
+                           + (1, False, False, False, True)),
+    "d128-lmkj0-general": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
+                              + (0, False, False, False, True)),
+    "d128-all3-lmkj0": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
+                           + (2, True, True, True, True)),
 }
 
 
@@ -145,6 +157,21 @@ def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
     assert base.count("-126") >= 64 and fast.count("-126") < 8, (base.count("-126"),
                                                                   fast.count("-126"))
     assert fast.count("MUFU.EX2") >= 64
+
+
+def test_lmk_rows_j0_drops_the_64_bit_divisions(tmp_path):
+    """lmk_rows_j0 (macros.zero_landmark_rows with the tile's j0 register): the shipped
+    D = 128 kernel's landmark-row zeroing re-derives the first landmark row in 64-bit
+    inside the V_s index (calls to the software 64-bit division / modulo); with the knob
+    none is left. Measured at sm_90a, C = 64: consumer key loop 1250 -> 1070
+    instructions per interior tile (1778 -> 1595 edge), 2 consumer barriers per tile
+    both ways (bar.sync 3, 256)."""
+    def div64(sass):
+        return sass.count("div_s64") + sass.count("rem_s64")
+    base = _sass("fwd_tc", _tc(128, 128), tmp_path)
+    j0 = _sass("fwd_tc", TC_VARIANTS["d128-lmkj0"], tmp_path)
+    assert div64(base) >= 4 and div64(j0) == 0, (div64(base), div64(j0))
+    assert j0.count("BAR.SYNC") == base.count("BAR.SYNC")
 
 
 def test_split_variant_without_flags_still_fails_to_lower():

@@ -437,3 +437,75 @@ def test_public_cpu_path_passes_the_scale_to_call_knobs(monkeypatch):
         knobs = key[9:]
         assert (len(knobs) > 5 and knobs[5]) == fold, key
     launch._cache.clear()
+
+
+# lmk_rows_j0 (kernels.fwd_tc / fwd_cpu, session 7): macros.zero_landmark_rows from the
+# tile's int32 first-landmark register (the one the lmk_cols masks use), integer select,
+# static rows with lmk_cols. The CPU kernel runs the same macro (16-key tiles): C < 16
+# several landmark rows per tile (lmk_cols 2 or 0: the serial row loop), C >= 16 one row
+# or none, the frame's C = Lk + 1; NaN in every landmark and invisible slot, rows past Lk.
+J0_CASES = [
+    # (B, Hq, Hkv, Lq, Lk, D, window, chunk, expand, kv_start)
+    (1, 2, 1, 12, 40, 32, 6, 1, True, 0),              # C = 1: every key a landmark
+    (1, 2, 1, 40, 70, 32, 9, 3, True, 3),              # C = 3: five rows per tile, K = 0
+    (1, 2, 2, 45, 90, 32, 21, 8, False, 5),            # C = 8: two rows, K = 2
+    (1, 2, 1, 50, 90, 32, 20, 16, True, 7),            # C == block_N: K = 1
+    (1, 2, 1, 60, 150, 64, 50, 64, True, 10**6 + 3),   # C = 64 > block_N
+    (1, 2, 2, 64, 250, 32, 70, 200, True, 2**40 + 9),  # C = 200, most tiles without one
+    (1, 2, 1, 30, 40, 32, 8, 1000, False, 123),        # frame C = Lk + 1 = 41
+    (1, 3, 1, 4, 10, 32, 6, 10**6, False, 7),          # frame C = 11 < block_N: K = 2
+]
+J0_MODES = [("rows", False, False), ("rows", True, True)]
+
+
+@pytest.mark.parametrize("modes", J0_MODES, ids=["-".join(map(str, m)) for m in J0_MODES])
+@pytest.mark.parametrize("case", J0_CASES, ids=[f"C{c[7]}-Lk{c[4]}" for c in J0_CASES])
+def test_lmk_rows_j0_match_golden_with_nan_slots(case, modes):
+    B, Hq, Hkv, Lq, Lk, D, W, C, exp, ks = case
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=19)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=True, expand_to_chunk=exp, kv_start=ks)
+    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
+    lmk = reference.is_landmark(torch.arange(Lk) + ks, chunk_size=C)
+    assert bad.any() and not (lmk & ~bad).any()  # every landmark slot is poisoned
+    k, v = k.clone(), v.clone()
+    k[:, :, bad] = float("nan")
+    v[:, :, bad] = float("nan")
+    exp_ = verdict.expected(q, k, v, kw)
+    p = check_inputs(q, k, v, **kw)
+    _, Ck, _, _, sl2 = launch.scalars(p)
+    K = launch.lmk_cols_for(launch.LMK_COLS_MAX, True, Ck, 16)
+    for cols in sorted({0, K}):
+        knobs = launch.call_knobs(modes + (cols, False, False, False, True), True, Ck, 16, sl2)
+        assert knobs[-1] is True and knobs[3] == cols
+        o, lse = _cpu_knobs(q, k, v, knobs, **kw)
+        vd = verdict.judge(o, lse, exp_)
+        assert vd.status == verdict.PASS, f"{knobs}: " + "; ".join(vd.problems)
+        assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+
+
+def test_lmk_rows_j0_sm_scale_and_fold_knobs():
+    """lmk_rows_j0 together with fast_exp2 / scale_fold / win_u32 (the lab's
+    fexp+sfold+wu32+lmkj0), positive and non-positive scales."""
+    q, k, v = _inputs(1, 2, 2, 45, 80, 32, 32, torch.float32, seed=20)
+    for sm in (0.37, 0.0, -0.3):
+        kw = dict(window_size=40, chunk_size=8, mask_lmk=True, expand_to_chunk=True,
+                  kv_start=3, sm_scale=sm)
+        p = check_inputs(q, k, v, **kw)
+        _, Ck, _, _, sl2 = launch.scalars(p)
+        knobs = launch.call_knobs(("rows", True, True, 2, True, True, True, True), True, Ck, 16,
+                                  sl2)
+        o, lse = _cpu_knobs(q, k, v, knobs, **kw)
+        vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
+        assert vd.status == verdict.PASS, f"{sm}: " + "; ".join(vd.problems)
+
+
+def test_lmk_rows_j0_kept_only_where_it_acts():
+    """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk and lmk_zero="rows" (one
+    kernel where it changes nothing), last in TC_KNOBS so older cache keys stay."""
+    assert launch.TC_KNOBS[-1] == ("lmk_rows_j0", False)
+    cfg = ("rows", True, True, 2, False, False, False, True)
+    assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
+    assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
+    assert launch.call_knobs(("tile",) + cfg[1:], True, 64, 128, 0.2) == ("tile", True, True, 2)
+    ship = launch.shipped_config(128, 128)
+    assert launch.tc_kernel_args(ship, True, 64)[2] == ("rows", True, True, 2)  # default off

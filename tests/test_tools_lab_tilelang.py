@@ -19,8 +19,11 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         assert L.VARIANTS["base"][0](D) == launch.tc_config(D, D)
         # kernels of the timed shapes (mask_lmk, C = 64, default scale)
         sl2 = L.scale_log2(D)
+        # lmk_rows_j0 acts only with lmk_zero="rows" (D = 128): at D = 64 its variants
+        # are their base variants' kernels (launch.call_knobs drops the knob)
+        skip = ALIASES | (set(J0) if D == 64 else set())
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2) for n in L.VARIANTS
-                if n not in ALIASES]
+                if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
         assert len(set(keys)) == len(keys), keys
         assert launch.tc_kernel_args(L.VARIANTS["base"][0](D), True, L.C_T)[2] == ()
@@ -118,3 +121,32 @@ def test_fold_events_and_table():
 def test_flops_counts_visible_pairs():
     # one query, full window of 3 keys, no landmark inside: 4 * D * 3
     assert L.flops(1, 1, 1, 3, 64, W=3, C=100) == 4 * 64 * 3
+
+
+J0 = {"lmkj0": "shipped", "fexp+sfold+wu32+lmkj0": "fexp+sfold+wu32"}
+
+
+def test_lmk_rows_j0_variants():
+    """lmkj0 / fexp+sfold+wu32+lmkj0 = their base variant plus lmk_rows_j0, baked for the
+    D = 128 kernels with mask_lmk (lmk_zero="rows"), the same kernel as the base at D = 64
+    and without mask_lmk; a written prediction; the lab's cases reach the knob with NaN in
+    landmark slots at C < block_N, C == block_N, C > block_N and the frame's C = Lk + 1."""
+    for name, base in J0.items():
+        assert "SASS" in L.VARIANTS[name][2]
+        for D in (64, 128):
+            cfg, bcfg = L.VARIANTS[name][0](D), L.VARIANTS[base][0](D)
+            for lmk, C in ((True, 64), (True, 16), (True, 200), (False, 64)):
+                k = launch.tc_kernel_args(cfg, lmk, C, L.scale_log2(D))
+                kb = launch.tc_kernel_args(bcfg, lmk, C, L.scale_log2(D))
+                if D == 128 and lmk:
+                    assert k[2][:-1] == kb[2] + (False,) * (7 - len(kb[2])) and k[2][-1] is True
+                else:
+                    assert k == kb
+    jobs = L.kernel_jobs(list(J0))
+    baked = {(a[15] if len(a) > 15 else 0) for n, _, a in jobs
+             if n == "lmkj0" and len(a) > 19 and a[19]}
+    assert baked == {0, 1, 2}  # general (C16, C7), one row (C128, C192, Lk+1), two (C64)
+    cases = [(D, kw) for _, D, (lmk, _), kw in L.CASES if D == 128 and lmk]
+    chunks = {L.frame_chunk(**kw) for _, kw in cases if kw.get("nan_slots")}
+    assert any(C < 128 for C in chunks) and 128 in chunks and any(C > 128 for C in chunks)
+    assert any(kw["chunk_size"] > kw["Lk"] + kw["kv_start"] for _, kw in cases)

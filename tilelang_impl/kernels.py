@@ -69,28 +69,29 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
     without ``mask_lmk`` when the scale is folded into the exponent
     (``scale_log2=None``). One statement (an ``if``), as ``mask_scores`` is.
-    ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``."""
+    ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``; ``j0``:
+    the tile's first landmark column when the caller holds it (``macros.mask_scores``)."""
     inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
     if mask_lmk or scale_log2 is not None:
         if inside:
             if mask_lmk:
                 M.mask_landmarks(acc_s, k0, block_M, block_N, r, C, inv_c, scale_log2, gpu,
-                                 lmk_cols)
+                                 lmk_cols, j0)
             else:
                 M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
         else:
             M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32)
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0)
     else:
         if T.Not(inside):
             M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32)
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0)
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
@@ -113,7 +114,8 @@ def _check_bool(name, value):
 
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
-                 lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False):
+                 lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
+                 lmk_rows_j0=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -144,8 +146,13 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     scale as one FMA in the exponent instead of a multiply in the mask select:
     valid only for calls with a positive normal fp32 ``scale_log2``, which the
     launcher decides per call, ``launch.scale_fold_ok``;
-    ``macros.online_softmax_update``) and ``win_u32`` (the window test of
-    edge tiles as one unsigned compare, ``macros.visible``). A manual FA3-style
+    ``macros.online_softmax_update``), ``win_u32`` (the window test of
+    edge tiles as one unsigned compare, ``macros.visible``) and
+    ``lmk_rows_j0`` (with ``lmk_zero="rows"`` and ``mask_lmk``: the tile's
+    first landmark row computed once per tile into one int32 register that the
+    landmark masks and ``macros.zero_landmark_rows`` share, the zeroing select
+    on an integer condition, and with ``lmk_cols`` the rows as one static
+    loop without the per-row-group barrier; no effect otherwise). A manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
@@ -154,13 +161,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_lmk_cols(lmk_cols)
     for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
-                        ("win_u32", win_u32)):
+                        ("win_u32", win_u32), ("lmk_rows_j0", lmk_rows_j0)):
         _check_bool(name, value)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
         raise ValueError("lmk_zero='rows' needs warp specialisation (fwd_tc) with mask_lmk")
     v_zero = mask_lmk and (ws or lmk_zero == "rows")  # consumer writes V_s before PV
+    rows_j0 = lmk_rows_j0 and v_zero and lmk_zero == "rows"  # one j0 register per tile
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
@@ -218,21 +226,25 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                         ws, lmk_zero, lmk_cols)
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
+                j0 = None
+                if rows_j0:
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols, True)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                True, lmk_cols, win_u32)
+                                True, lmk_cols, win_u32, j0)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
                                   inv_c, mask_lmk, None if scale_fold else scale_log2, True,
-                                  lmk_cols, win_u32)
+                                  lmk_cols, win_u32, j0)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
                                         True, fold, scale_log2 if scale_fold else None, fast_exp2)
                 T.copy(acc_s, acc_p)
                 M.rescale_output(acc_o, alpha, block_M, Dv, True)
                 if v_zero:
                     if lmk_zero == "rows":
-                        M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype)
+                        M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype, True, j0,
+                                             lmk_cols)
                     else:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                         for j, d in T.Parallel(block_N, Dv):
@@ -263,7 +275,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
-           scale_fold: bool = False, win_u32: bool = False):
+           scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -282,13 +294,16 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     bare ``ex2.approx.ftz`` instruction instead of ``exp2f``), ``scale_fold``
     (``exp2(s * scale - m)`` as one FMA, the mask selecting raw scores; exact
     only for a positive normal fp32 ``scale_log2``, so the launcher bakes it
-    per call, ``launch.scale_fold_ok``) and ``win_u32`` (the edge tiles'
-    window test as one unsigned compare per score). The knob defaults are the
+    per call, ``launch.scale_fold_ok``), ``win_u32`` (the edge tiles'
+    window test as one unsigned compare per score) and ``lmk_rows_j0`` (with
+    ``lmk_zero="rows"``: the landmark-row zeroing from the tile's one int32
+    first-landmark register, integer select, no per-row-group barrier with
+    ``lmk_cols``; ``macros.zero_landmark_rows``). The knob defaults are the
     kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0)
 
 
 @tilelang.jit(target=HOPPER,
@@ -298,7 +313,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
-                scale_fold: bool = False, win_u32: bool = False):
+                scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -312,7 +327,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0)
 
 
 @tilelang.jit(target=HOPPER)
@@ -358,15 +373,16 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
-                  scale_fold=False, win_u32=False):
+                  scale_fold=False, win_u32=False, lmk_rows_j0=False):
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
     _check_lmk_cols(lmk_cols)
     for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
-                        ("win_u32", win_u32)):
+                        ("win_u32", win_u32), ("lmk_rows_j0", lmk_rows_j0)):
         _check_bool(name, value)
+    rows_j0 = lmk_rows_j0 and mask_lmk and lmk_zero == "rows"  # as in _fwd_tc_body
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
@@ -407,6 +423,9 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
             M.softmax_init(acc_o, m, l)
             for kb in T.serial(T.ceildiv(hi - lo, block_N)):
                 k0 = lo + kb * block_N
+                j0 = None
+                if rows_j0:
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols, True)
                 T.clear(k_l)
                 T.clear(v_l)
                 if lmk_zero == "rows":  # as the bulk copy: every row < Lk, then landmark rows
@@ -417,7 +436,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                             for d in T.serial(Dv):
                                 v_l[j, d] = _elem(V, kv_blhd, bz, hk, k0 + j, d)
                     if mask_lmk:
-                        M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, inv_c, accum, False)
+                        M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, inv_c, accum, False, j0,
+                                             lmk_cols)
                 else:
                     j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                     for j in T.serial(block_N):
@@ -435,11 +455,11 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                False, lmk_cols, win_u32)
+                                False, lmk_cols, win_u32, j0)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
                                   mask_lmk, None if scale_fold else scale_log2, False, lmk_cols,
-                                  win_u32)
+                                  win_u32, j0)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
                                         False, fold, scale_log2 if scale_fold else None, fast_exp2)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
@@ -463,7 +483,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
             kv_blhd: bool, block_M: int = 16, block_N: int = 16, lmk_zero: str = "tile",
             mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
-            fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False):
+            fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False,
+            lmk_rows_j0: bool = False):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -473,7 +494,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     landmarks with ``mask_lmk``; tile rows stay zero), ``"rows"`` loads every
     row below ``Lk`` as the bulk copy does and zeroes the landmark rows
     (``macros.zero_landmark_rows``); ``mask_split``, ``fold``, ``lmk_cols``,
-    ``scale_fold`` and ``win_u32`` as in :func:`fwd_tc` (``lmk_cols = K`` is
+    ``scale_fold``, ``win_u32`` and ``lmk_rows_j0`` (the same zeroing macro
+    from the tile's one ``j0`` register) as in :func:`fwd_tc` (``lmk_cols = K`` is
     exact only for calls with ``K * chunk_size >= block_N``, ``scale_fold``
     only for a positive normal fp32 scale; the launcher picks both per call);
     ``fast_exp2`` is accepted so the CPU kernel takes the GPU's knob tuple, and
@@ -483,7 +505,7 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
-                         fast_exp2, scale_fold, win_u32)
+                         fast_exp2, scale_fold, win_u32, lmk_rows_j0)
 
 
 @tilelang.jit

@@ -117,10 +117,14 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 #: Two items of a config are permissions, not baked values: ``lmk_cols`` is a
 #: cap (the kernel gets :func:`lmk_cols_for` of the call, 0 when the cap is 0)
 #: and ``scale_fold`` is baked only for calls whose scale allows it
-#: (:func:`scale_fold_ok`).
+#: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last, off by default: cheaper
+#: landmark-row zeroing, ``macros.zero_landmark_rows``; not run on a GPU yet)
+#: is kept only where it acts (``mask_lmk`` and ``lmk_zero="rows"``).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
-            ("fast_exp2", False), ("scale_fold", False), ("win_u32", False))
+            ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
+            ("lmk_rows_j0", False))
 _SCALE_FOLD = 5
+_ROWS_J0 = 7
 
 
 def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
@@ -155,12 +159,14 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
-    :func:`scale_fold_ok` of the call's ``scale_log2`` (off without one);
-    trailing defaults are dropped (one cache key per kernel; the default
+    :func:`scale_fold_ok` of the call's ``scale_log2`` (off without one),
+    ``lmk_rows_j0`` only with ``mask_lmk`` and ``lmk_zero="rows"`` (it changes
+    nothing elsewhere: one kernel, not two); trailing defaults are dropped (one cache key per kernel; the default
     kernel keeps the key it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     full[3] = lmk_cols_for(full[3], mask_lmk, C, block_N) if C else 0
     full[_SCALE_FOLD] = bool(full[_SCALE_FOLD]) and scale_fold_ok(scale_log2)
+    full[_ROWS_J0] = bool(full[_ROWS_J0]) and mask_lmk and full[0] == "rows"
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)

@@ -122,15 +122,16 @@ def first_landmark(k_first, r, chunk_size):
 
 
 @T.macro
-def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols):
-    """``j0`` (:func:`first_landmark`) of the tile, computed once into a register
-    before a loop over the tile when ``mask_lmk`` and ``lmk_cols`` (else
-    ``None``: the general test needs no per-tile value). Passed on to
-    :func:`tile_landmark`; without the register nvcc re-derives the floor
-    modulo inside every short-circuited ``&&`` branch of the window test.
+def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols, need=False):
+    """``j0`` (:func:`first_landmark`) of the tile, computed once into an int32
+    register before a loop over the tile when ``mask_lmk`` and ``lmk_cols`` or
+    ``need`` (else ``None``: the general test needs no per-tile value). Passed
+    on to :func:`tile_landmark` (and, with ``need``, to
+    :func:`zero_landmark_rows`); without the register nvcc re-derives the
+    floor modulo inside every short-circuited ``&&`` branch of the window test.
     """
     j0 = None
-    if mask_lmk and lmk_cols:
+    if mask_lmk and (lmk_cols or need):
         j0 = T.alloc_var("int32", init=first_landmark(k_first, r, chunk_size))
     return j0
 
@@ -237,7 +238,7 @@ def _scaled(x, scale_log2):
 
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
-                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False):
+                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None):
     """Scale the raw products into base-2 logits (``* scale_log2``) and replace
     the score of every invisible (row, key) pair by ``-inf``.
 
@@ -251,9 +252,11 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     Keys at or beyond ``Lk`` are invisible because ``kpos <= qpos <= r + Lk - 1``
     for every real row. ``lmk_cols``: the landmark arithmetic
     (:func:`tile_landmark`, baked in); ``win_u32``: the window compare
-    (:func:`visible`, baked in).
+    (:func:`visible`, baked in); ``j0``: the tile's first landmark column when
+    the kernel already holds it (:func:`tile_landmark_start`), else computed here.
     """
-    j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
+    if j0 is None:
+        j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             visible(r + Lk - Lq + q_first + i, k_first, j, left_row[i], r, chunk_size,
@@ -282,16 +285,18 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
 
 @T.macro
 def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, scale_log2, gpu,
-                   lmk_cols=0):
+                   lmk_cols=0, j0=None):
     """Scale (``* scale_log2``; not with ``scale_log2=None``, as in
     :func:`mask_scores`) and put ``-inf`` (by select) in every landmark column
     of the tile; nothing else.
 
     What :func:`mask_scores` does with ``mask_lmk`` on a tile for which
     :func:`tile_inside_windows` holds (every window test there is true).
-    ``lmk_cols``: the landmark arithmetic (:func:`tile_landmark`, baked in).
+    ``lmk_cols``: the landmark arithmetic (:func:`tile_landmark`, baked in);
+    ``j0`` as in :func:`mask_scores`.
     """
-    j0 = tile_landmark_start(k_first, r, chunk_size, True, lmk_cols)
+    if j0 is None:
+        j0 = tile_landmark_start(k_first, r, chunk_size, True, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0),
@@ -307,7 +312,8 @@ def scale_scores(acc_s, block_M, block_N, scale_log2, gpu):
 
 
 @T.macro
-def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtype, gpu=True):
+def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtype, gpu=True,
+                       j0=None, lmk_cols=0):
     """Zero the rows of a loaded key/value tile that hold landmarks, and only those.
 
     Tile row ``j`` holds the key at relative position ``r + k_first + j``; it is a
@@ -334,17 +340,71 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
     / vector width`` threads and cannot place the shared-memory sync inside a
     loop that only part of a warp runs (ThreadSync), which one row of 64
     elements did.
+
+    ``j0`` given (the knob ``lmk_rows_j0`` of ``kernels.fwd_tc``: the tile's
+    int32 first landmark row from :func:`tile_landmark_start`, the register the
+    ``lmk_cols`` masks test against, computed once per tile): the same rows
+    get the same zeros, with cheaper arithmetic, baked in:
+
+    - the rows are ``j0 + m * C`` with that ``j0`` (no second floor modulo; the
+      expression above is re-derived by TileLang in 64-bit inside the index,
+      four software divisions per element);
+    - the select tests ``j0 >= 0``, an integer condition true by construction
+      (``j0 = floormod(., C)`` lies in ``[0, C)``) that TileLang cannot fold:
+      the write stays a read-modify-write, so the consumer still waits for the
+      bulk copy before it, and the value written is always 0, as above;
+    - ``lmk_cols = K`` (baked, ``K * C >= block_N``, ``launch.lmk_cols_for``):
+      the tile holds at most the ``K`` rows ``m < K`` (those with ``m >= K``
+      lie at ``j >= K * C >= block_N``), so the rows are one static
+      ``K x Dv`` parallel loop (``K`` padded to a multiple of ``R``) guarded by
+      ``j0 + m * C < block_N``, no serial loop over row groups and no trip
+      count to divide out. ``lmk_cols = 0``: the serial loop above (``n`` from
+      this ``j0``).
+
+    Barriers (TileLang 0.1.15's ThreadSync, both forms): two of all consumer
+    threads per tile (``bar.sync 3, 256``), one before the write (write after
+    read: the previous tile's ``P @ V`` read ``V_s``; the stage mbarriers
+    already order that, ThreadSync does not model them) and one before this
+    tile's ``P @ V`` (read after write: each warpgroup's wgmma reads the rows
+    the other one zeroed; needed). Here the first one is hoisted out of the
+    rows, so a tile without a landmark row (``C > block_N``) has both, where
+    the serial loop has only the second; wrapping the rows in a uniform
+    ``if`` or a 0/1-trip loop did not move it (tried).
+
+    Exact in every frame: ``j0`` is the same integer (:func:`first_landmark`
+    of the same ``k_first``, ``r`` and ``C``), ``C < block_N`` gives several
+    rows (all ``m < K``, or all ``n`` with the serial loop), ``C >= block_N``
+    one row or none (``j0 >= block_N``), and with the frame's ``C = Lk + 1``
+    the one row it may name lies at or past ``Lk``, zero already; rows past
+    ``Lk`` are zero either way; a NaN in a landmark slot is overwritten, never
+    read into the result (the select's value does not depend on it).
     """
-    j0 = first_landmark(k_first, r, chunk_size)
-    n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
-    R = min(block_N, 256 // math.gcd(256, Dv))
-    for p in T.serial(T.ceildiv(n, R)):
-        for u, d in _loop(gpu)(R, Dv):
-            if p * R + u < n:
-                V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
-                    is_landmark(r + k_first + j0 + (p * R + u) * chunk_size, chunk_size,
-                                inv_chunk),
-                    T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
+    if j0 is None:
+        j0 = first_landmark(k_first, r, chunk_size)
+        n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
+        R = min(block_N, 256 // math.gcd(256, Dv))
+        for p in T.serial(T.ceildiv(n, R)):
+            for u, d in _loop(gpu)(R, Dv):
+                if p * R + u < n:
+                    V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
+                        is_landmark(r + k_first + j0 + (p * R + u) * chunk_size, chunk_size,
+                                    inv_chunk),
+                        T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
+    else:
+        R = min(block_N, 256 // math.gcd(256, Dv))
+        if lmk_cols:
+            rows = -(-lmk_cols // R) * R
+            for u, d in _loop(gpu)(rows, Dv):
+                if T.And(u < lmk_cols, j0 + u * chunk_size < block_N):
+                    V_s[j0 + u * chunk_size, d] = T.if_then_else(
+                        j0 >= 0, T.Cast(dtype, 0), V_s[j0 + u * chunk_size, d])
+        else:
+            n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
+            for p in T.serial(T.ceildiv(n, R)):
+                for u, d in _loop(gpu)(R, Dv):
+                    if p * R + u < n:
+                        V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
+                            j0 >= 0, T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
 
 
 @T.macro

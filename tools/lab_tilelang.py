@@ -46,8 +46,8 @@ import traceback
 # No variant without warp specialisation: kernels.fwd_tc_nows does not lower in
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
-# lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32[, ws]) -- see
-# launch.tc_kernel_args; the lmk_cols cap becomes launch.lmk_cols_for of each call
+# lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0
+# [, ws]) -- see launch.tc_kernel_args; the lmk_cols cap becomes launch.lmk_cols_for of each call
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
 # ---------------------------------------------------------------------------------------
@@ -189,6 +189,29 @@ VARIANTS = {
                         "SASS D128 -> 1156 / 1296 (-18% / -32% vs shipped), D64 -> 794 / 942 "
                         "(-25% / -40%). Predicted vs shipped: D128 +12-25%, GQA D64 +18-35% "
                         "(about half the W=512 tiles are edge tiles); vs fexp+sfold +2-5%"),
+    # session 7: lmk_rows_j0 (macros.zero_landmark_rows with the tile's int32 j0 register:
+    # no 64-bit re-derived floor modulo, integer select, static rows with lmk_cols). Acts
+    # only with lmk_zero="rows" (D=128 ships it; D=64 ships "tile": launch.call_knobs
+    # drops the knob, the D=64 kernels are the base variant's, their times a noise check).
+    # SASS as above (dynamic per 128-key tile per consumer thread, C=64, interior / edge;
+    # this session's path count: Q wait skipped, landmark-select and 32-bit division
+    # paths taken): shipped 1250 / 1778 -> 1070 / 1595; fexp+sfold+wu32 991 / 1162 ->
+    # 810 / 978. Barriers unchanged: 2 bar.sync of the 256 consumer threads per tile.
+    # Run: --only shipped,fexp,fexp+sfold,fexp+sfold+wu32,lmkj0,fexp+sfold+wu32+lmkj0
+    "lmkj0": (lambda D: _ship_plus(D, lmk_rows_j0=True),
+              "shipped + lmk_rows_j0: the V tile's landmark rows zeroed from the tile's one "
+              "int32 first-landmark register (shared with the lmk_cols masks), select on an "
+              "integer condition, K static rows instead of a loop over row groups",
+              "SASS D128 1250 / 1778 -> 1070 / 1595 (-14% / -10%), barriers 2 -> 2. "
+              "Predicted vs shipped: D128 shapes +4-10% TFLOP/s; D64 shapes 0 (same kernel, "
+              "+-2% noise); below +2% at D128 would mean the zeroing sat in the shadow of "
+              "the V wait / barriers"),
+    "fexp+sfold+wu32+lmkj0": (lambda D: _ship_plus(D, fast_exp2=True, scale_fold=True,
+                                                   win_u32=True, lmk_rows_j0=True),
+                              "fexp+sfold+wu32 + lmk_rows_j0",
+                              "SASS D128 991 / 1162 -> 810 / 978 (-18% / -16%). Predicted vs "
+                              "fexp+sfold+wu32: D128 +5-12% (the zeroing is a larger share of "
+                              "the shorter loop); D64 0 (same kernel)"),
     # single knobs on shipped, for attribution if the cumulative ones surprise
     "sfold": (lambda D: _ship_plus(D, scale_fold=True),
               "shipped + scale_fold only",
@@ -233,6 +256,14 @@ CASES = [
     # one landmark column per 128-key tile at most (lmk_cols = 1 with the lmkcols variant)
     ("D128 C192 Lq<Lk kv_start=777 nan", 128, (True, True),
      dict(B=1, Hq=4, Hkv=2, Lq=400, Lk=1100, window_size=300, chunk_size=192, kv_start=777,
+          nan_slots=True, tail_nan=True)),
+    # C == block_N at D128 (one landmark row per tile at most, lmk_cols = 1) and the
+    # frame's C = Lk + 1 at D128 (landmark-row zeroing of lmkj0 with one row or none)
+    ("D128 C128 kv_start=5 nan", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=500, Lk=900, window_size=260, chunk_size=128, kv_start=5,
+          nan_slots=True, tail_nan=True)),
+    ("D128 C=1e6 frame Lk+1 nan", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=700, window_size=200, chunk_size=10**6, kv_start=999,
           nan_slots=True, tail_nan=True)),
     # chunk longer than every position: kernel frame C = Lk + 1, no landmark on a key
     ("D64 C=1e6 frame Lk+1 nan", 64, (True, True),
