@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs", "default_scale"]
+__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs", "default_scale", "positive_normal_f32"]
 
 #: dtypes of the canonical interface (SPEC.md).
 CANONICAL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -109,6 +109,17 @@ def default_scale(Dqk: int) -> float:
     """SPEC's ``sm_scale`` when ``None`` is passed: ``1 / sqrt(Dqk)`` (1 when
     ``Dqk == 0``, where every score is 0 anyway)."""
     return 1.0 / math.sqrt(Dqk) if Dqk > 0 else 1.0
+
+
+def positive_normal_f32(x) -> bool:
+    """Whether ``x`` is a positive normal float32 (``2**-126 <= x <= float32 max``).
+
+    The kernels that move the scale into the exponent (``sm_scale * log2(e)``
+    passed as float32; Triton's ``FOLD``, TileLang's ``scale_fold``) need
+    exactly this: ``-inf * x == -inf`` and ``s -> s * x`` keeps the order of
+    scores. Zero, negative, subnormal (flushed to zero), overflowing and NaN
+    scales are not."""
+    return x is not None and 2.0 ** -126 <= x <= 3.4028234663852886e38
 
 
 def _int_arg(name: str, value, minimum: int) -> int:

@@ -51,7 +51,8 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
     if cfg is None and knobs is None:
         full = (launch.SPLIT_CONFIG + launch.SPLIT_KNOBS if split
                 else launch.shipped_config(Dqk, Dv))
-        _, cfg, knobs = launch.tc_kernel_args(full, lmk, C)
+        return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd, full, C,
+                                    split=split)[1]
     if knobs is None:
         knobs = ()
     return ((Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))

@@ -29,20 +29,36 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, seed=0, blhd=False):
     return mk(Hq, Lq, Dqk), mk(Hkv, Lk, Dqk), mk(Hkv, Lk, Dv)
 
 
+def _poison(q, k, v, kw):
+    """Copies of ``k`` and ``v`` with NaN in every key slot no query of the call
+    sees (landmarks, left of every window), and that ``(Lk,)`` mask."""
+    rule = {n: kw[n] for n in ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk",
+                               "kv_start") if n in kw}
+    bad = ~visibility_mask(q.shape[2], k.shape[2], **rule).any(0)
+    k, v = k.clone(), v.clone()
+    k[:, :, bad] = float("nan")
+    v[:, :, bad] = float("nan")
+    return k, v, bad
+
+
+def _assert_exact(o, lse, go, gl, what=""):
+    """fp32 CPU kernel against float64 golden: no NaN, the same -inf rows, and
+    ``o`` / finite ``lse`` within 1e-5."""
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
+    assert (o.double() - go).abs().max().item() <= 1e-5, what
+    fin = torch.isfinite(gl)
+    if fin.any():
+        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5, what
+
+
 def _check(q, k, v, *, nan_slots=False, **kw):
     """Run the backend and judge it with the suite's policy (conformance.verdict):
     shape, dtype, layout, empty rows, NaN and infinities exact; max and mean
     error within 2x the same-dtype reference's plus a floor."""
     if nan_slots:
-        Lq, Lk = q.shape[2], k.shape[2]
-        rule = {n: kw[n] for n in ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk",
-                                   "kv_start") if n in kw}
-        bad = ~visibility_mask(Lq, Lk, **rule).any(0)
+        k, v, bad = _poison(q, k, v, kw)
         assert bad.any(), "test must poison at least one slot"
-        k = k.clone()
-        v = v.clone()
-        k[:, :, bad] = float("nan")
-        v[:, :, bad] = float("nan")
     o, lse = swa(q, k, v, **kw)
     vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
     assert vd.status == verdict.PASS, "; ".join(vd.problems)
@@ -188,17 +204,9 @@ def test_knobs_match_golden_with_nan_slots(knobs, case):
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=11)
     kw = dict(window_size=W, chunk_size=C, mask_lmk=lmk, expand_to_chunk=exp, kv_start=ks)
     go, gl = reference.golden(q, k, v, **kw)
-    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
-    k, v = k.clone(), v.clone()
-    k[:, :, bad] = float("nan")
-    v[:, :, bad] = float("nan")
+    k, v, _ = _poison(q, k, v, kw)
     o, lse = _cpu_knobs(q, k, v, knobs, **kw)
-    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
-    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
-    assert (o.double() - go).abs().max().item() <= 1e-5
-    fin = torch.isfinite(gl)
-    if fin.any():
-        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5
+    _assert_exact(o, lse, go, gl)
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=["-".join(map(str, k)) for k in KNOBS])
@@ -280,12 +288,9 @@ def test_lmk_cols_match_golden_with_nan_slots(case, modes):
     B, Hq, Hkv, Lq, Lk, D, W, C, exp, ks = case
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=13)
     kw = dict(window_size=W, chunk_size=C, mask_lmk=True, expand_to_chunk=exp, kv_start=ks)
-    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
     lmk = reference.is_landmark(torch.arange(Lk) + ks, chunk_size=C)
+    k, v, bad = _poison(q, k, v, kw)  # landmarks and slots left of every window
     assert bad.any()
-    k, v = k.clone(), v.clone()
-    k[:, :, bad] = float("nan")  # landmarks and slots left of every window
-    v[:, :, bad] = float("nan")
     go, gl = reference.golden(q, k, v, **kw)
     exp_ = verdict.expected(q, k, v, kw)
     Ck = check_inputs(q, k, v, **kw).kernel_frame()[2]
@@ -296,11 +301,7 @@ def test_lmk_cols_match_golden_with_nan_slots(case, modes):
         o, lse = _cpu_knobs(q, k, v, modes + (K,), **kw)
         vd = verdict.judge(o, lse, exp_)
         assert vd.status == verdict.PASS, f"lmk_cols={K}: " + "; ".join(vd.problems)
-        assert not torch.isnan(o).any() and not torch.isnan(lse).any()
-        assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
-        assert (o.double() - go).abs().max().item() <= 1e-5, K
-        fin = torch.isfinite(gl)
-        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5, K
+        _assert_exact(o, lse, go, gl, K)
     # the NaN slots include landmarks wherever a key is one (C < Lk + kv_start % C)
     assert not (lmk & ~bad).any()
 
@@ -370,30 +371,16 @@ def test_new_knobs_match_golden_with_nan_slots(case, modes, new):
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=17)
     kw = dict(window_size=W, chunk_size=C, mask_lmk=lmk, expand_to_chunk=exp, kv_start=ks,
               sm_scale=sm)
-    rule = {n: x for n, x in kw.items() if n != "sm_scale"}
-    bad = ~visibility_mask(Lq, Lk, **rule).any(0)
-    k, v = k.clone(), v.clone()
-    k[:, :, bad] = float("nan")
-    v[:, :, bad] = float("nan")
+    k, v, _ = _poison(q, k, v, kw)
     go, gl = reference.golden(q, k, v, **kw)
-    p = check_inputs(q, k, v, **kw)
-    W_, C_, r, inv_c, sl2 = launch.scalars(p)
+    _, C_, _, _, sl2 = launch.scalars(check_inputs(q, k, v, **kw))
     knobs = launch.call_knobs(modes + (2,) + new, lmk, C_, 16, sl2)
     full = knobs + tuple(d for _, d in launch.TC_KNOBS[len(knobs):])
     assert full[5] == (new[1] and (sm is None or sm > 0))
-    from tilelang_impl import kernels
-    ker = kernels.fwd_cpu(p.Dqk, p.Dv, lmk, exp, False, False, 16, 16, *knobs)
-    o = torch.full((B, Hq, Lq, D), float("nan"))
-    lse = torch.full((B, Hq, Lq), float("nan"))
-    ker(q, k, v, o, lse, W_, C_, r, inv_c, sl2)
+    o, lse = _cpu_knobs(q, k, v, knobs, **kw)
     vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
     assert vd.status == verdict.PASS, f"{knobs}: " + "; ".join(vd.problems)
-    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
-    assert torch.equal(torch.isneginf(lse), torch.isneginf(gl))
-    assert (o.double() - go).abs().max().item() <= 1e-5
-    fin = torch.isfinite(gl)
-    if fin.any():
-        assert (lse.double() - gl)[fin].abs().max().item() <= 1e-5
+    _assert_exact(o, lse, go, gl)
 
 
 def test_scale_fold_rule_per_call():
@@ -464,12 +451,9 @@ def test_lmk_rows_j0_match_golden_with_nan_slots(case, modes):
     B, Hq, Hkv, Lq, Lk, D, W, C, exp, ks = case
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float32, seed=19)
     kw = dict(window_size=W, chunk_size=C, mask_lmk=True, expand_to_chunk=exp, kv_start=ks)
-    bad = ~visibility_mask(Lq, Lk, **kw).any(0)
     lmk = reference.is_landmark(torch.arange(Lk) + ks, chunk_size=C)
+    k, v, bad = _poison(q, k, v, kw)
     assert bad.any() and not (lmk & ~bad).any()  # every landmark slot is poisoned
-    k, v = k.clone(), v.clone()
-    k[:, :, bad] = float("nan")
-    v[:, :, bad] = float("nan")
     exp_ = verdict.expected(q, k, v, kw)
     p = check_inputs(q, k, v, **kw)
     _, Ck, _, _, sl2 = launch.scalars(p)

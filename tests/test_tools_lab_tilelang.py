@@ -60,8 +60,8 @@ def test_kernel_jobs_cover_cases_and_shapes():
               for s in L.SHAPES]
     for name in names:
         for D, (lmk, exp), C, sl2 in calls:
-            kind, base, knobs = launch.tc_kernel_args(L.VARIANTS[name][0](D), lmk, C, sl2)
-            args = (D, D, "bfloat16", lmk, exp, False, False) + base + (False,) + knobs
+            kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
+                                              L.VARIANTS[name][0](D), C, sl2)
             assert (name, kind, args) in have
     lmk_cols = {a[15] for n, _, a in jobs if n == "lmkcols" and len(a) > 15}
     assert lmk_cols == {1, 2}  # C192 / frame Lk+1 cases, and C = 64

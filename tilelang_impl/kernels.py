@@ -28,6 +28,7 @@ import tilelang.language as T
 from tvm.target import Target
 
 from . import macros as M
+from .launch import rows_j0_acts
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -101,15 +102,14 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 LMK_ZERO = ("tile", "rows")
 
 
-def _check_lmk_cols(lmk_cols):
-    """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 = general."""
+def _check_knobs(lmk_cols, **flags):
+    """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
+    general; the other knobs named in ``flags`` are bools."""
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r}: a bool")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r}: a bool")
 
 
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
@@ -159,16 +159,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
-    _check_lmk_cols(lmk_cols)
-    for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
-                        ("win_u32", win_u32), ("lmk_rows_j0", lmk_rows_j0)):
-        _check_bool(name, value)
+    _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
+                 lmk_rows_j0=lmk_rows_j0)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
         raise ValueError("lmk_zero='rows' needs warp specialisation (fwd_tc) with mask_lmk")
     v_zero = mask_lmk and (ws or lmk_zero == "rows")  # consumer writes V_s before PV
-    rows_j0 = lmk_rows_j0 and v_zero and lmk_zero == "rows"  # one j0 register per tile
+    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero)  # one j0 register per tile
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
@@ -378,11 +376,9 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
-    _check_lmk_cols(lmk_cols)
-    for name, value in (("fast_exp2", fast_exp2), ("scale_fold", scale_fold),
-                        ("win_u32", win_u32), ("lmk_rows_j0", lmk_rows_j0)):
-        _check_bool(name, value)
-    rows_j0 = lmk_rows_j0 and mask_lmk and lmk_zero == "rows"  # as in _fwd_tc_body
+    _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
+                 lmk_rows_j0=lmk_rows_j0)
+    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)

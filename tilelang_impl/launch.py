@@ -13,6 +13,7 @@ import torch
 
 from reference.device import sm_count
 from reference.errors import UnsupportedConfig
+from reference.validation import positive_normal_f32
 
 LOG2E = 1.4426950408889634
 
@@ -123,8 +124,7 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False))
-_SCALE_FOLD = 5
-_ROWS_J0 = 7
+_KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
 def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
@@ -148,10 +148,15 @@ def scale_fold_ok(scale_log2) -> bool:
     """Whether a call may run the kernel with ``scale_fold`` (the scale moved
     from the mask select into the exponent, ``macros.online_softmax_update``):
     ``scale_log2`` (``sm_scale * log2(e)``, what the kernel receives) must be a
-    positive normal float32, so that ``-inf * scale`` stays ``-inf`` and
-    ``x -> x * scale`` is non-decreasing. Zero, negative, subnormal or
-    overflowing scales (and no call, ``None``) keep the scale in the mask select."""
-    return scale_log2 is not None and 2.0 ** -126 <= scale_log2 <= 3.4028234663852886e38
+    positive normal float32 (``reference.validation.positive_normal_f32``);
+    other scales (and no call, ``None``) keep the scale in the mask select."""
+    return positive_normal_f32(scale_log2)
+
+
+def rows_j0_acts(mask_lmk: bool, lmk_zero: str) -> bool:
+    """Where ``lmk_rows_j0`` changes a kernel: V's landmark rows are zeroed
+    (``macros.zero_landmark_rows``) only with ``mask_lmk`` and ``lmk_zero="rows"``."""
+    return mask_lmk and lmk_zero == "rows"
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
@@ -164,9 +169,10 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     nothing elsewhere: one kernel, not two); trailing defaults are dropped (one cache key per kernel; the default
     kernel keeps the key it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
-    full[3] = lmk_cols_for(full[3], mask_lmk, C, block_N) if C else 0
-    full[_SCALE_FOLD] = bool(full[_SCALE_FOLD]) and scale_fold_ok(scale_log2)
-    full[_ROWS_J0] = bool(full[_ROWS_J0]) and mask_lmk and full[0] == "rows"
+    cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
+    full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
+    full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
+    full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]])
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)
@@ -189,6 +195,16 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
     return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2)
+
+
+def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
+                  q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
+                  split: bool = False) -> tuple[str, tuple]:
+    """``(factory name, factory arguments)`` of the tensor-core kernel a call with
+    this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
+    cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2)
+    return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
 _cache: dict[tuple, object] = {}
@@ -270,18 +286,19 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     dt = _TL_DTYPE[p.dtype]
-    kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or SPLIT_CONFIG + SPLIT_KNOBS,
-                                                   p.mask_lmk, C, sl2)
-    S = force_split if force_split is not None else split_count(p, bM, bN, p.device)
-    if S <= 1:
-        kind, (bM, bN, ns, th), knobs = tc_kernel_args(config or shipped_config(p.Dqk, p.Dv),
-                                                       p.mask_lmk, C, sl2)
-        ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                      bM, bN, ns, th, False, *knobs)
+    if force_split is not None:
+        S = force_split
+    else:
+        bM, bN = (config or SPLIT_CONFIG)[:2]
+        S = split_count(p, bM, bN, p.device)
+    split = S > 1
+    cfg = config or (SPLIT_CONFIG + SPLIT_KNOBS if split else shipped_config(p.Dqk, p.Dv))
+    kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                               cfg, C, sl2, split)
+    ker = _kernel(kind, *args)
+    if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    ker = _kernel(kind, p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                  bM, bN, ns, th, True, *knobs)
     # Workspace: normalised partial outputs and their LSEs (fp32), from torch's
     # caching allocator (no synchronisation; CUDA-graph capturable).
     op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)

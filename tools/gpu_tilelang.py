@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ import traceback
 import torch
 
 from reference import visible_counts
+from reference.validation import default_scale
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -285,9 +285,9 @@ def precompile_configs() -> list[tuple]:
     def tc(Dqk, Dv, dt="bfloat16", lmk=True, exp=True, qb=False, kb=False, split=False, cfg=None):
         # The kernel a call with chunk_size 64 (the timed shapes) and a positive
         # default scale gets: knobs resolved per call as launch.run_cuda does.
-        full = cfg or launch.shipped_config(Dqk, Dv)
-        _, base, knobs = launch.tc_kernel_args(full, lmk, 64, 1.0 / math.sqrt(Dqk) * 1.4426950408889634)
-        cfgs.append((Dqk, Dv, dt, lmk, exp, qb, kb) + tuple(base) + (split,) + tuple(knobs))
+        _, args = launch.tc_kernel_key(Dqk, Dv, dt, lmk, exp, qb, kb, cfg or launch.shipped_config(Dqk, Dv),
+                                       64, default_scale(Dqk) * launch.LOG2E, split)
+        cfgs.append(args)
     for D in (64, 96, 128):
         tc(D, D)
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")

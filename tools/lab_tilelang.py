@@ -16,9 +16,11 @@ One device call, time-capped (``--budget-s``, default 225 s including compiles):
    random inputs, outputs poisoned with NaN before the call and NaN in every
    key slot no query sees (landmarks, left of every window); NaN also placed
    right after the K/V tensors in memory (the tile rows past ``Lk`` must come
-   from the copy's zero fill, not from memory). Tolerance as the conformance
-   suite: max err <= 2 x (``reference.same_dtype`` error) + a dtype floor;
-   ``-inf`` LSE positions must match exactly and those rows must be exactly 0.
+   from the copy's zero fill, not from memory). The lab's own screen, looser
+   than the conformance suite's ``conformance.verdict`` (which judges what
+   ships, on the GPU tier): max err <= 2 x (``reference.same_dtype`` error) +
+   a bf16 floor of 2e-2, no mean bound; ``-inf`` LSE positions must match
+   exactly and those rows must be exactly 0.
    A variant that fails any case is not timed.
 4. Timing: kernel only (``launch.run_cuda`` with the variant's config, prefill
    grid), CUDA-graph replay of 10 back-to-back calls, best and median of 5
@@ -56,8 +58,7 @@ def _base(D):
     return launch.tc_config(D, D)
 
 
-def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=True, fold=True,
-         ws=True, lmk_cols=0):
+def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=True, fold=True):
     bM, bN, ns, th = _base(D)
     if tile is not None:
         bM, bN = tile(D) if callable(tile) else tile
@@ -65,28 +66,20 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
         ns = stages
     if threads is not None:
         th = threads
-    cfg = (bM, bN, ns, th, lmk_zero, mask_split, fold, lmk_cols)
-    return cfg if ws else _full(cfg) + (False,)
+    return (bM, bN, ns, th, lmk_zero, mask_split, fold, 0)
 
 
 def _full(cfg):
-    """A config with every knob item (defaults filled in), so a ``ws`` item can follow."""
+    """A config with every knob item (defaults filled in)."""
     from tilelang_impl import launch
     return tuple(cfg) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
 
 
-def _shipped(D, lmk_cols):
-    """launch.shipped_config for head dim D with the ``lmk_cols`` cap replaced."""
-    from tilelang_impl import launch
-    cfg = launch.shipped_config(D, D)
-    knobs = tuple(cfg[4:]) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
-    return tuple(cfg[:4]) + knobs[:3] + (lmk_cols,)
-
-
-def launch_shipped(D):
-    """launch.shipped_config for head dim D, unchanged."""
-    from tilelang_impl import launch
-    return launch.shipped_config(D, D)
+def _shipped(D, lmk_cols=None):
+    """launch.shipped_config for head dim D (tile and its first four knob items),
+    the ``lmk_cols`` cap replaced when given."""
+    cfg = _ship_plus(D)[:8]
+    return cfg if lmk_cols is None else cfg[:7] + (lmk_cols,)
 
 
 def _ship_plus(D, **knobs):
@@ -152,7 +145,7 @@ VARIANTS = {
                   "(~9 instructions per score); called 'shipped' until lmk_cols shipped",
                   "reference point for lmkcols: ~137 TF/s H32 D128 L8K, ~85 TF/s GQA D64 "
                   "(BENCHMARKS.md)"),
-    "shipped": (lambda D: launch_shipped(D),
+    "shipped": (lambda D: _shipped(D),
                 "launch.shipped_config as it is (since dbb5ab4 = lmkcols)",
                 "measured on the H200 at dbb5ab4: ~185 TF/s H32 D128 L8K, ~136 TF/s GQA D64"),
     "lmkcols": (lambda D: _shipped(D, 2),
@@ -314,8 +307,9 @@ def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
 
 def scale_log2(D, sm_scale=None, **_):
     """The kernel's ``scale_log2`` of a call (decides ``scale_fold``)."""
+    from reference.validation import default_scale
     from tilelang_impl import launch
-    return (D ** -0.5 if sm_scale is None else sm_scale) * launch.LOG2E
+    return (default_scale(D) if sm_scale is None else sm_scale) * launch.LOG2E
 
 
 def kernel_jobs(variants):
@@ -329,8 +323,8 @@ def kernel_jobs(variants):
     for name in variants:
         seen = set()
         for D, (lmk, exp), C, sl2 in sorted(need):
-            kind, base, knobs = launch.tc_kernel_args(VARIANTS[name][0](D), lmk, C, sl2)
-            args = (D, D, "bfloat16", lmk, exp, False, False) + base + (False,) + knobs
+            kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
+                                              VARIANTS[name][0](D), C, sl2)
             if (kind, args) not in seen:
                 seen.add((kind, args))
                 jobs.append((name, kind, args))
@@ -424,7 +418,6 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
     """One correctness case; returns a result dict (``ok`` and errors)."""
     import torch
     import reference
-    from reference import visibility_mask
     kw = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=lmk,
               expand_to_chunk=exp, kv_start=kv_start, sm_scale=sm_scale)
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -440,11 +433,8 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
     ref_el = (sl.double() - gl)[fin].abs().max().item() if fin.any() else 0.0
     n_nan = 0
     if nan_slots:
-        rule = {n: v for n, v in kw.items() if n != "sm_scale"}
-        bad = ~visibility_mask(Lq, Lk, **rule, device="cuda").any(0)
-        n_nan = int(bad.sum())
-        k[:, :, bad] = float("nan")
-        v[:, :, bad] = float("nan")
+        from tools.gpu_tilelang import _poison_invisible
+        n_nan = _poison_invisible(k, v, Lq, Lk, {n: x for n, x in kw.items() if n != "sm_scale"})
     o, lse = run(q, k, v, kw)
     torch.cuda.synchronize()
     empty = torch.isneginf(gl)

@@ -19,7 +19,7 @@ import triton
 from reference.device import sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
-from reference.validation import Problem
+from reference.validation import Problem, positive_normal_f32
 
 from . import kernels
 
@@ -349,9 +349,9 @@ def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int,
 def _fold_ok(qk_scale: float) -> bool:
     """Whether a call may run ``FOLD`` (``kernels._softmax_p``): ``qk_scale``
     (``sm_scale * log2(e)``, passed as float32) must be a positive normal
-    float32, so that ``-inf * qk_scale == -inf`` and scaling keeps the order of
-    scores. Zero, negative, subnormal and overflowing scales multiply first."""
-    return 2.0 ** -126 <= qk_scale <= 3.4028234663852886e38
+    float32 (``reference.validation.positive_normal_f32``); other scales
+    multiply first."""
+    return positive_normal_f32(qk_scale)
 
 
 def _lmk_one(c: int, block_n: int) -> bool:
