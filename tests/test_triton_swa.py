@@ -48,11 +48,12 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False):
             _rand((B, Hkv, Lk, Dv), dtype, blhd))
 
 
-def _run(q, k, v, path=None, phases=None, num_splits=None, **kw):
+def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=None, **kw):
     """One call through the launcher into NaN-poisoned outputs."""
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
-    taken = L.launch(p, q, k, v, o, lse, path=path, phases=phases, num_splits=num_splits)
+    taken = L.launch(p, q, k, v, o, lse, path=path, phases=phases, num_splits=num_splits,
+                     config=config, fold=fold)
     return o, lse, taken
 
 
@@ -137,13 +138,13 @@ def test_landmark_phase_every_residue(path, block_n, chunk):
     cfg = L.Config(16, block_n, 4, 1)
     for kv_start in sorted({0, 1, chunk - 1, max(chunk - block_n, 0), chunk // 2, 3 * chunk + 2}):
         kw["kv_start"] = kv_start
-        lmk = (torch.arange(100, device=DEV) + kv_start + 1) % chunk == 0
+        lmk = reference.is_landmark(reference.key_positions(100, kv_start, DEV), chunk_size=chunk)
         k2, v2 = k.clone(), v.clone()
         k2[:, :, lmk], v2[:, :, lmk] = float("nan"), float("nan")
-        p = reference.check_inputs(q, k2, v2, **kw)
-        o, lse = p.new_outputs(poison=True)
-        L.launch(p, q, k2, v2, o, lse, path=path, config=cfg, num_splits=3 if path == "splitkv" else None)
+        o, lse, _ = _run(q, k2, v2, path=path, config=cfg, num_splits=3 if path == "splitkv" else None,
+                         **kw)
         _check(o, lse, q, k, v, **kw)
+    p = reference.check_inputs(q, k, v, **kw)
     plan = L._make_plan(p, path, cfg, 3 if path == "splitkv" else None, None)
     assert plan.constexprs[(True, False)]["LMK_ONE"] is True  # 16-bit: the one-landmark kernel is reachable
 
@@ -224,11 +225,9 @@ def test_fold_scale(path, sm_scale):
     unseen = ~visibility_mask(Lq, 120, window_size=37, chunk_size=16, kv_start=5, device=DEV).any(0)
     k2, v2 = k.clone(), v.clone()
     k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
-    p = reference.check_inputs(q, k2, v2, **kw)
-    o, lse = p.new_outputs(poison=True)
-    L.launch(p, q, k2, v2, o, lse, path=path, fold=True)
+    o, lse, _ = _run(q, k2, v2, path=path, fold=True, **kw)
     _check(o, lse, q, k, v, **kw)
-    qk = p.sm_scale * L.LOG2E
+    qk = reference.check_inputs(q, k, v, **kw).sm_scale * L.LOG2E
     assert L._fold_ok(qk) == (sm_scale is None or sm_scale == 0.37)
 
 
@@ -455,3 +454,45 @@ def test_int64_offsets_past_2_to_31_elements():
     # pointers with int64 offsets
     o, lse = sliding_window_attention(q, k, v, **kw, _force_path="prefill", _tma="v_ptr")
     _check(o, lse, q, k[:, :, tail:], v[:, :, tail:], kv_start=tail, **kw)
+
+
+def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
+    """Every launch path hands its kernel exactly the kernel's parameters: runtime
+    args in order, then the constexprs by name, and the precomputed static key of
+    those constexprs. Runs the launcher's host code on CPU with the kernels
+    replaced by recorders; the TMA path is planned as for a CUDA device (it only
+    runs on a GPU), with descriptors of CPU tensors."""
+    import dataclasses
+
+    calls = []
+
+    class Rec:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static):
+            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static))
+
+    for name in ("_FWD", "_FWD_TMA", "_SPLIT", "_COMBINE"):
+        monkeypatch.setattr(L, name, Rec(getattr(L, name).fn))
+    monkeypatch.setattr(L, "_PLANS", {})
+    kw = dict(window_size=512, chunk_size=64)
+    q, k, v = (torch.randn(1, 32, 4096, 128, dtype=torch.bfloat16) for _ in range(3))
+    p = reference.check_inputs(q, k, v, **kw)
+    o, lse = p.new_outputs()
+    assert L.launch(p, q, k, v, o, lse) == "prefill"
+    qd, kd, vd = q[:, :, :1], k[:, :, :600], v[:, :, :600]
+    pd = reference.check_inputs(qd, kd, vd, **kw)
+    od, lsed = pd.new_outputs()
+    assert L.launch(pd, qd, kd, vd, od, lsed) == "splitkv"
+    monkeypatch.setattr(L, "interpreter_active", lambda: False)
+    monkeypatch.setattr(L, "sm_count", lambda device: 132)
+    pc = dataclasses.replace(p, device=torch.device("cuda"))
+    assert L.launch(pc, q, k, v, o, lse) == "prefill_tma"
+    names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]
+    assert names == ["_swa_fwd_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel",
+                     "_swa_fwd_tma_kernel"]
+    for fn, tensors, ints, floats, cx, warps, stages, static in calls:
+        n = len(tensors) + len(ints) + len(floats)
+        assert fn.arg_names[n:] == list(cx), fn.__name__
+        assert static == L.static_key(cx, warps, stages)

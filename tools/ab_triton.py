@@ -48,48 +48,6 @@ SHAPES = [  # name, B, Hq, Hkv, Lq, Lk, D  (W=512, C=64, bf16)
 W, C = 512, 64
 
 
-def graph_time(fn, inputs, reps=10):
-    """Median over 7 replays of a graph of ``reps`` rounds over ``inputs`` (us per call)."""
-    for x in inputs:
-        fn(*x)
-    torch.cuda.synchronize()
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        for x in inputs:
-            fn(*x)
-    torch.cuda.current_stream().wait_stream(st)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            for x in inputs:
-                fn(*x)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(7):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / (reps * len(inputs)))
-    del g
-    return sorted(ts)[3]
-
-
-def host_time(fn, args, n=300):
-    """Host microseconds per call, the GPU not waited for inside the loop."""
-    fn(*args)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn(*args)
-    dt = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    return dt
-
-
 def decode_loop_host(fn, steps=300, Lk0=8192):
     """Host us per call of a decode loop whose Lk grows by one each step (views of one cache)."""
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -118,6 +76,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     sys.path.insert(0, os.path.abspath(a.base))
     from reference.mask import visible_counts
+    from tools.gpu_triton import graph_time, host_time
     from triton_impl import sliding_window_attention as new
 
     base = importlib.import_module("triton_impl_base").sliding_window_attention

@@ -135,6 +135,50 @@ def visible_pairs(Lq, Lk, W, C, kv_start=0):
     return int(visible_counts(Lq, Lk, window_size=W, chunk_size=C, kv_start=kv_start).sum())
 
 
+def graph_time(fn, inputs, reps=10):
+    """Kernel-only microseconds per call: a CUDA graph of ``reps`` rounds over the
+    input sets ``inputs`` (rotated so one window does not sit in L2), captured after
+    warm-up calls on a side stream, median of 7 replays."""
+    for x in inputs:
+        fn(*x)
+    torch.cuda.synchronize()
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        for x in inputs:
+            fn(*x)
+    torch.cuda.current_stream().wait_stream(st)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            for x in inputs:
+                fn(*x)
+    graph.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(7):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1e3 / (reps * len(inputs)))
+    del graph
+    return sorted(ts)[len(ts) // 2]
+
+
+def host_time(fn, args, n=50):
+    """Host microseconds per call of an already warm ``fn`` (the GPU not waited for
+    inside the loop)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn(*args)
+    dt = (time.perf_counter() - t0) * 1e6 / n
+    torch.cuda.synchronize()
+    return dt
+
+
 def time_shape(s, variants, results, sets=3, reps=10):
     """Kernel-only (graph replay) and eager times of one shape per variant."""
     B, Hq, Hkv, Lq, Lk, D, W, C = (s[k] for k in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "W", "C"))
@@ -152,32 +196,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
         L._Kernel.enabled = fast
         try:
             fn = lambda q, k, v: swa(q, k, v, **kw, **knobs)  # noqa: E731
-            for q, k, v in inputs:
-                fn(q, k, v)
-            torch.cuda.synchronize()
-            st = torch.cuda.Stream()
-            st.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(st):
-                for q, k, v in inputs:
-                    fn(q, k, v)
-            torch.cuda.current_stream().wait_stream(st)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(reps):
-                    for q, k, v in inputs:
-                        fn(q, k, v)
-            graph.replay()
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(7):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                graph.replay()
-                e1.record()
-                e1.synchronize()
-                ts.append(e0.elapsed_time(e1) * 1e3 / (reps * sets))
-            kern_us = sorted(ts)[len(ts) // 2]
-            del graph
+            kern_us = graph_time(fn, inputs, reps)
             # eager end-to-end
             es = []
             for _ in range(5):
@@ -191,13 +210,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
                 e1.synchronize()
                 es.append(e0.elapsed_time(e1) * 1e3 / (reps * sets))
             eager_us = sorted(es)[len(es) // 2]
-            # host-side cost of one call (no GPU wait): the wrapper
-            torch.cuda.synchronize()
-            h0 = time.perf_counter()
-            for _ in range(50):
-                fn(*inputs[0])
-            host_us = (time.perf_counter() - h0) * 1e6 / 50
-            torch.cuda.synchronize()
+            host_us = host_time(fn, inputs[0])  # the wrapper: host cost of one call
             if s.get("profile") and name == "table":
                 import cProfile
                 import io
@@ -216,7 +229,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
             o_, l_ = p.new_outputs()
             path = L.launch(p, *inputs[0], o_, l_, path=knobs.get("_force_path"), config=knobs.get("_config"),
                             num_splits=knobs.get("_num_splits"), phases=knobs.get("_phases"),
-                            tma=knobs.get("_tma"))
+                            tma=knobs.get("_tma"), fold=knobs.get("_fold"))
             row = dict(shape=s["name"], variant=name, path=path, kernel_us=kern_us, eager_us=eager_us,
                        wrapper_us=eager_us - kern_us, host_us=host_us,
                        tflops=flops / (kern_us * 1e-6) / 1e12, flops=flops)
@@ -265,13 +278,7 @@ def host_breakdown(res):
         n = 300 if Lq < 8192 else 30
 
         def per(fn):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            dt = (time.perf_counter() - t0) / n * 1e6
-            torch.cuda.synchronize()
-            return round(dt, 2)
+            return round(host_time(fn, (), n), 2)
 
         row = dict(check_inputs=per(lambda: check_inputs(q, k, v, **kw)),
                    new_outputs=per(lambda: p.new_outputs()),

@@ -108,6 +108,31 @@ def _in_window(qidx, n0, offs_n, span):
 
 
 @triton.jit
+def _rows(rows, first, last, kv_start, Lq, Lk, W, C, EXPAND: tl.constexpr):
+    """Window facts of a program's query rows (query indices ``rows``; ``first``
+    and ``last`` its first and last real row): per row the key index of its own
+    position ``qidx`` and its span (:func:`_in_window`), and the key range
+    ``[j_lo, j_hi)`` some row sees (left edges are non-decreasing in the row,
+    windows of consecutive rows overlap or touch)."""
+    q_off = kv_start + Lk - Lq  # absolute position of query 0
+    qpos = q_off + rows
+    qidx = Lk - Lq + rows
+    span = _span_u32(qpos, _window_left(qpos, W, C, EXPAND))
+    j_lo = tl.maximum(_window_left(q_off + first, W, C, EXPAND) - kv_start, 0)
+    j_hi = Lk - Lq + last + 1
+    return qidx, span, j_lo, j_hi
+
+
+@triton.jit
+def _finish(acc, m_i, l_i):
+    """``(o, base-2 lse)`` of finished rows; a row with no visible key gets
+    ``o = 0`` and ``lse = -inf`` (never NaN)."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    return acc / l_safe[:, None], tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+
+
+@triton.jit
 def _lmk_phase(kv_start, n0, C):
     """``(kv_start + n0) % C``: the landmark phase of key ``n0`` (:func:`_not_lmk`)."""
     return (kv_start + n0) % C
@@ -271,19 +296,10 @@ def _swa_fwd_kernel(
     dv_ok = offs_dv < DV
     row_ok = offs_m < Lq
 
-    q_off = kv_start + Lk - Lq  # absolute position of query 0
-    qpos = q_off + offs_m
-    left = _window_left(qpos, W, C, EXPAND)
-    qidx = Lk - Lq + offs_m  # key index of each row's own position
-    span = _span_u32(qpos, left)
-
-    # Key indices [j_lo, j_hi) some row of this block can see (left edges are
-    # non-decreasing in the row, windows of consecutive rows overlap or touch).
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
-    j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
-    j_hi = Lk - Lq + m_last + 1
+    qidx, span, j_lo, j_hi = _rows(offs_m, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
     # Keys every row of the block sees (apart from landmarks): [full_lo, full_hi].
-    full_lo = _window_left(q_off + m_last, W, C, EXPAND) - kv_start
+    full_lo = _window_left(kv_start + Lk - Lq + m_last, W, C, EXPAND) - kv_start
     full_hi = Lk - Lq + m0  # the first row's own position
 
     start = (j_lo // BLOCK_N) * BLOCK_N
@@ -345,10 +361,8 @@ def _swa_fwd_kernel(
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl
 
-    empty = l_i == 0.0  # no visible key: o = 0, lse = -inf (never NaN)
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    out, lse2 = _finish(acc, m_i, l_i)
+    lse = lse2 * 0.6931471805599453
 
     o_ptrs = (O + b64 * sob + h.to(tl.int64) * soh + offs_m[:, None].to(tl.int64) * sol
               + offs_dv[None, :] * sod)
@@ -394,14 +408,8 @@ def _swa_fwd_tma_kernel(
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    q_off = kv_start + Lk - Lq
-    qpos = q_off + offs_m
-    left = _window_left(qpos, W, C, EXPAND)
-    qidx = Lk - Lq + offs_m
-    span = _span_u32(qpos, left)
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
-    j_lo = tl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
-    j_hi = Lk - Lq + m_last + 1
+    qidx, span, j_lo, j_hi = _rows(offs_m, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
     start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
 
     q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
@@ -443,10 +451,8 @@ def _swa_fwd_tma_kernel(
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
 
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    out, lse2 = _finish(acc, m_i, l_i)
+    lse = lse2 * 0.6931471805599453
     desc_o.store([b, h, m0, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_DV))
     tl.store(LSE + (pid_bh.to(tl.int64) * Lq + offs_m), lse, mask=offs_m < Lq)
 
@@ -490,15 +496,8 @@ def _swa_splitkv_kernel(
     dk_ok = offs_dk < DK
     dv_ok = offs_dv < DV
 
-    q_off = kv_start + Lk - Lq
-    qpos = q_off + i_row
-    left = _window_left(qpos, W, C, EXPAND)
-    qidx = Lk - Lq + i_row
-    span = _span_u32(qpos, left)
-    i_first = r0 // G
     i_last = (tl.minimum(r0 + BLOCK_M, GL) - 1) // G
-    j_lo = tl.maximum(_window_left(q_off + i_first, W, C, EXPAND) - kv_start, 0)
-    j_hi = Lk - Lq + i_last + 1
+    qidx, span, j_lo, j_hi = _rows(i_row, r0 // G, i_last, kv_start, Lq, Lk, W, C, EXPAND)
     start = (j_lo // BLOCK_N) * BLOCK_N + pid_s * split_len
     end = tl.minimum(start + split_len, j_hi)
 
@@ -524,10 +523,7 @@ def _swa_splitkv_kernel(
         k_ptrs += BLOCK_N * skl
         v_ptrs += BLOCK_N * svl
 
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    out, lse2 = _finish(acc, m_i, l_i)
     row = (b64 * Hq + h_row) * Lq + i_row  # int64
     if DIRECT:
         part = row

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from reference.device import sm_count
 from reference.errors import UnsupportedConfig
@@ -191,16 +192,14 @@ class _Kernel:
         return static, _Kernel._int_spec(ints), align
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int,
-                 static=None):
+                 static: tuple):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
         (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages)``,
-        precomputed by the caller's plan (computed here when not given)."""
+        precomputed by the caller's plan."""
         args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
             self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
             return
-        if static is None:
-            static = static_key(constexprs, num_warps, num_stages)
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
         if ck is not None:
@@ -299,9 +298,10 @@ class _Plan:
     """Everything a call derives from its static shape and flags, computed once.
 
     ``constexprs`` holds the kernel variants keyed by ``(LMK_ONE, FOLD)``
-    (``kernels._not_lmk``, ``kernels._softmax_p``): the call's kernel frame and
-    scale decide per call which one runs (``_lmk_one``, ``_fold_ok``);
-    ``static`` holds their precomputed :func:`static_key`.
+    (``kernels._not_lmk``, ``kernels._softmax_p``) and ``static`` their
+    precomputed :func:`static_key`; :meth:`pick` chooses per call from the
+    kernel frame and the scale. A prefill plan may carry ``tma``, the plan of
+    the TMA prefill kernel (its ``blocks`` are the descriptors' block shapes).
     """
 
     path: str
@@ -311,9 +311,8 @@ class _Plan:
     constexprs: dict  # (LMK_ONE, FOLD) -> constexprs
     num_warps: int
     num_stages: int
-    block_n: int = 0
-    static: dict | None = None  # (LMK_ONE, FOLD) -> static_key
-    fold: bool = False  # FOLD allowed for this plan (FOLD_SCALE or the _fold knob)
+    block_n: int
+    static: dict  # (LMK_ONE, FOLD) -> static_key
     # split-KV only
     ws_numel: int = 0
     op_numel: int = 0
@@ -323,12 +322,16 @@ class _Plan:
     combine_static: tuple = ()
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
-    tma: dict | None = None  # (LMK_ONE, FOLD) -> constexprs of _swa_fwd_tma_kernel
-    tma_static: dict | None = None
-    tma_grid: tuple = ()
-    tma_blocks: tuple = ()  # (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
-    tma_warps: int = 4
-    tma_stages: int = 3
+    tma: "_Plan | None" = None
+    blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
+
+    def pick(self, c: int, qk_scale: float) -> tuple[dict, tuple]:
+        """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
+        where the frame's chunk allows it (:func:`_lmk_one`), ``FOLD`` where the
+        scale does (:func:`_fold_ok`); where the plan does not use one, both of
+        its keys hold the same kernel (:func:`_by_lmk`)."""
+        key = (_lmk_one(c, self.block_n), _fold_ok(qk_scale))
+        return self.constexprs[key], self.static[key]
 
 
 def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int,
@@ -410,12 +413,23 @@ def _frame(p: Problem) -> tuple[int, int, int]:
 
 
 def _tma_choice(p: Problem, tma, cfg: Config | None):
-    """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None."""
+    """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None.
+
+    ``o`` comes from ``Problem.new_outputs`` (fresh, contiguous): the copy
+    engine accepts it exactly when a row of ``Dv`` elements is a multiple of
+    16 bytes, decided here once instead of per call.
+    """
     if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
+        return None
+    if (p.Dv * p.dtype.itemsize) % 16:
         return None
     key = (dtype_class(p.dtype), head_bucket(p))
     if tma is None:  # the table decides; an explicit pointer-kernel config keeps that kernel
-        return None if cfg is not None else PREFILL_TMA.get(key)
+        choice = None if cfg is not None else PREFILL_TMA.get(key)
+        if choice is not None and (_cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
+                                   < TMA_MIN_WAVES * sm_count(p.device)):
+            return None
+        return choice
     if tma not in TMA_MODES:
         raise ValueError(f"unknown tma mode {tma!r}; one of {sorted(TMA_MODES)}")
     shipped = PREFILL_TMA.get(key)  # forced: the shipped TMA config where there is one
@@ -453,21 +467,16 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         cx, st = _by_lmk(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                          lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
-                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold_on)
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st)
         choice = _tma_choice(p, tma, config)
-        if choice is not None and tma is None:
-            programs = _cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
-            if programs < TMA_MIN_WAVES * sm_count(p.device):
-                choice = None
         if choice is not None:
             tcfg, v_tma = choice
-            plan.tma, plan.tma_static = _by_lmk(
-                dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
-                     EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
-            plan.tma_grid = (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq)
-            plan.tma_blocks = (tcfg.block_m, tcfg.block_n, bdk, bdv)
-            plan.tma_warps, plan.tma_stages = tcfg.num_warps, tcfg.num_stages
+            tcx, tst = _by_lmk(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
+                                    MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
+                               lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
+            plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
+                             tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
+                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
@@ -493,7 +502,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
     cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                      lmk_one_ok, base.num_warps, base.num_stages, fold_on)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
-                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st, fold_on)
+                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
@@ -506,9 +515,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
 
 
 def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> None:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    bm, bn, bdk, bdv = plan.tma_blocks
+    """``plan`` is the TMA plan (``prefill_plan.tma``)."""
+    bm, bn, bdk, bdv = plan.blocks
     r, w, c = _frame(p)
     j_min = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                               chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
@@ -518,10 +526,9 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
-    var = (_lmk_one(c, bn), plan.fold and _fold_ok(qk_scale))
-    _FWD_TMA(plan.tma_grid, (*descs, v, lse),
-             (*v.stride(), *plan.head, p.Lk, r, j_min, w, c, *plan.tail), (qk_scale,), plan.tma[var],
-             plan.tma_warps, plan.tma_stages, plan.tma_static[var])
+    cx, st = plan.pick(c, qk_scale)
+    _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
+             cx, plan.num_warps, plan.num_stages, st)
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -535,8 +542,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     scale) are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
 
-    The launch plan (path, grids, constexprs, split sizes) depends only on the
-    static problem, not on ``kv_start``, strides or data, and is cached. The
+    ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
+    plan (path, grids, constexprs, split sizes) depends only on the static
+    problem, not on ``kv_start``, strides or data, and is cached. The
     TMA prefill kernel is taken when the plan has one and the call's strides
     and base addresses suit the copy engine (``"prefill_tma"`` is returned);
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
@@ -554,18 +562,18 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
         _PLANS[key] = plan
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
-        if plan.tma is not None and _tma_strides_ok(q, k, v, o):
-            _launch_tma(plan, p, q, k, v, o, lse, qk_scale)
+        if plan.tma is not None and _tma_strides_ok(q, k, v):  # o: decided with the plan
+            _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
             return "prefill_tma"
         if tma:  # asked for explicitly: say so rather than run another kernel
             raise UnsupportedConfig(
                 "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         frame = _frame(p)
-        var = (_lmk_one(frame[2], plan.block_n), plan.fold and _fold_ok(qk_scale))
+        cx, st = plan.pick(frame[2], qk_scale)
         _FWD(plan.grid, (q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-             (qk_scale,), plan.constexprs[var], plan.num_warps, plan.num_stages, plan.static[var])
+             (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
+             (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -577,10 +585,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
             views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
         op, lp = views[1], views[2]
     frame = _frame(p)
-    var = (_lmk_one(frame[2], plan.block_n), plan.fold and _fold_ok(qk_scale))
+    cx, st = plan.pick(frame[2], qk_scale)
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), plan.constexprs[var], plan.num_warps, plan.num_stages, plan.static[var])
+           (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
                  COMBINE_WARPS, 1, plan.combine_static)
