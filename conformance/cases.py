@@ -467,12 +467,13 @@ def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "pad":  # offset view inside a larger NaN-filled (B, H, L, D) buffer
         buf = torch.full((B + 1, H + 2, L + 5, D + 8), float("nan"), dtype=x.dtype, device=x.device)
         view = buf[1:1 + B, 1:1 + H, 3:3 + L, 4:4 + D]
-    elif layout == "padt":  # offset view inside a larger NaN-filled (B, L, H, D) buffer, transposed
-        buf = torch.full((B + 1, L + 5, H + 2, D + 8), float("nan"), dtype=x.dtype, device=x.device)
-        view = buf[1:1 + B, 3:3 + L, 1:1 + H, 4:4 + D].transpose(1, 2)
-    elif layout == "pad16":  # as padt, 16-byte aligned base and strides (TMA-eligible) when D % 8 == 0
-        buf = torch.full((B + 1, L + 5, H + 2, D + 16), float("nan"), dtype=x.dtype, device=x.device)
-        view = buf[1:1 + B, 3:3 + L, 1:1 + H, 8:8 + D].transpose(1, 2)
+    elif layout in ("padt", "pad16"):
+        # offset view inside a larger NaN-filled (B, L, H, D) buffer, transposed; pad16
+        # offsets D by 8 elements of 16 padded, so base and strides are 16-byte
+        # aligned (TMA-eligible) when D % 8 == 0
+        d_off, d_pad = (4, 8) if layout == "padt" else (8, 16)
+        buf = torch.full((B + 1, L + 5, H + 2, D + d_pad), float("nan"), dtype=x.dtype, device=x.device)
+        view = buf[1:1 + B, 3:3 + L, 1:1 + H, d_off:d_off + D].transpose(1, 2)
     else:
         raise ValueError(f"unknown layout {layout!r}")
     view.copy_(x)
@@ -494,8 +495,8 @@ def make_inputs(case: Case, run_seed: int, device=None):
     device = torch.device(device if device is not None else case.device)
     gen = torch.Generator().manual_seed(case_seed(case, run_seed))
     dt = case.torch_dtype
-    scale = case.sm_scale if case.sm_scale is not None else default_scale(case.Dqk)
-    scale = abs(scale) or default_scale(case.Dqk)  # sm_scale = 0: every logit is 0 anyway
+    # None or 0 (every logit is 0 anyway): the default scale; negative: its magnitude
+    scale = abs(case.sm_scale or 0.0) or default_scale(case.Dqk)
     q_std = 1.5 / (scale * math.sqrt(max(case.Dqk, 1)))
     q = _randn(gen, (case.B, case.Hq, case.Lq, case.Dqk), q_std)
     k = _randn(gen, (case.B, case.Hkv, case.Lk, case.Dqk), 1.0)

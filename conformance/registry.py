@@ -46,18 +46,18 @@ def _lazy(module: str, attr: str = "sliding_window_attention") -> Callable[..., 
     return call
 
 
-# Built-ins: name -> (module, supports). What a backend cannot serve it says
-# itself, by raising UnsupportedConfig (e.g. Triton on CPU without the
-# interpreter); ``supports`` is for external backends that prefer to declare it.
-_BUILTIN: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
-    "reference": ("reference", _always),
-    "triton": ("triton_impl", _always),
-    "tilelang": ("tilelang_impl", _always),
+# Built-ins: name -> module. What a backend cannot serve it says itself, by
+# raising UnsupportedConfig (e.g. Triton on CPU without the interpreter);
+# ``Backend.supports`` is for external backends that prefer to declare it.
+_BUILTIN: dict[str, str] = {
+    "reference": "reference",
+    "triton": "triton_impl",
+    "tilelang": "tilelang_impl",
 }
-_OPTIONAL: dict[str, tuple[str, Callable[[Any], tuple[bool, str]]]] = {
-    "flex": ("tools.flex_backend", _always),
+_OPTIONAL: dict[str, str] = {
+    "flex": "tools.flex_backend",
     # Triton with its TMA prefill kernel forced (unsupported off CUDA / for fp32)
-    "triton-tma": ("triton_impl.tma_prefill", _always),
+    "triton-tma": "triton_impl.tma_prefill",
 }
 DEFAULT_BACKENDS = ("reference", "triton", "tilelang")
 
@@ -98,8 +98,7 @@ def load_backend(spec: str) -> Backend:
 
         return mutant(spec)
     if spec in _BUILTIN or spec in _OPTIONAL:
-        module, supports = _BUILTIN.get(spec) or _OPTIONAL[spec]
-        return Backend(name=spec, fn=_lazy(module), supports=supports, origin="builtin")
+        return Backend(name=spec, fn=_lazy(_BUILTIN.get(spec) or _OPTIONAL[spec]), origin="builtin")
     if ":" in spec:
         return _from_module_spec(spec)
     eps = _entry_points()

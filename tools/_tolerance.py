@@ -24,17 +24,6 @@ class Bound:
     lse: float
 
 
-def _maxabs(x: torch.Tensor) -> float:
-    x = x[torch.isfinite(x)]
-    return float(x.abs().max()) if x.numel() else 0.0
-
-
-def _maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
-    fin = torch.isfinite(a) & torch.isfinite(b)
-    d = (a - b)[fin]
-    return float(d.abs().max()) if d.numel() else 0.0
-
-
 def bound(expected) -> Bound:
     """The max-error tolerance of one case: the ``o_bound`` / ``lse_bound`` of
     the suite's ``Expected`` (``conformance.verdict.expected``), the only

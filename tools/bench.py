@@ -574,6 +574,11 @@ def _commit() -> str:
         return "unknown"
 
 
+def shape_pool(smoke: bool) -> tuple[Shape, ...]:
+    """The shapes a run chooses from: the CPU smoke set or the suite."""
+    return SMOKE_SHAPES if smoke else SHAPES
+
+
 def _select(names: str | None, pool: tuple[Shape, ...]) -> list[Shape]:
     if not names or names == "all":
         return list(pool)
@@ -619,14 +624,8 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-_EPILOG = """\
-With -n N (N > 1 or 'auto') each shape is one pytest test (tools/bench_suite.py)
-run through pytest.main with pytest-xdist and the plugin tools.bench_xdist: every
-worker is pinned to one GPU by conformance.pinning before it imports torch,
-measures its own ceilings once, and times its shapes with the same code as the
-single-process run (gate included). The controller merges the rows in suite
-order and writes the same table / --json / --md / --png; the JSON adds
-"workers" (device name, PCI bus id, CUDA_VISIBLE_DEVICES, ceilings, shapes)."""
+# The docstring's ``-n N`` paragraph, as the command line's epilog.
+_EPILOG = next(par for par in __doc__.split("\n\n") if par.startswith("``-n N``"))
 
 
 def _configure(args) -> tuple[str, list[Shape], list[str], int] | int:
@@ -635,7 +634,7 @@ def _configure(args) -> tuple[str, list[Shape], list[str], int] | int:
 
     try:
         device = pick_device(args.device)
-        shapes = _select(args.shapes, SMOKE_SHAPES if args.smoke else SHAPES)
+        shapes = _select(args.shapes, shape_pool(args.smoke))
     except ValueError as e:
         print(f"hils-swa bench: {e}", file=sys.stderr)
         return 2
@@ -651,13 +650,18 @@ def _configure(args) -> tuple[str, list[Shape], list[str], int] | int:
     return device, shapes, backends, reps
 
 
+def describe_device(device: str) -> str:
+    """What the report calls ``device``: the GPU's name, or the CPU's and its core count."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return (platform.processor() or platform.machine()) + f" CPU ({os.cpu_count()} cores)"
+
+
 def run_info(device: str, reps: int, commit: str | None, device_name: str | None = None) -> dict:
     """The report's ``info`` (device, versions, date, commit); ``device_name`` is
     queried from ``device`` unless given."""
-    cuda = device.startswith("cuda")
     if device_name is None:
-        device_name = (torch.cuda.get_device_name(device) if cuda else
-                       (platform.processor() or platform.machine()) + f" CPU ({os.cpu_count()} cores)")
+        device_name = describe_device(device)
     info = dict(device=device, device_name=device_name,
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 reps=reps, commit=commit or _commit(), python=platform.python_version())
@@ -773,9 +777,8 @@ def exit_status(results: list[Result]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    pool = SMOKE_SHAPES if args.smoke else SHAPES
     if args.list:
-        for s in pool:
+        for s in shape_pool(args.smoke):
             _log(f"{s.name:<26} {s.kind:<8} B={s.B} Hq={s.Hq} Hkv={s.Hkv} D={s.D} Lq={s.Lq} Lk={s.Lk} "
                  f"W={s.W} C={s.C}  visible pairs/head={s.pairs()}")
         return 0

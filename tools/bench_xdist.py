@@ -104,21 +104,12 @@ def pytest_configure(config):
 
 
 def pytest_generate_tests(metafunc):
+    # Without the option tools/bench_suite.py skips at import: cfg is set here.
+    # Scheduling is xdist's own ``--dist load`` (main_args): shapes go to whichever
+    # worker is free.
     if "bench_shape" in metafunc.fixturenames:
         cfg = _cfg(metafunc.config)
-        if cfg is None:
-            raise pytest.UsageError(f"{SUITE} runs through `hils-swa bench -n N` only")
         metafunc.parametrize("bench_shape", cfg["shapes"], ids=shape_ids(cfg["shapes"]))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's own load scheduling: shapes go to whichever worker is free."""
-    if _cfg(config) is None:
-        return None
-    from xdist.scheduler import LoadScheduling
-
-    return LoadScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +134,7 @@ def bench_worker(request) -> dict:
         timer = bench.Timer(device, cfg["reps"])
         info = dict(worker_info())
         idx, count = pinning.worker_index(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
-        info.update(device_name=bench.run_info(device, cfg["reps"], "-")["device_name"],
+        info.update(device_name=bench.describe_device(device),
                     torch_imported_before_pinning=_TORCH_BEFORE_PINNING,
                     # xdist replaces a crashed worker with gw<count+k>: pinned by index, it may share a GPU
                     replacement=idx is not None and idx >= count > 0)
@@ -163,8 +154,7 @@ def run_shape(request, name: str, w: dict) -> None:
     from . import bench
 
     cfg = w["cfg"]
-    pool = bench.SMOKE_SHAPES if cfg["smoke"] else bench.SHAPES
-    shape = next(s for s in pool if s.name == name)
+    shape = next(s for s in bench.shape_pool(cfg["smoke"]) if s.name == name)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rows = bench.bench_shape(shape, cfg["backends"], w["device"], torch.bfloat16, w["timer"], w["ceilings"],
@@ -264,7 +254,6 @@ def run(args, device: str, shapes: list, backends: list[str], reps: int, n: int)
     the single-process run's outputs from the merged rows."""
     from . import bench
 
-    device = "cuda" if device.startswith("cuda") else device  # each worker: its one GPU
     t_start = time.perf_counter()
     cfg = dict(shapes=[s.name for s in shapes], smoke=bool(args.smoke), backends=backends, device=device,
                reps=reps, budget_s=args.budget_s, flex_static=bool(args.flex_static))

@@ -296,14 +296,14 @@ def _default_scale(fn):
         if case.sm_scale is not None:
             return None
         s = fn(case)
-        if abs(s - 1.0 / math.sqrt(case.Dqk)) <= 1e-12:
+        if abs(s - default_scale(case.Dqk)) <= 1e-12:
             return None
         return _golden_with(case, q, k, v, sm_scale=s)
     return variant
 
 
 def _explicit_ignored(case, q, k, v, g):
-    if case.sm_scale is None or abs(case.sm_scale - 1.0 / math.sqrt(case.Dqk)) <= 1e-12:
+    if case.sm_scale is None or abs(case.sm_scale - default_scale(case.Dqk)) <= 1e-12:
         return None
     return _golden_with(case, q, k, v, sm_scale=None)
 
@@ -363,9 +363,13 @@ class CaseTruth:
     case: Case
     inputs: tuple
     golden: tuple          # float64 on CPU
-    bound: tol.Bound
     expected: object       # conformance.verdict.Expected
     predictions: dict      # (rule, variant index) -> (o, lse) float64 CPU, or None (= SPEC)
+
+    @property
+    def bound(self) -> tol.Bound:
+        """The case's max-error tolerance, from :attr:`expected`."""
+        return tol.bound(self.expected)
 
 
 _TRUTH_CACHE: dict[tuple[str, str], CaseTruth] = {}
@@ -380,13 +384,12 @@ def truth(case: Case, device) -> CaseTruth:
     exp = verdict.expected(q, k, v, dict(case.kwargs))
     g = (exp.o, exp.lse)
     g_cpu = tuple(x.double().cpu() for x in g)
-    b = tol.bound(exp)
     preds = {}
     for rule, variants in EXACT.items():
         for vi, (_, fn) in enumerate(variants):
             p = fn(case, q, k, v, g)
             preds[(rule, vi)] = None if p is None else tuple(x.double().cpu() for x in p)
-    t = CaseTruth(case, (q, k, v), g_cpu, b, exp, preds)
+    t = CaseTruth(case, (q, k, v), g_cpu, exp, preds)
     _TRUTH_CACHE[key] = t
     return t
 
@@ -426,7 +429,7 @@ class CaseResult:
     def ok(self) -> bool:
         if self.run.error is not None or self.cmp is None or not self.cmp.ok or self.meta:
             return False
-        return self.verdict is None or self.verdict.status == "pass"
+        return self.verdict.status == "pass"  # set whenever the call returned
 
     def summary(self, b: tol.Bound) -> str:
         if self.run.error is not None:
@@ -444,7 +447,7 @@ class CaseResult:
                 parts.append(f"rows {_fmt_rows(bad)} of {len(c.row_ok)}:{nan} max|o err| {oe:.2g} "
                              f"(tol {b.o:.2g}), max|lse err| {le:.2g} (tol {b.lse:.2g})")
         parts += self.meta
-        if not parts and self.verdict is not None and self.verdict.status != "pass":
+        if not parts and self.verdict.status != "pass":
             parts += [p.splitlines()[0][:160] for p in self.verdict.problems[:2]]
         return "; ".join(parts) if parts else "ok"
 
@@ -712,9 +715,7 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
         if isinstance(run.error, reference.UnsupportedConfig):
             unsupported[case.name] = str(run.error).splitlines()[0]
             continue
-        v = None
-        if t.expected is not None and run.error is None:
-            v = verdict.judge(run.o, run.lse, t.expected)
+        v = None if run.error is not None else verdict.judge(run.o, run.lse, t.expected)
         results[case.name] = CaseResult(case, run, _cmp(run, t.golden, t.bound), _meta(run, case), v)
         truths[case.name] = t
     d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device),

@@ -216,9 +216,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     if empty is not None:
         # Rows with no visible key (known in closed form, no device sync):
         # o = 0 and lse = -inf whatever this torch version writes there.
-        e = empty
-        o = torch.where(e[:, None], torch.zeros((), dtype=o.dtype, device=o.device), o)
-        lse = torch.where(e, torch.full((), float("-inf"), device=lse.device), lse)
+        o = torch.where(empty[:, None], torch.zeros((), dtype=o.dtype, device=o.device), o)
+        lse = torch.where(empty, torch.full((), float("-inf"), device=lse.device), lse)
     return o.to(p.dtype).contiguous(), lse.contiguous()
 
 
