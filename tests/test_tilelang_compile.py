@@ -59,6 +59,11 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
             + (split,) + tuple(knobs))
 
 
+def _ship_knobs(D, *extra):
+    """The shipped first three knob values of head dim D, then ``extra`` (lmk_cols, ...)."""
+    return launch.shipped_config(D, D)[4:7] + extra
+
+
 TC_VARIANTS = {
     # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask; C = 64: two
     # landmark columns per 128-key tile (lmk_cols = 2)
@@ -95,25 +100,21 @@ TC_VARIANTS = {
     # session 6 knobs on the shipped kernels (C = 64: lmk_cols = 2): fast_exp2 alone, and
     # fast_exp2 + scale_fold + win_u32 (tools/lab_tilelang.py fexp / fexp+sfold+wu32),
     # with and without mask_lmk (without it, interior tiles need no mask at all)
-    "d128-fexp": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7] + (2, True)),
-    "d128-all3": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7] + (2, True, True, True)),
-    "d64-all3": _tc(64, 64, knobs=launch.shipped_config(64, 64)[4:7] + (2, True, True, True)),
+    "d128-fexp": _tc(128, 128, knobs=_ship_knobs(128, 2, True)),
+    "d128-all3": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True)),
+    "d64-all3": _tc(64, 64, knobs=_ship_knobs(64, 2, True, True, True)),
     "d128-all3-nolmk": _tc(128, 128, lmk=False,
-                           knobs=launch.shipped_config(128, 128)[4:7] + (0, True, True, True)),
+                           knobs=_ship_knobs(128, 0, True, True, True)),
     "d64-sfold-wu32-nolmk": _tc(64, 64, lmk=False,
-                                knobs=launch.shipped_config(64, 64)[4:7] + (0, False, True, True)),
+                                knobs=_ship_knobs(64, 0, False, True, True)),
     # session 7: lmk_rows_j0 (landmark-row zeroing from the tile's int32 j0 register) on the
     # shipped D = 128 kernel for the three lmk_cols it bakes (C = 64: 2, C >= 128: 1,
     # C < 64: 0, the serial row loop), and on fexp+sfold+wu32 (tools/lab_tilelang.py lmkj0,
     # fexp+sfold+wu32+lmkj0)
-    "d128-lmkj0": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
-                      + (2, False, False, False, True)),
-    "d128-lmkj0-lmk1": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
-                           + (1, False, False, False, True)),
-    "d128-lmkj0-general": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
-                              + (0, False, False, False, True)),
-    "d128-all3-lmkj0": _tc(128, 128, knobs=launch.shipped_config(128, 128)[4:7]
-                           + (2, True, True, True, True)),
+    "d128-lmkj0": _tc(128, 128, knobs=_ship_knobs(128, 2, False, False, False, True)),
+    "d128-lmkj0-lmk1": _tc(128, 128, knobs=_ship_knobs(128, 1, False, False, False, True)),
+    "d128-lmkj0-general": _tc(128, 128, knobs=_ship_knobs(128, 0, False, False, False, True)),
+    "d128-all3-lmkj0": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True, True)),
 }
 
 

@@ -379,10 +379,10 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
     ``Lk`` are zero either way; a NaN in a landmark slot is overwritten, never
     read into the result (the select's value does not depend on it).
     """
+    R = min(block_N, 256 // math.gcd(256, Dv))
     if j0 is None:
         j0 = first_landmark(k_first, r, chunk_size)
         n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
-        R = min(block_N, 256 // math.gcd(256, Dv))
         for p in T.serial(T.ceildiv(n, R)):
             for u, d in _loop(gpu)(R, Dv):
                 if p * R + u < n:
@@ -391,7 +391,6 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
                                     inv_chunk),
                         T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
     else:
-        R = min(block_N, 256 // math.gcd(256, Dv))
         if lmk_cols:
             rows = -(-lmk_cols // R) * R
             for u, d in _loop(gpu)(rows, Dv):

@@ -32,3 +32,18 @@ def resolve_backend(spec: str):
     from conformance.registry import load_backend
 
     return load_backend(spec)
+
+
+def visible_pairs(Lq: int, Lk: int, **rule) -> int:
+    """Visible (query, key) pairs of one head of one batch element, closed form
+    (``reference.visible_counts``; ``rule``: window_size, chunk_size, ...)."""
+    from reference import visible_counts
+
+    return int(visible_counts(Lq, Lk, **rule).sum())
+
+
+def attention_flops(B: int, Hq: int, Lq: int, Lk: int, D: int, **rule) -> float:
+    """The flops the benchmarks count: ``4 * D * visible pairs * B * Hq`` (two
+    matrix products over visible pairs only)."""
+    return 4.0 * D * visible_pairs(Lq, Lk, **rule) * B * Hq
+

@@ -75,7 +75,7 @@ def main(argv=None):
     t_start = time.time()
     os.makedirs(a.out, exist_ok=True)
     sys.path.insert(0, os.path.abspath(a.base))
-    from reference.mask import visible_counts
+    from tools._common import attention_flops
     from tools.gpu_triton import graph_time, host_time
     from triton_impl import sliding_window_attention as new
 
@@ -112,7 +112,7 @@ def main(argv=None):
         g = torch.Generator(device="cuda").manual_seed(11)
         sets = [tuple(torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
                       for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))) for _ in range(3)]
-        flops = 4.0 * D * float(visible_counts(Lq, Lk, window_size=W, chunk_size=C).sum()) * B * Hq
+        flops = attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
         row = dict(shape=name, flops=flops)
         order = (("base", base), ("new", new)) if len(res["timings"]) % 2 == 0 else (("new", new), ("base", base))
         for tag, fn in order:

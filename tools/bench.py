@@ -64,6 +64,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ._common import attention_flops, visible_pairs
+
 __all__ = ["Shape", "SHAPES", "SMOKE_SHAPES", "bench_shape", "measure_ceilings", "run_info", "write_outputs",
            "main"]
 
@@ -94,12 +96,10 @@ class Shape:
 
     def pairs(self) -> int:
         """Visible (query, key) pairs of one head of one batch element (closed form)."""
-        from reference import visible_counts
-
-        return int(visible_counts(self.Lq, self.Lk, **self.rule).sum())
+        return visible_pairs(self.Lq, self.Lk, **self.rule)
 
     def flops(self) -> float:
-        return 2.0 * (self.D + self.D) * self.pairs() * self.B * self.Hq
+        return attention_flops(self.B, self.Hq, self.Lq, self.Lk, self.D, **self.rule)
 
     def window_keys(self) -> int:
         from reference import visible_key_range

@@ -31,7 +31,8 @@ import traceback
 
 import torch
 
-from reference import visible_counts
+from reference.validation import default_scale
+from tools._common import attention_flops, visible_pairs
 from reference.validation import default_scale
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -237,8 +238,8 @@ def bench(quick=False, out=None, save=lambda: None):
     for name, B, Hq, Hkv, Lq, Lk, D, target in SHAPES:
         q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, BF16)
         kw = dict(window_size=W, chunk_size=C)
-        pairs = int(visible_counts(Lq, Lk, **kw).sum())
-        flops = 4 * D * pairs * B * Hq
+        pairs = visible_pairs(Lq, Lk, **kw)
+        flops = attention_flops(B, Hq, Lq, Lk, D, **kw)
         rec = dict(name=name, B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, D=D, W=W, C=C,
                    visible_pairs=pairs, target=target)
         try:

@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from reference.mask import visibility_mask, visible_counts  # noqa: E402
+from reference.mask import visibility_mask  # noqa: E402
+from tools._common import attention_flops  # noqa: E402
 from triton_impl import launch as L  # noqa: E402
 from triton_impl import sliding_window_attention as swa  # noqa: E402
 
@@ -131,10 +132,6 @@ def correctness_cases():
     return cases
 
 
-def visible_pairs(Lq, Lk, W, C, kv_start=0):
-    return int(visible_counts(Lq, Lk, window_size=W, chunk_size=C, kv_start=kv_start).sum())
-
-
 def graph_time(fn, inputs, reps=10):
     """Kernel-only microseconds per call: a CUDA graph of ``reps`` rounds over the
     input sets ``inputs`` (rotated so one window does not sit in L2), captured after
@@ -185,7 +182,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
     dtype = torch.bfloat16
     kw = dict(window_size=W, chunk_size=C)
     inputs = [make(B, Hq, Hkv, Lq, Lk, D, D, dtype, s.get("blhd", False), seed=100 + i) for i in range(sets)]
-    flops = 4.0 * D * visible_pairs(Lq, Lk, W, C) * B * Hq
+    flops = attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
     out = []
     for name, knobs in variants:
         if time.time() - T0 > ARGS.budget_s:

@@ -332,9 +332,8 @@ def kernel_jobs(variants):
 
 
 def flops(B, Hq, Lq, Lk, D, W=W_T, C=C_T):
-    from reference import visible_counts
-    pairs = int(visible_counts(Lq, Lk, window_size=W, chunk_size=C).sum())
-    return 4 * D * pairs * B * Hq
+    from tools._common import attention_flops
+    return attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
 
 
 # ---------------------------------------------------------------------------------------
