@@ -44,15 +44,17 @@ def _sass(kind, args, tmp_path):
 
 
 def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
-        C=64):
+        C=64, scale=True):
     """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
-    ``split``; ``lmk_cols`` resolved by launch.lmk_cols_for)."""
+    ``split``; ``lmk_cols`` resolved by launch.lmk_cols_for) and the default
+    ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``)."""
     if cfg is None and knobs is None:
         full = (launch.SPLIT_CONFIG + launch.SPLIT_KNOBS if split
                 else launch.shipped_config(Dqk, Dv))
+        sl2 = launch.LOG2E * max(Dqk, 1) ** -0.5 if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd, full, C,
-                                    split=split)[1]
+                                    sl2, split=split)[1]
     if knobs is None:
         knobs = ()
     return ((Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
@@ -64,17 +66,38 @@ def _ship_knobs(D, *extra):
     return launch.shipped_config(D, D)[4:7] + extra
 
 
+def _lmk_cols(args):
+    """The ``lmk_cols`` value baked into fwd_tc factory arguments (0 when left at its default)."""
+    knobs = args[12:]
+    i = launch._KNOB["lmk_cols"]
+    return knobs[i] if i < len(knobs) else 0
+
+
+def _session4(D, C=64):
+    """The kernel shipped at D (C = 64) before session 5's knobs (lmk_cols on, the
+    fast_exp2 / scale_fold / win_u32 / lmk_rows_j0 knobs off): the base the knob tests
+    compare against."""
+    return _tc(D, D, knobs=_ship_knobs(D, 2 if C == 64 else 0))
+
+
 TC_VARIANTS = {
     # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask; C = 64: two
-    # landmark columns per 128-key tile (lmk_cols = 2)
+    # landmark columns per 128-key tile (lmk_cols = 2); fast_exp2, scale_fold (default
+    # sm_scale), win_u32
     "d64": _tc(64, 64),
+    # the same for a scale that cannot fold into the exponent (sm_scale <= 0)
+    "d64-noscalefold": _tc(64, 64, scale=False),
     # the same for C >= 128 (lmk_cols = 1) and C < 64 (general landmark test, lmk_cols = 0)
     "d64-lmk1": _tc(64, 64, C=128),
     "d64-general": _tc(64, 64, C=16),
-    # shipped D = 128: tile 128x128, landmark rows, split mask, folded softmax; BLHD
-    # inputs; C = 64 (lmk_cols = 2)
+    # shipped D = 128: tile 128x128, landmark rows, split mask, folded softmax,
+    # fast_exp2, scale_fold, win_u32, lmk_rows_j0; BLHD inputs; C = 64 (lmk_cols = 2)
     "d128-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True),
     "d128": _tc(128, 128),
+    "d128-noscalefold": _tc(128, 128, scale=False),
+    # the kernels shipped before session 5's knobs (lab base)
+    "d64-session4": _session4(64),
+    "d128-session4": _session4(128),
     # shipped D = 128 for C >= 128 (lmk_cols = 1) and C < 64 (general test)
     "d128-lmk1": _tc(128, 128, C=128),
     "d128-general": _tc(128, 128, C=16),
@@ -94,28 +117,18 @@ TC_VARIANTS = {
     # mask, folded softmax; D=64 (Dv=64 rows once tripped ThreadSync) and D=128
     "d64-knobs": _tc(64, 64, knobs=("rows", True, True)),
     "d128-knobs": _tc(128, 128, knobs=("rows", True, True)),
-    # the same at 128x128 for D=128 and at 64x64 / 128 threads
-    "d128-knobs-128x128": _tc(128, 128, cfg=(128, 128, 2, 256), knobs=("rows", True, True)),
+    # the same at 64x64 / 128 threads (D = 128's default tile is 128x128 since 7cedefc)
     "d128-knobs-64x64": _tc(128, 128, cfg=(64, 64, 2, 128), knobs=("rows", True, True)),
-    # session 6 knobs on the shipped kernels (C = 64: lmk_cols = 2): fast_exp2 alone, and
-    # fast_exp2 + scale_fold + win_u32 (tools/lab_tilelang.py fexp / fexp+sfold+wu32),
-    # with and without mask_lmk (without it, interior tiles need no mask at all)
+    # session 5's knobs one at a time on the session-4 kernel (the lab's fexp and
+    # lmkj0), and fexp + scale_fold + win_u32 without lmk_rows_j0 (lab fexp+sfold+wu32)
     "d128-fexp": _tc(128, 128, knobs=_ship_knobs(128, 2, True)),
-    "d128-all3": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True)),
-    "d64-all3": _tc(64, 64, knobs=_ship_knobs(64, 2, True, True, True)),
-    "d128-all3-nolmk": _tc(128, 128, lmk=False,
-                           knobs=_ship_knobs(128, 0, True, True, True)),
-    "d64-sfold-wu32-nolmk": _tc(64, 64, lmk=False,
-                                knobs=_ship_knobs(64, 0, False, True, True)),
-    # session 7: lmk_rows_j0 (landmark-row zeroing from the tile's int32 j0 register) on the
-    # shipped D = 128 kernel for the three lmk_cols it bakes (C = 64: 2, C >= 128: 1,
-    # C < 64: 0, the serial row loop), and on fexp+sfold+wu32 (tools/lab_tilelang.py lmkj0,
-    # fexp+sfold+wu32+lmkj0)
     "d128-lmkj0": _tc(128, 128, knobs=_ship_knobs(128, 2, False, False, False, True)),
-    "d128-lmkj0-lmk1": _tc(128, 128, knobs=_ship_knobs(128, 1, False, False, False, True)),
-    "d128-lmkj0-general": _tc(128, 128, knobs=_ship_knobs(128, 0, False, False, False, True)),
-    "d128-all3-lmkj0": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True, True)),
+    "d128-all3": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True)),
+    # D = 64 shipped without mask_lmk (no landmark test; interior tiles need no mask)
+    "d64-nolmk": _tc(64, 64, lmk=False),
 }
+# no two entries compile the same kernel
+assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
 
 
 @pytest.mark.parametrize("name", list(TC_VARIANTS))
@@ -129,11 +142,15 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     """Every kernel run_cuda can pick for D = 64 and 128 with mask_lmk (lmk_cols
     0, 1, 2 prefill; 0, 1, 2 split, D = 128) is among the compiled variants.
     D = 96 runs D = 128's tiles and knobs with a smaller head dim; its
-    lmk_cols kernels are not compiled here (CI time), only on the GPU."""
+    lmk_cols kernels are not compiled here (CI time), only on the GPU. Calls whose
+    scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
+    ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
+    them in the same way as the folded ones do)."""
     have = set(TC_VARIANTS.values())
     for D in (64, 128):
         for C in range(1, 300):
             assert _tc(D, D, C=C) in have, C
+        assert _tc(D, D, scale=False) in have
     for C in range(1, 300):
         assert _tc(128, 128, split=True, C=C) in have
 
@@ -144,9 +161,10 @@ def test_lmk_cols_drops_the_float_landmark_test(D, tmp_path):
     (I2F, FMUL, F2I, IMAD, 3 ISETP) by integer compares: the shipped C = 64 kernel
     has a small fraction of the general kernel's F2I conversions (measured at
     sm_90a: 110 -> 14 for D = 128, 111 -> 7 for D = 64)."""
-    general = _sass("fwd_tc", _tc(D, D, C=16), tmp_path).count("F2I")
-    cols = _sass("fwd_tc", _tc(D, D, C=64), tmp_path).count("F2I")
-    assert _tc(D, D, C=64)[-1] == 2 and cols * 4 < general, (cols, general)
+    general = _sass("fwd_tc", _session4(D, C=16), tmp_path).count("F2I")
+    cols = _sass("fwd_tc", _session4(D), tmp_path).count("F2I")
+    assert _lmk_cols(_tc(D, D, C=64)) == 2 and _lmk_cols(_tc(D, D, C=16)) == 0
+    assert _lmk_cols(_session4(D)) == 2 and cols * 4 < general, (cols, general)
 
 
 def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
@@ -154,7 +172,7 @@ def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
     range test against -126 and two predicated multiplies; with the knob the key
     loop's exponentials are the bare MUFU.EX2 (ex2.approx.ftz). Measured at sm_90a,
     D = 128 shipped: consumer key loop 1418 -> 1220 instructions per interior tile."""
-    base = _sass("fwd_tc", _tc(128, 128), tmp_path)
+    base = _sass("fwd_tc", _session4(128), tmp_path)
     fast = _sass("fwd_tc", TC_VARIANTS["d128-fexp"], tmp_path)
     assert base.count("-126") >= 64 and fast.count("-126") < 8, (base.count("-126"),
                                                                   fast.count("-126"))
@@ -170,7 +188,7 @@ def test_lmk_rows_j0_drops_the_64_bit_divisions(tmp_path):
     both ways (bar.sync 3, 256)."""
     def div64(sass):
         return sass.count("div_s64") + sass.count("rem_s64")
-    base = _sass("fwd_tc", _tc(128, 128), tmp_path)
+    base = _sass("fwd_tc", _session4(128), tmp_path)
     j0 = _sass("fwd_tc", TC_VARIANTS["d128-lmkj0"], tmp_path)
     assert div64(base) >= 4 and div64(j0) == 0, (div64(base), div64(j0))
     assert j0.count("BAR.SYNC") == base.count("BAR.SYNC")

@@ -251,11 +251,18 @@ def test_lmk_cols_rule_per_call():
             k = f(2, True, C, bN)
             assert k == 0 or (k * C >= bN and (k - 1) * C < bN)  # exact, and the fewest compares
     ship = launch.shipped_config(128, 128)
-    assert launch.tc_kernel_args(ship, True, 64)[2] == ("rows", True, True, 2)
-    assert launch.tc_kernel_args(ship, True, 200)[2] == ("rows", True, True, 1)
-    assert launch.tc_kernel_args(ship, True, 32)[2] == ("rows", True, True)   # general kernel
-    assert launch.tc_kernel_args(ship, False, 64)[2] == ("rows", True, True)  # no landmarks
-    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True)             # no call: general
+    # shipped D = 128 knobs after lmk_cols: fast_exp2, scale_fold (only with a call's
+    # positive scale), win_u32, lmk_rows_j0 (only with mask_lmk)
+    sl2 = launch.LOG2E / 128 ** 0.5
+    tail = (True, True, True, True)
+    assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 2) + tail
+    assert launch.tc_kernel_args(ship, True, 200, sl2)[2] == ("rows", True, True, 1) + tail
+    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 0) + tail  # general
+    assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == ("rows", True, True, 2, True, False,
+                                                               True, True)  # scale cannot fold
+    assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == ("rows", True, True, 0, True, True,
+                                                              True)  # no landmarks: no j0
+    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True, 0, True, False, True)  # no call
     assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 64) == \
         ("fwd_tc", launch.SPLIT_CONFIG, ("tile", False, False, 1))
     assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 16) == \

@@ -10,7 +10,8 @@ from tilelang_impl import launch  # noqa: E402
 
 # "nolmkcols" is the pre-lmk_cols shipped kernel, the same kernel as another variant
 # per head dim (D=64: split, D=128: all); "shipped" is launch.shipped_config, the same
-# kernel as "lmkcols"; the lab compiles shared kernels once.
+# kernel as "fexp+sfold+wu32+lmkj0" since session 5 ("lmkcols" before); the lab compiles
+# shared kernels once.
 ALIASES = {"nolmkcols", "shipped"}
 
 
@@ -30,12 +31,17 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
 
 
 def test_shipped_and_lmkcols_variants():
-    """nolmkcols = launch.shipped_config with lmk_cols off; lmkcols = shipped =
-    launch.shipped_config, whose kernel at C = 64 on 128-key tiles tests two landmark
-    columns."""
+    """nolmkcols = the session-4 shipped config with lmk_cols off; lmkcols = the
+    session-4 shipped config, whose kernel at C = 64 on 128-key tiles tests two
+    landmark columns; shipped = launch.shipped_config = fexp+sfold+wu32+lmkj0."""
     for D in (64, 128):
         ship, lmk = L.VARIANTS["nolmkcols"][0](D), L.VARIANTS["lmkcols"][0](D)
-        assert lmk == launch.shipped_config(D, D) == L.VARIANTS["shipped"][0](D)
+        assert lmk == L._session4(D) and lmk[:4] == launch.tc_config(D, D)
+        sl2 = L.scale_log2(D)
+        assert (launch.tc_kernel_args(L.VARIANTS["shipped"][0](D), True, L.C_T, sl2)
+                == launch.tc_kernel_args(launch.shipped_config(D, D), True, L.C_T, sl2)
+                == launch.tc_kernel_args(L.VARIANTS["fexp+sfold+wu32+lmkj0"][0](D), True,
+                                         L.C_T, sl2))
         assert ship[:7] == lmk[:7] and ship[7] == 0
         k_ship = launch.tc_kernel_args(ship, True, L.C_T)
         k_lmk = launch.tc_kernel_args(lmk, True, L.C_T)
@@ -76,12 +82,12 @@ NEW = ["fexp", "fexp+sfold", "fexp+sfold+wu32"]
 
 
 def test_new_variants_bake_their_knobs_on_top_of_shipped():
-    """fexp / fexp+sfold / fexp+sfold+wu32 are launch.shipped_config plus the knobs of
-    their name (cumulative), each with a written prediction; scale_fold only for a
-    positive scale (launch.scale_fold_ok)."""
+    """fexp / fexp+sfold / fexp+sfold+wu32 are the session-4 shipped config plus the
+    knobs of their name (cumulative), each with a written prediction; scale_fold only
+    for a positive scale (launch.scale_fold_ok)."""
     names = [n for n, _ in launch.TC_KNOBS]
     for D in (64, 128):
-        ship = L.VARIANTS["shipped"][0](D)
+        ship = L.VARIANTS["lmkcols"][0](D)
         for name, on in zip(NEW, [{"fast_exp2"}, {"fast_exp2", "scale_fold"},
                                   {"fast_exp2", "scale_fold", "win_u32"}]):
             cfg = L.VARIANTS[name][0](D)
@@ -123,7 +129,7 @@ def test_flops_counts_visible_pairs():
     assert L.flops(1, 1, 1, 3, 64, W=3, C=100) == 4 * 64 * 3
 
 
-J0 = {"lmkj0": "shipped", "fexp+sfold+wu32+lmkj0": "fexp+sfold+wu32"}
+J0 = {"lmkj0": "lmkcols", "fexp+sfold+wu32+lmkj0": "fexp+sfold+wu32"}
 
 
 def test_lmk_rows_j0_variants():

@@ -82,12 +82,21 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     edge-tile mask branch-free. Measured on the H200 (lab variants ``shipped`` /
     ``lmkcols`` of tools/lab_tilelang.py, bench_results/tilelang-lab3-dbb5ab4.json):
     32/32/128 L=8K 137 -> 185 TFLOP/s, GQA 32/4 D=64 84 -> 136.
+
+    ``fast_exp2``, ``scale_fold`` (a permission: per call,
+    :func:`scale_fold_ok`), ``win_u32`` for D <= 128 and ``lmk_rows_j0`` (acts
+    at D = 128, ``lmk_zero="rows"``): lab of session 5 at 1a0b87e
+    (bench_results/tilelang-lab4-1a0b87e.json, L2 not flushed), all four vs the
+    knobs above: 32/32/128 L=8K 185 -> 236 TFLOP/s (+27%), L=16K 192 -> 244,
+    GQA 32/4 D=64 137 -> 147 (+8%), chunked Lq=512 of 8K D=128 180 -> 219
+    (+22%). ``lmk_rows_j0`` alone gave +18% at D=128 (predicted +4-10%), the
+    three exponent/window knobs +5% (predicted +12-25%) and +8% at D=64.
     """
     d = max(Dqk, Dv)
     if d <= 64:
-        return ("tile", True, False, LMK_COLS_MAX)
+        return ("tile", True, False, LMK_COLS_MAX, True, True, True)
     if d <= 128:
-        return ("rows", True, True, LMK_COLS_MAX)
+        return ("rows", True, True, LMK_COLS_MAX, True, True, True, True)
     return ()
 
 
@@ -118,8 +127,8 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 #: Two items of a config are permissions, not baked values: ``lmk_cols`` is a
 #: cap (the kernel gets :func:`lmk_cols_for` of the call, 0 when the cap is 0)
 #: and ``scale_fold`` is baked only for calls whose scale allows it
-#: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last, off by default: cheaper
-#: landmark-row zeroing, ``macros.zero_landmark_rows``; not run on a GPU yet)
+#: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last: cheaper landmark-row
+#: zeroing, ``macros.zero_landmark_rows``; shipped at D = 128, :func:`tc_knobs`)
 #: is kept only where it acts (``mask_lmk`` and ``lmk_zero="rows"``).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),

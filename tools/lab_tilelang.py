@@ -69,23 +69,39 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
     return (bM, bN, ns, th, lmk_zero, mask_split, fold, 0)
 
 
+def _launch():
+    from tilelang_impl import launch
+    return launch
+
+
 def _full(cfg):
     """A config with every knob item (defaults filled in)."""
     from tilelang_impl import launch
     return tuple(cfg) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
 
 
+#: The knobs shipped from dbb5ab4 to 1a0b87e (lmk_zero, mask_split, fold, lmk_cols cap)
+#: per head dim bucket: the base the session-4 and session-5 variants build on. Frozen
+#: here so the variants keep their meaning when launch.tc_knobs moves on.
+SESSION4_KNOBS = {64: ("tile", True, False, 2), 128: ("rows", True, True, 2)}
+
+
+def _session4(D):
+    """The config shipped from dbb5ab4 to 1a0b87e for head dim D <= 128."""
+    return _base(D) + SESSION4_KNOBS[64 if D <= 64 else 128]
+
+
 def _shipped(D, lmk_cols=None):
-    """launch.shipped_config for head dim D (tile and its first four knob items),
-    the ``lmk_cols`` cap replaced when given."""
-    cfg = _ship_plus(D)[:8]
+    """The session-4 shipped config of head dim D (:data:`SESSION4_KNOBS`), the
+    ``lmk_cols`` cap replaced when given."""
+    cfg = _session4(D)
     return cfg if lmk_cols is None else cfg[:7] + (lmk_cols,)
 
 
 def _ship_plus(D, **knobs):
-    """launch.shipped_config for head dim D (all knob items) with ``knobs`` set."""
+    """The session-4 shipped config of head dim D (all knob items) with ``knobs`` set."""
     from tilelang_impl import launch
-    cfg = list(_full(launch.shipped_config(D, D)))
+    cfg = list(_full(_session4(D)))
     names = [n for n, _ in launch.TC_KNOBS]
     for name, value in knobs.items():
         cfg[4 + names.index(name)] = value
@@ -145,11 +161,13 @@ VARIANTS = {
                   "(~9 instructions per score); called 'shipped' until lmk_cols shipped",
                   "reference point for lmkcols: ~137 TF/s H32 D128 L8K, ~85 TF/s GQA D64 "
                   "(BENCHMARKS.md)"),
-    "shipped": (lambda D: _shipped(D),
-                "launch.shipped_config as it is (since dbb5ab4 = lmkcols)",
-                "measured on the H200 at dbb5ab4: ~185 TF/s H32 D128 L8K, ~136 TF/s GQA D64"),
+    "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
+                "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
+                "fexp+sfold+wu32+lmkj0)",
+                "measured on the H200 at 1a0b87e (fexp+sfold+wu32+lmkj0): ~236 TF/s H32 D128 "
+                "L8K, ~147 TF/s GQA D64"),
     "lmkcols": (lambda D: _shipped(D, 2),
-                "nolmkcols + lmk_cols (= launch.shipped_config since dbb5ab4): landmark test = "
+                "nolmkcols + lmk_cols (shipped dbb5ab4..1a0b87e, SESSION4_KNOBS): landmark test = "
                 "K integer compares vs the tile's landmark columns j0 + m*C (K = ceil(bN/C) = 2 "
                 "at C=64, bN=128), j0 once per tile in a register; edge-tile mask branch-free",
                 "SASS (CPU, sm_90a, consumer key loop per 128-key tile, dynamic): D128 "
@@ -158,7 +176,8 @@ VARIANTS = {
                 "Predicted: D128 +5-12% TFLOP/s, D64 GQA +8-18%, chunked prefill like D128; "
                 "below +3% would mean the loop is MMA/latency bound, not issue bound"),
     # session 6 (measured on the H200 before: shipped = lmkcols, D128 185 TF/s, GQA D64
-    # 136 TF/s). Knobs of kernels.fwd_tc added on top of launch.shipped_config, cumulative.
+    # 136 TF/s). Knobs of kernels.fwd_tc added on top of that config (SESSION4_KNOBS), cumulative;
+    # all four shipped after the lab of session 5 (bench_results/tilelang-lab4-1a0b87e.json).
     # SASS: consumer key loop, dynamic instructions per 128-key tile per consumer thread
     # (64 scores), sm_90a, C = 64, CPU compile; "interior / edge" tile paths.
     # Run: --only shipped,fexp,fexp+sfold,fexp+sfold+wu32
@@ -205,7 +224,7 @@ VARIANTS = {
                               "SASS D128 991 / 1162 -> 810 / 978 (-18% / -16%). Predicted vs "
                               "fexp+sfold+wu32: D128 +5-12% (the zeroing is a larger share of "
                               "the shorter loop); D64 0 (same kernel)"),
-    # single knobs on shipped, for attribution if the cumulative ones surprise
+    # single knobs on the session-4 config, for attribution if the cumulative ones surprise
     "sfold": (lambda D: _ship_plus(D, scale_fold=True),
               "shipped + scale_fold only",
               "SASS D128 1357 / 1569 (-4% / -18%), D64 992 / 1212 (-6% / -22%): +3-10% vs "
