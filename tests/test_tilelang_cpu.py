@@ -267,8 +267,11 @@ def test_lmk_cols_rule_per_call():
         ("fwd_tc", launch.SPLIT_CONFIG, ("tile", False, False, 1))
     assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 16) == \
         ("fwd_tc", launch.SPLIT_CONFIG, ())
-    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == ("tile", True, False, 1)
-    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 5, 16) == ("tile", True)
+    # D = 64 (lmk_zero="tile": lmk_rows_j0 does not act) on the CPU kernel's 16-key tiles
+    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == \
+        ("tile", True, False, 1, True, False, True)
+    assert launch.call_knobs(launch.tc_knobs(64, 64), True, 5, 16, sl2) == \
+        ("tile", True, False, 0, True, True, True)
 
 
 # lmk_cols (macros.tile_landmark): the landmark test as K compares against the
@@ -403,8 +406,10 @@ def test_scale_fold_rule_per_call():
                                                           True)
     assert launch.call_knobs(cfg, True, 64, 128) == ("rows", True, True, 2, True, False, True)
     assert launch.call_knobs(cfg[:6], True, 64, 128, -1.0) == ("rows", True, True, 2, True)
-    ship = launch.shipped_config(128, 128)
-    assert launch.tc_kernel_args(ship, True, 64, 0.2) == launch.tc_kernel_args(ship, True, 64)
+    ship = launch.shipped_config(128, 128)  # ships scale_fold (session 5): per call
+    on = launch.tc_kernel_args(ship, True, 64, 0.2)[2]
+    assert on[launch._KNOB["scale_fold"]] is True
+    assert launch.tc_kernel_args(ship, True, 64, -0.2)[2] == on[:5] + (False,) + on[6:]
 
 
 @pytest.mark.parametrize("sm_scale", [0.0, -0.3])
@@ -498,5 +503,7 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
     assert launch.call_knobs(("tile",) + cfg[1:], True, 64, 128, 0.2) == ("tile", True, True, 2)
-    ship = launch.shipped_config(128, 128)
-    assert launch.tc_kernel_args(ship, True, 64)[2] == ("rows", True, True, 2)  # default off
+    ship = launch.shipped_config(128, 128)  # shipped at D = 128 since session 5
+    assert launch.tc_kernel_args(ship, True, 64)[2][-1] is True
+    assert launch.tc_kernel_args(launch.shipped_config(64, 64), True, 64)[2] == \
+        ("tile", True, False, 2, True, False, True)  # D = 64: "tile", the knob does not act

@@ -107,8 +107,7 @@ def variants():
         for dt in _dtypes(cls):
             t = TYPES[dt]
             out[f"packed-{t}-D{d}"] = (f"packed-{cls}", "_swa_splitkv_kernel",
-                                       {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": f"*{t}", "LP": "*fp32",
-                                        "O": f"*{t}", "LSE": "*fp32", "CNT": "*i32"},
+                                       {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": f"*{t}", "LP": "*fp32"},
                                        dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=cfg.block_m,
                                             BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True, UPCAST=False,
                                             IEEE=dt == torch.float32, DIRECT=True,
@@ -124,11 +123,11 @@ def variants():
                 grp = f"split-{cls}" if cls == "32" else f"split-{t}"
                 out[f"splitkv-{t}-D{d}-M{bm}"] = (grp, "_swa_splitkv_kernel",
                                                   {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": "*fp32",
-                                                   "LP": "*fp32", "O": f"*{t}", "LSE": "*fp32", "CNT": "*i32"},
+                                                   "LP": "*fp32"},
                                                   dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
                                                        BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
                                                        UPCAST=False, IEEE=dt == torch.float32, DIRECT=False,
-                                                       LMK_ONE=dt != torch.float32, FUSED=L.FUSE_COMBINE),
+                                                       LMK_ONE=dt != torch.float32),
                                                   cfg.num_warps, cfg.num_stages,
                                                   dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
@@ -175,12 +174,6 @@ def variants():
     for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
-    # The split-KV kernel with the other combine mode than launch.FUSE_COMBINE ships
-    # (the private _fused knob reaches it), every 16-bit row tile of the D = 128 bucket.
-    for name in [n for n in out if n.startswith("splitkv-bf16-D96-M") and n.count("-") == 3]:
-        grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
-        out[name + "-fused" if not L.FUSE_COMBINE else name + "-unfused"] = (
-            grp, fn, ptrs, dict(consts, FUSED=not L.FUSE_COMBINE), warps, stages, hgmma)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):

@@ -48,13 +48,12 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False):
             _rand((B, Hkv, Lk, Dv), dtype, blhd))
 
 
-def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=None, fused=None,
-         **kw):
+def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=None, **kw):
     """One call through the launcher into NaN-poisoned outputs."""
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
     taken = L.launch(p, q, k, v, o, lse, path=path, phases=phases, num_splits=num_splits,
-                     config=config, fold=fold, fused=fused)
+                     config=config, fold=fold)
     return o, lse, taken
 
 
@@ -181,55 +180,11 @@ def test_blhd_views_are_read_in_place():
     _check(o, lse, q, k, v, **kw)
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-kernel"])
 @pytest.mark.parametrize("num_splits", [1, 2, 5, 64])
-def test_splitkv_any_split_count(num_splits, fused):
-    """Both combine modes (launch.FUSE_COMBINE / the fused knob) at any split count;
-    the fused kernel leaves its arrival counters at zero."""
+def test_splitkv_any_split_count(num_splits):
     kw = dict(window_size=70, chunk_size=16, kv_start=11)
     q, k, v = _inputs(1, 2, 1, 2, 140, 32, 32, torch.float32)
-    o, lse, _ = _run(q, k, v, path="splitkv", num_splits=num_splits, fused=fused, **kw)
-    _check(o, lse, q, k, v, **kw)
-    assert not L.counters(q.device, 1).any()
-
-
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-kernel"])
-def test_splitkv_several_row_tiles_and_empty_rows(fused):
-    """Fused combine with several row tiles per key/value head (its counter index
-    covers pid_m and the (batch, head) axis), rows no split sees (kv_start past the
-    window of early queries: o = 0, lse = -inf exactly) and splits that see nothing."""
-    # C = 2, W = 1: odd positions (landmarks) see nothing; a split of 16 keys sees the
-    # keys of at most a few queries of its tile
-    kw = dict(window_size=1, chunk_size=2, kv_start=0, expand_to_chunk=False)
-    q, k, v = _inputs(2, 8, 2, 24, 40, 32, 32, torch.float16)  # G * Lq = 96 rows: 3 tiles of 32
-    cfg = L.Config(32, 16, 4, 2)
-    o, lse, taken = _run(q, k, v, path="splitkv", num_splits=2, config=cfg, fused=fused, **kw)
-    assert taken == "splitkv"
-    assert torch.isneginf(lse[..., 1::2]).all() and torch.isfinite(lse[..., 0::2]).all()
-    _check(o, lse, q, k, v, **kw)
-    assert not L.counters(q.device, 1).any()
-    p = reference.check_inputs(q, k, v, **kw)
-    plan = L._make_plan(p, "splitkv", cfg, 2, None, fused=fused)
-    assert plan.grid[0] == 3 and plan.grid[2] == 2
-    assert plan.counters == (plan.grid[0] * plan.grid[1] if fused else 1)
-    assert bool(plan.combine_grid) != fused
-
-
-def test_counter_growth_refreshes_cached_plans(monkeypatch):
-    """A cached split-KV plan keeps its counter buffer; when a call needs more
-    counters than the cached buffer has, the buffer is replaced by a larger zeroed
-    one and the plan moves to it."""
-    monkeypatch.setattr(L, "_PLANS", {})
-    wkey = (torch.device(DEV).type, torch.device(DEV).index)
-    monkeypatch.setattr(L, "_COUNTERS", {wkey: torch.zeros(1, dtype=torch.int32, device=DEV)})
-    kw = dict(window_size=30, chunk_size=8)
-    q, k, v = _inputs(2, 2, 2, 1, 60, 32, 32, torch.float32)  # 4 row tiles
-    tiny = L._COUNTERS[wkey]
-    o, lse, _ = _run(q, k, v, path="splitkv", num_splits=2, fused=True, **kw)
-    assert L._COUNTERS[wkey] is not tiny and L._COUNTERS[wkey].numel() >= 4
-    plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv"]
-    assert plans and all(pl.views[3] is L._COUNTERS[wkey] for pl in plans)
-    assert not L._COUNTERS[wkey].any()
+    o, lse, _ = _run(q, k, v, path="splitkv", num_splits=num_splits, **kw)
     _check(o, lse, q, k, v, **kw)
 
 
@@ -530,16 +485,13 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     pd = reference.check_inputs(qd, kd, vd, **kw)
     od, lsed = pd.new_outputs()
     assert L.launch(pd, qd, kd, vd, od, lsed) == "splitkv"
-    assert L.launch(pd, qd, kd, vd, od, lsed, fused=not L.FUSE_COMBINE) == "splitkv"
     monkeypatch.setattr(L, "interpreter_active", lambda: False)
     monkeypatch.setattr(L, "sm_count", lambda device: 132)
     pc = dataclasses.replace(p, device=torch.device("cuda"))
     assert L.launch(pc, q, k, v, o, lse) == "prefill_tma"
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]
-    split = ["_swa_splitkv_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel"]
-    if not L.FUSE_COMBINE:  # the knob's call (fused) first launches one kernel, the shipped two
-        split = ["_swa_splitkv_kernel", "_swa_combine_kernel", "_swa_splitkv_kernel"]
-    assert names == ["_swa_fwd_kernel", *split, "_swa_fwd_tma_kernel"]
+    assert names == ["_swa_fwd_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel",
+                     "_swa_fwd_tma_kernel"]
     for fn, tensors, ints, floats, cx, warps, stages, static in calls:
         n = len(tensors) + len(ints) + len(floats)
         assert fn.arg_names[n:] == list(cx), fn.__name__

@@ -459,32 +459,19 @@ def _swa_fwd_tma_kernel(
 
 @triton.jit
 def _swa_splitkv_kernel(
-    Q, K, V, OP, LP, O, LSE, CNT,
+    Q, K, V, OP, LP,
     sqb, sqh, sql, sqd,
     skb, skh, skl, skd,
     svb, svh, svl, svd,
-    Hq, Hkv, G, Lq, Lk, kv_start, W, C, split_len, rows_total, num_splits, qk_scale,
+    Hq, Hkv, G, Lq, Lk, kv_start, W, C, split_len, rows_total, qk_scale,
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    DIRECT: tl.constexpr = False, FUSED: tl.constexpr = False, LMK_ONE: tl.constexpr = False,
-    FOLD: tl.constexpr = False,
+    DIRECT: tl.constexpr = False, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
 ):
     """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
     (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
     ``rows_total = B * Hq * Lq`` is the stride of one split.
-
-    ``FUSED``: the combine runs in the same launch. Each program, once its
-    partial state is stored, increments its row tile's arrival counter
-    ``CNT[pid_bk * num_programs(0) + pid_m]`` (int32, zero before the launch);
-    the program that arrives last (``num_splits - 1`` earlier arrivals) merges
-    the ``num_splits`` partial states of its rows into ``O`` (contiguous
-    canonical layout) and ``LSE`` (natural log) and sets the counter back to
-    zero, so the buffer is zero again after every launch. Ordering: a CTA
-    barrier then an acquire-release atomic at GPU scope publishes every
-    thread's partial stores (the release pattern of CUTLASS's semaphore); the
-    last program reads the partial states through L2 (``.cg``). ``O``,
-    ``LSE``, ``CNT`` and ``num_splits`` are unused otherwise.
 
     ``DIRECT`` (one split only): ``OP``/``LP`` are the final ``o`` (contiguous
     canonical layout) and ``lse``, written with the natural-log LSE; this is
@@ -550,56 +537,6 @@ def _swa_splitkv_kernel(
     else:
         tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LP + part, lse_out, mask=row_ok)
-    if FUSED:
-        tl.debug_barrier()  # every thread's partial stores precede the release below
-        tile = pid_bk * tl.num_programs(0) + pid_m
-        arrived = tl.atomic_add(CNT + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
-            _merge_splits(OP, LP, O, LSE, b, kvh, r0, G, Hq, Lq, rows_total, num_splits,
-                          DV, BLOCK_M, BLOCK_DV, PAD_DV)
-            tl.atomic_xchg(CNT + tile, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _merge_splits(OP, LP, O, LSE, b, kvh, r0, G, Hq, Lq, rows_total, num_splits,
-                  DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
-                  PAD_DV: tl.constexpr):
-    """``O[row] = sum_s w_s OP[s, row] / sum_s w_s`` with ``w_s = 2^(LP[s, row] - m)``,
-    ``m`` the running maximum (one pass over the splits, rescaled as it grows), and
-    ``LSE[row]`` in natural log; rows no split saw get ``o = 0``, ``lse = -inf``; the
-    rows are the ``BLOCK_M`` packed rows from ``r0`` of key/value head ``kvh`` of batch
-    ``b``, as in :func:`_swa_splitkv_kernel`. The fused split-KV path's combine
-    (``FUSED``); same result as :func:`_swa_combine_kernel` up to float32 rounding.
-    Not inlined, with scalar arguments only: its registers are allocated apart from
-    the key loop's (inlined, it made ptxas spill the D = 64 split tiles)."""
-    offs_r = r0 + tl.arange(0, BLOCK_M)
-    row_ok = offs_r < G * Lq
-    row = (b.to(tl.int64) * Hq + kvh * G + offs_r % G) * Lq + offs_r // G
-    offs_dv = tl.arange(0, BLOCK_DV)
-    dv_ok = offs_dv < DV
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    den = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    cmask = row_ok[:, None] & dv_ok[None, :] if PAD_DV else row_ok[:, None]
-    part = row  # int64: row of split s at s * rows_total + row
-    for _ in tl.range(0, num_splits, num_stages=1):
-        lp = tl.load(LP + part, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        m_new = tl.maximum(m, lp)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m - m_safe)  # 0 while m is -inf
-        w = tl.math.exp2(lp - m_safe)  # 0 for a split that saw nothing
-        op = tl.load(OP + part[:, None] * DV + offs_dv[None, :], mask=cmask & (w > 0)[:, None],
-                     other=0.0, cache_modifier=".cg")
-        acc = acc * alpha[:, None] + op * w[:, None]
-        den = den * alpha + w
-        m = m_new
-        part += rows_total
-    empty = den == 0.0
-    d_safe = tl.where(empty, 1.0, den)
-    lse = tl.where(empty, float("-inf"), (m + tl.math.log2(d_safe)) * 0.6931471805599453)
-    tl.store(O + row[:, None] * DV + offs_dv[None, :], (acc / d_safe[:, None]).to(O.dtype.element_ty),
-             mask=cmask)
-    tl.store(LSE + row, lse, mask=row_ok)
 
 
 @triton.jit

@@ -146,18 +146,6 @@ PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
 # decode 7.0 -> 7.1 us; predicted +2-5%): the 29 instructions are not on the
 # critical path. Off everywhere; the private _fold knob forces it.
 FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
-# Split-KV combine fused into the split kernel (kernels._swa_splitkv_kernel
-# FUSED: the last program of a row tile merges the partial states; one launch
-# instead of two). Predicted before the GPU run: decode -1.5 to -2.5 us kernel
-# time. Measured on the H200 (tools/gpu_triton.py --lab, sweep 3,
-# bench_results/triton-lab7-b0a8deb.json, kernel-only under graph replay):
-# slower everywhere, B=1 32/32/128 8K 7.3 -> 7.9 us, B=8 GQA 32/4 D=64 32K
-# 6.2 -> 7.6 us, Lq=4 GQA 7.0 -> 9.0 us: inside a graph the second launch
-# costs less than the last program's serial tail (barrier, GPU-scope atomic,
-# partial states re-read from L2) plus the key loop's extra registers (D=64
-# split tile 133 -> 168). Off; the private _fused knob reaches it. (Eager
-# calls save one launch's host time, ~5-20 us on the device host, noisy.)
-FUSE_COMBINE = False
 # TMA only pays once the kernel outlasts the host cost of encoding four
 # descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
 # kernel time, +70 us host time): at least this many waves of programs.
@@ -287,29 +275,6 @@ def workspace(device: torch.device, numel: int) -> torch.Tensor:
     return buf
 
 
-# Zero-filled int32 arrival counters per device for the fused combine
-# (kernels._swa_splitkv_kernel, FUSED): every launch leaves them zero again.
-_COUNTERS: dict[tuple[str, int | None], torch.Tensor] = {}
-
-
-def counters(device: torch.device, numel: int) -> torch.Tensor:
-    """A cached, zero-filled int32 buffer of at least ``numel`` elements on ``device``.
-
-    Grown (never shrunk) outside the hot path like :func:`workspace`, and shared
-    the same way: the fused split-KV kernel counts arrivals per row tile in it
-    and its last program of each tile resets its counter, so the buffer is all
-    zero between launches (a launch that dies midway leaves the CUDA context
-    unusable anyway). Two split-KV calls must not run concurrently on different
-    streams of one device.
-    """
-    key = (device.type, device.index)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < numel:
-        buf = torch.zeros(max(numel, 1 << 12), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
-
-
 def _span(p: Problem) -> int:
     """Upper bound of the keys one query sees, plus chunk expansion."""
     extra = p.chunk_size - 1 if p.expand_to_chunk else 0
@@ -360,12 +325,11 @@ class _Plan:
     # split-KV only
     ws_numel: int = 0
     op_numel: int = 0
-    counters: int = 1  # arrival counters of the fused combine (kernels._swa_splitkv_kernel FUSED)
     combine_grid: tuple = ()
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
     combine_static: tuple = ()
-    views: tuple | None = None  # (workspace buffer, op, lp, counter buffer) last used
+    views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
@@ -492,8 +456,7 @@ def _tma_strides_ok(*tensors) -> bool:
     return True
 
 
-def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None,
-               fused=None) -> _Plan:
+def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
@@ -545,16 +508,13 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         num_splits = max(1, min(num_splits, n_blocks))
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
-    fuse = not packed and (FUSE_COMBINE if fused is None else bool(fused))
-    cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed, FUSED=fuse),
+    cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                      lmk_one_ok, base.num_warps, base.num_stages, fold_on)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
-                 (split_len, rows_total, num_splits), cx, base.num_warps, base.num_stages, block_n, st)
-    plan.counters = grid_base if fuse else 1
+                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
-    if not packed and not fuse:
         plan.combine_grid = (_cdiv(rows_total, COMBINE_ROWS),)
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
@@ -582,14 +542,13 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
            num_splits: int | None = None, phases: bool | None = None, tma=None,
-           fold: bool | None = None, fused: bool | None = None) -> str:
+           fold: bool | None = None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
     ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
     ``tma`` (``None``: the table decides; ``False``: never; a key of
     ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
     ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal
-    scale) and ``fused`` (``None``: ``FUSE_COMBINE``; a bool forces the split-KV
-    combine into the split kernel or into its own launch) are private knobs for tests and tuning (``tools/gpu_triton.py``,
+    scale) are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
 
     ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
@@ -601,11 +560,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     mode, :class:`UnsupportedConfig` is raised.
     """
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold,
-           fused)
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, fused)
+        plan = _make_plan(p, path, config, num_splits, phases, tma, fold)
         if tma and plan.path != "prefill":
             raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
         if len(_PLANS) >= PLANS_MAX:
@@ -626,19 +584,21 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
              (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
         return plan.path
-    wkey = (p.device.type, p.device.index)
-    views = plan.views
-    if views is None or views[0] is not _WORKSPACE.get(wkey) or views[3] is not _COUNTERS.get(wkey):
-        ws = workspace(p.device, plan.ws_numel)
-        views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel],
-                              counters(p.device, plan.counters))
-    op, lp = (o, lse) if plan.path == "packed" else (views[1], views[2])
+    if plan.path == "packed":
+        op, lp = o, lse
+    else:
+        wkey = (p.device.type, p.device.index)
+        views = plan.views
+        if views is None or views[0] is not _WORKSPACE.get(wkey):
+            ws = workspace(p.device, plan.ws_numel)
+            views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
+        op, lp = views[1], views[2]
     frame = _frame(p)
     cx, st = plan.pick(frame[2], qk_scale)
-    _SPLIT(plan.grid, (q, k, v, op, lp, o, lse, views[3]),
+    _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
            (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
-    if plan.combine_grid:
+    if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
                  COMBINE_WARPS, 1, plan.combine_static)
     return plan.path
