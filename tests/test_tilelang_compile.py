@@ -95,6 +95,15 @@ TC_VARIANTS = {
     "d128-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True),
     "d128": _tc(128, 128),
     "d128-noscalefold": _tc(128, 128, scale=False),
+    # D = 96 (D = 128's tile and knobs, Dv not a power of two: other row groups in the
+    # landmark-row zeroing) for the three lmk_cols it bakes, and the general test at
+    # Dv = 80 and 112: the general form with lmk_rows_j0 failed ThreadSync at these Dv
+    # (found on the H200 at 7e93d56; launch.rows_j0_acts now drops the knob there)
+    "d96": _tc(96, 96),
+    "d96-lmk1": _tc(96, 96, C=128),
+    "d96-general": _tc(96, 96, C=16),
+    "d80-general": _tc(80, 80, C=16),
+    "d112-general": _tc(112, 112, C=16),
     # the kernels shipped before session 5's knobs (lab base)
     "d64-session4": _session4(64),
     "d128-session4": _session4(128),
@@ -139,17 +148,17 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
 
 
 def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
-    """Every kernel run_cuda can pick for D = 64 and 128 with mask_lmk (lmk_cols
-    0, 1, 2 prefill; 0, 1, 2 split, D = 128) is among the compiled variants.
-    D = 96 runs D = 128's tiles and knobs with a smaller head dim; its
-    lmk_cols kernels are not compiled here (CI time), only on the GPU. Calls whose
+    """Every kernel run_cuda can pick for D = 64, 96 and 128 with mask_lmk (lmk_cols
+    0, 1, 2 prefill; 0, 1, 2 split, D = 128) is among the compiled variants; other
+    head dims below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
     them in the same way as the folded ones do)."""
     have = set(TC_VARIANTS.values())
-    for D in (64, 128):
+    for D in (64, 96, 128):
         for C in range(1, 300):
             assert _tc(D, D, C=C) in have, C
+    for D in (64, 128):
         assert _tc(D, D, scale=False) in have
     for C in range(1, 300):
         assert _tc(128, 128, split=True, C=C) in have

@@ -257,7 +257,7 @@ def test_lmk_cols_rule_per_call():
     tail = (True, True, True, True)
     assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 2) + tail
     assert launch.tc_kernel_args(ship, True, 200, sl2)[2] == ("rows", True, True, 1) + tail
-    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 0) + tail  # general
+    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 0) + tail[:3]  # general
     assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == ("rows", True, True, 2, True, False,
                                                                True, True)  # scale cannot fold
     assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == ("rows", True, True, 0, True, True,
@@ -267,11 +267,11 @@ def test_lmk_cols_rule_per_call():
         ("fwd_tc", launch.SPLIT_CONFIG, ("tile", False, False, 1))
     assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 16) == \
         ("fwd_tc", launch.SPLIT_CONFIG, ())
-    # D = 64 (lmk_zero="tile": lmk_rows_j0 does not act) on the CPU kernel's 16-key tiles
+    # D = 64 on the CPU kernel's 16-key tiles (lmk_rows_j0 only with landmark columns)
     assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == \
-        ("tile", True, False, 1, True, False, True)
+        ("rows", True, True, 1, True, False, True, True)
     assert launch.call_knobs(launch.tc_knobs(64, 64), True, 5, 16, sl2) == \
-        ("tile", True, False, 0, True, True, True)
+        ("rows", True, True, 0, True, True, True)
 
 
 # lmk_cols (macros.tile_landmark): the landmark test as K compares against the
@@ -472,7 +472,10 @@ def test_lmk_rows_j0_match_golden_with_nan_slots(case, modes):
     K = launch.lmk_cols_for(launch.LMK_COLS_MAX, True, Ck, 16)
     for cols in sorted({0, K}):
         knobs = launch.call_knobs(modes + (cols, False, False, False, True), True, Ck, 16, sl2)
-        assert knobs[-1] is True and knobs[3] == cols
+        if cols:
+            assert knobs[-1] is True and knobs[3] == cols
+        else:  # no landmark columns baked: lmk_rows_j0 dropped (launch.rows_j0_acts)
+            assert len(knobs) < len(launch.TC_KNOBS)
         o, lse = _cpu_knobs(q, k, v, knobs, **kw)
         vd = verdict.judge(o, lse, exp_)
         assert vd.status == verdict.PASS, f"{knobs}: " + "; ".join(vd.problems)
@@ -496,14 +499,16 @@ def test_lmk_rows_j0_sm_scale_and_fold_knobs():
 
 
 def test_lmk_rows_j0_kept_only_where_it_acts():
-    """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk and lmk_zero="rows" (one
-    kernel where it changes nothing), last in TC_KNOBS so older cache keys stay."""
+    """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
+    landmark columns (one kernel where it changes nothing; its serial-loop form failed
+    ThreadSync at Dv = 80/96/112), last in TC_KNOBS so older cache keys stay."""
     assert launch.TC_KNOBS[-1] == ("lmk_rows_j0", False)
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
     assert launch.call_knobs(("tile",) + cfg[1:], True, 64, 128, 0.2) == ("tile", True, True, 2)
-    ship = launch.shipped_config(128, 128)  # shipped at D = 128 since session 5
-    assert launch.tc_kernel_args(ship, True, 64)[2][-1] is True
-    assert launch.tc_kernel_args(launch.shipped_config(64, 64), True, 64)[2] == \
-        ("tile", True, False, 2, True, False, True)  # D = 64: "tile", the knob does not act
+    assert launch.call_knobs(cfg, True, 16, 128, 0.2) == ("rows", True, True)  # no landmark columns
+    for D in (64, 128):  # shipped at D <= 128 since session 5
+        ship = launch.shipped_config(D, D)
+        assert launch.tc_kernel_args(ship, True, 64)[2][-1] is True
+        assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True)

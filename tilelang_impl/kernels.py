@@ -148,11 +148,12 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     launcher decides per call, ``launch.scale_fold_ok``;
     ``macros.online_softmax_update``), ``win_u32`` (the window test of
     edge tiles as one unsigned compare, ``macros.visible``) and
-    ``lmk_rows_j0`` (with ``lmk_zero="rows"`` and ``mask_lmk``: the tile's
-    first landmark row computed once per tile into one int32 register that the
-    landmark masks and ``macros.zero_landmark_rows`` share, the zeroing select
-    on an integer condition, and with ``lmk_cols`` the rows as one static
-    loop without the per-row-group barrier; no effect otherwise). A manual FA3-style
+    ``lmk_rows_j0`` (with ``lmk_zero="rows"``, ``mask_lmk`` and ``lmk_cols > 0``,
+    ``launch.rows_j0_acts``: the tile's first landmark row computed once per
+    tile into one int32 register that the landmark masks and
+    ``macros.zero_landmark_rows`` share, the zeroing select on an integer
+    condition, the rows as one static loop without the per-row-group barrier;
+    no effect otherwise). A manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
@@ -166,7 +167,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         # writer of V_s after its copy ("multiple writes to overlapping regions")
         raise ValueError("lmk_zero='rows' needs warp specialisation (fwd_tc) with mask_lmk")
     v_zero = mask_lmk and (ws or lmk_zero == "rows")  # consumer writes V_s before PV
-    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero)  # one j0 register per tile
+    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)  # one j0 register per tile
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
@@ -378,7 +379,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
     _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
                  lmk_rows_j0=lmk_rows_j0)
-    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero)
+    rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)

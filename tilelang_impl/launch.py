@@ -91,10 +91,13 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     GQA 32/4 D=64 137 -> 147 (+8%), chunked Lq=512 of 8K D=128 180 -> 219
     (+22%). ``lmk_rows_j0`` alone gave +18% at D=128 (predicted +4-10%), the
     three exponent/window knobs +5% (predicted +12-25%) and +8% at D=64.
+    D <= 64 took D = 128's knobs in the same session (landmark rows of V zeroed
+    from the j0 register instead of the whole V tile, and the folded softmax):
+    lab variant ``s5-rows+fold`` on the tree of 7e93d56 (bench_results/tilelang-lab5-7e93d56.json):
+    GQA 32/4 D=64 147 -> 156 TFLOP/s (+6%), 16/2 141 -> 148, batch 4 x 4K 152 ->
+    161 (predicted +8-20%); D=128 columns unchanged within 1%.
     """
     d = max(Dqk, Dv)
-    if d <= 64:
-        return ("tile", True, False, LMK_COLS_MAX, True, True, True)
     if d <= 128:
         return ("rows", True, True, LMK_COLS_MAX, True, True, True, True)
     return ()
@@ -162,10 +165,15 @@ def scale_fold_ok(scale_log2) -> bool:
     return positive_normal_f32(scale_log2)
 
 
-def rows_j0_acts(mask_lmk: bool, lmk_zero: str) -> bool:
+def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
     """Where ``lmk_rows_j0`` changes a kernel: V's landmark rows are zeroed
-    (``macros.zero_landmark_rows``) only with ``mask_lmk`` and ``lmk_zero="rows"``."""
-    return mask_lmk and lmk_zero == "rows"
+    (``macros.zero_landmark_rows``) only with ``mask_lmk`` and ``lmk_zero="rows"``,
+    and the knob's rows need the landmark columns baked (``lmk_cols > 0``, the
+    static ``K``-row form). Its serial-loop form for ``lmk_cols = 0`` failed
+    TileLang 0.1.15's ThreadSync at Dv = 80, 96 and 112 ("shared-memory sync
+    inside a divergent region"; C = 16, found by tools/gpu_tilelang.py on the
+    H200 at 7e93d56, reproduced on CPU) and was never measured: removed."""
+    return mask_lmk and lmk_zero == "rows" and lmk_cols > 0
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
@@ -174,14 +182,14 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
     :func:`scale_fold_ok` of the call's ``scale_log2`` (off without one),
-    ``lmk_rows_j0`` only with ``mask_lmk`` and ``lmk_zero="rows"`` (it changes
-    nothing elsewhere: one kernel, not two); trailing defaults are dropped (one cache key per kernel; the default
+    ``lmk_rows_j0`` only with ``mask_lmk``, ``lmk_zero="rows"`` and ``lmk_cols > 0``
+    (:func:`rows_j0_acts`; one kernel, not two, where it would change nothing); trailing defaults are dropped (one cache key per kernel; the default
     kernel keeps the key it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
     full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
-    full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]])
+    full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)

@@ -358,8 +358,8 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
       lie at ``j >= K * C >= block_N``), so the rows are one static
       ``K x Dv`` parallel loop (``K`` padded to a multiple of ``R``) guarded by
       ``j0 + m * C < block_N``, no serial loop over row groups and no trip
-      count to divide out. ``lmk_cols = 0``: the serial loop above (``n`` from
-      this ``j0``).
+      count to divide out. ``j0`` needs ``lmk_cols > 0`` (``launch.rows_j0_acts``;
+      its serial-loop form failed ThreadSync at Dv = 80, 96, 112).
 
     Barriers (TileLang 0.1.15's ThreadSync, both forms): two of all consumer
     threads per tile (``bar.sync 3, 256``), one before the write (write after
@@ -373,13 +373,15 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
 
     Exact in every frame: ``j0`` is the same integer (:func:`first_landmark`
     of the same ``k_first``, ``r`` and ``C``), ``C < block_N`` gives several
-    rows (all ``m < K``, or all ``n`` with the serial loop), ``C >= block_N``
+    rows (all ``m < K``), ``C >= block_N``
     one row or none (``j0 >= block_N``), and with the frame's ``C = Lk + 1``
     the one row it may name lies at or past ``Lk``, zero already; rows past
     ``Lk`` are zero either way; a NaN in a landmark slot is overwritten, never
     read into the result (the select's value does not depend on it).
     """
     R = min(block_N, 256 // math.gcd(256, Dv))
+    if j0 is not None and not lmk_cols:
+        raise ValueError("zero_landmark_rows: j0 needs lmk_cols > 0 (launch.rows_j0_acts)")
     if j0 is None:
         j0 = first_landmark(k_first, r, chunk_size)
         n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
@@ -391,19 +393,11 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
                                     inv_chunk),
                         T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
     else:
-        if lmk_cols:
-            rows = -(-lmk_cols // R) * R
-            for u, d in _loop(gpu)(rows, Dv):
-                if T.And(u < lmk_cols, j0 + u * chunk_size < block_N):
-                    V_s[j0 + u * chunk_size, d] = T.if_then_else(
-                        j0 >= 0, T.Cast(dtype, 0), V_s[j0 + u * chunk_size, d])
-        else:
-            n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
-            for p in T.serial(T.ceildiv(n, R)):
-                for u, d in _loop(gpu)(R, Dv):
-                    if p * R + u < n:
-                        V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
-                            j0 >= 0, T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
+        rows = -(-lmk_cols // R) * R
+        for u, d in _loop(gpu)(rows, Dv):
+            if T.And(u < lmk_cols, j0 + u * chunk_size < block_N):
+                V_s[j0 + u * chunk_size, d] = T.if_then_else(
+                    j0 >= 0, T.Cast(dtype, 0), V_s[j0 + u * chunk_size, d])
 
 
 @T.macro

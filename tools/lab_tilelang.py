@@ -108,6 +108,13 @@ def _ship_plus(D, **knobs):
     return tuple(cfg)
 
 
+def _s5(D, **knobs):
+    """The config shipped at 7e93d56 (session-4 knobs + fast_exp2, scale_fold, win_u32,
+    and lmk_rows_j0 where it acts) for head dim D, with ``knobs`` set."""
+    return _ship_plus(D, **dict(dict(fast_exp2=True, scale_fold=True, win_u32=True,
+                                     lmk_rows_j0=True), **knobs))
+
+
 def _other_tile(D):
     """The other of the two 128-row tiles: 128x64 where the base is 128x128 (every D <= 128
     since 7cedefc; D = 128 was 128x64 when the lab first ran)."""
@@ -224,6 +231,23 @@ VARIANTS = {
                               "SASS D128 991 / 1162 -> 810 / 978 (-18% / -16%). Predicted vs "
                               "fexp+sfold+wu32: D128 +5-12% (the zeroing is a larger share of "
                               "the shorter loop); D64 0 (same kernel)"),
+    # session 5, after shipping the four knobs above (7e93d56): D = 64 still zeroed its whole
+    # V tile (lmk_zero="tile") and kept the unfolded softmax; D = 128 got +18% from zeroing
+    # only the landmark rows from the j0 register. These variants are the D = 128 kernel of
+    # 7e93d56 at D = 128 (their columns there are a noise check). Ran on the tree of 7e93d56
+    # (tilelang-lab5-7e93d56.json); s5-rows+fold shipped for D <= 64 after it.
+    # Run: --only shipped,s5-rows,s5-rows+fold,s5+fold
+    "s5-rows": (lambda D: _s5(D, lmk_zero="rows"),
+                "shipped + lmk_zero='rows' + lmk_rows_j0 at D=64 (only V's landmark rows zeroed, "
+                "from the tile's j0 register, instead of the whole 128x64 V tile)",
+                "D64 GQA shapes +8-20% (a full smem read-modify-write pass of V per tile and its "
+                "barrier gone, as at D=128 where rows+j0 gave +18%); D128 = shipped (+-2%)"),
+    "s5-rows+fold": (lambda D: _s5(D, lmk_zero="rows", fold=True),
+                     "s5-rows + fold (row reference scaled once per row)",
+                     "vs s5-rows: 0-3% (with scale_fold the exponent is already one FMA)"),
+    "s5+fold": (lambda D: _s5(D, fold=True),
+                "shipped + fold at D=64 (whole V tile still zeroed)",
+                "vs shipped: 0-3%"),
     # single knobs on the session-4 config, for attribution if the cumulative ones surprise
     "sfold": (lambda D: _ship_plus(D, scale_fold=True),
               "shipped + scale_fold only",
