@@ -163,6 +163,9 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
 
     assert split(1, 32, 1, 8192) > 1                      # decode: 32 programs
     assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU
+    assert split(1, 32, 512, 8192) == 1                   # chunked: 128 programs, one wave
+    assert split(1, 33, 256, 8192) == 1                   # 66 programs: half the SMs
+    assert split(1, 32, 256, 8192) > 1                    # 64 programs: under half, split
     assert split(1, 32, 1, 8192, expand=False) > 1
     assert split(1, 32, 1, 8192, mask_lmk=False) > 1
     assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 1

@@ -58,9 +58,12 @@ def test_default_suite_has_the_issue_shapes():
     assert kinds == {(h, g, d, L) for (h, g, d) in ((32, 32, 128), (32, 4, 64), (16, 2, 64))
                      for L in (4096, 8192, 16384)}
     dec = [s for s in bench.SHAPES if s.kind == "decode"]
-    assert sorted((s.B, s.Lk) for s in dec) == [(1, 8192), (1, 32768), (1, 131072), (8, 32768)]
+    assert sorted((s.B, s.Lk, s.Hq, s.Hkv, s.D) for s in dec) == [
+        (1, 8192, 32, 4, 64), (1, 8192, 32, 32, 128), (1, 32768, 32, 4, 64), (1, 131072, 32, 4, 64),
+        (1, 131072, 32, 32, 128), (8, 32768, 32, 4, 64)]  # the issues' decode targets: 32/32/128
     assert any(s.W == 4096 and s.Lq == 8192 for s in bench.SHAPES)
-    assert any(s.Lq == 512 and s.Lk == 8192 for s in bench.SHAPES)
+    chunked = {(s.Hkv, s.D) for s in bench.SHAPES if s.Lq == 512 and s.Lk == 8192}
+    assert chunked == {(4, 64), (32, 128)}  # the chunked-prefill target is D = 128
     assert any(s.B == 4 and s.Lq == 4096 for s in bench.SHAPES)
 
 

@@ -124,6 +124,11 @@ SHAPES: tuple[Shape, ...] = tuple(
 ) + (
     Shape("batch4x4k-32/4/64", "prefill", 4, 32, 4, 64, 4096, 4096, note="batch 4 x 4K"),
     Shape("chunk512of8k-32/4/64", "prefill", 1, 32, 4, 64, 512, 8192, note="chunked prefill: last 512 of 8K"),
+    # the issues' chunked-prefill and single-token decode targets are D = 128, Hq = Hkv = 32
+    Shape("chunk512of8k-32/32/128", "prefill", 1, 32, 32, 128, 512, 8192,
+          note="chunked prefill: last 512 of 8K"),
+    Shape("decode-8k-32/32/128", "decode", 1, 32, 32, 128, 1, 8192),
+    Shape("decode-128k-32/32/128", "decode", 1, 32, 32, 128, 1, 131072),
     Shape("decode-8k-32/4/64", "decode", 1, 32, 4, 64, 1, 8192),
     Shape("decode-32k-32/4/64", "decode", 1, 32, 4, 64, 1, 32768),
     Shape("decode-128k-32/4/64", "decode", 1, 32, 4, 64, 1, 131072),
