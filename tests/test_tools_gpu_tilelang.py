@@ -10,6 +10,7 @@ import torch
 
 from reference import check_inputs
 from tilelang_impl import launch
+from reference.validation import default_scale
 from tools import gpu_tilelang
 
 
@@ -39,3 +40,34 @@ def test_precompiled_kernels_are_the_ones_run_cuda_requests(monkeypatch):
     for D, lmk in ((128, True), (96, True), (128, False)):  # decode: split-KV
         key = _requested_key(monkeypatch, D, D, bf, lmk, True, 1, 8192)
         assert key[11] is True and key in pre, (D, lmk, key)
+
+
+def test_precompile_records_every_correctness_case_kernel(monkeypatch):
+    """record_case_kernels runs the script's correctness cases with a stand-in for
+    launch._kernel (no kernel, no reference): one request per case, including the
+    cases' own chunk sizes (session 5's GPU run compiled those one by one inside
+    the cases and ran out of time) and the D = 96 prefill-grid kernel at C = 16
+    that once failed to compile."""
+    import tilelang_impl
+
+    def cpu_inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False, seed=0):
+        return (torch.zeros(B, Hq, Lq, Dqk, dtype=dtype), torch.zeros(B, Hkv, Lk, Dqk, dtype=dtype),
+                torch.zeros(B, Hkv, Lk, Dv, dtype=dtype))
+
+    def public(*a, **k):  # the public API on CPU would run the C kernel: not this script's GPU kernels
+        raise gpu_tilelang._Recorded
+
+    monkeypatch.setattr(gpu_tilelang, "_inputs", cpu_inputs)
+    monkeypatch.setattr(gpu_tilelang, "_poison_invisible", lambda *a, **k: 0)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    monkeypatch.setattr(tilelang_impl, "sliding_window_attention", public)
+    keys = gpu_tilelang.record_case_kernels()
+    kinds = {k for k, _ in keys}
+    assert kinds == {"fwd_tc", "fwd_fp32"}, kinds
+    sl2 = default_scale(96) * launch.LOG2E
+    d96_c16 = launch.tc_kernel_key(96, 96, "bfloat16", True, True, False, False,
+                                   launch.shipped_config(96, 96), 16, sl2)
+    assert d96_c16 in keys
+    assert not set(keys) <= {("fwd_tc", c) for c in gpu_tilelang.precompile_configs()}
+    # the stand-in was put back
+    assert launch._kernel is not None and launch._kernel.__name__ == "_kernel"
