@@ -191,12 +191,14 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
     C = row["chunk"]
     kv = {"0": 0, "half": C // 2, "C-1": C - 1}[row["kv"]]
     D = row["D"]
-    # Long enough that the blocks of a program loop over several key blocks, and on
-    # the GPU enough programs (24 heads x 8 blocks of 128 queries) that both backends
-    # take their prefill grid, not split-KV (TileLang's D = 96 prefill kernel at C < 64
-    # failed to compile at 7e93d56 and no case reached it); on CPU, 180 queries keep
-    # D=64 on the prefill path.
-    if base.device.startswith("cuda"):
+    # Long enough that the blocks of a program loop over several key blocks. On the
+    # GPU, grid "prefill" has enough programs (2 x 12 heads x 8 blocks of 128 queries)
+    # that both backends take their prefill grid (TileLang's D = 96 prefill kernel at
+    # C < 64 failed to compile at 7e93d56 and no case reached it), grid "split" few
+    # enough (2 x 4 heads) that they take split-KV where they have it (TileLang: Dv 96
+    # and 128). On CPU (180 queries, 1 x 2/1 heads) the path is whatever the
+    # launchers choose for that size.
+    if base.device.startswith("cuda") and row.get("grid", "prefill") == "prefill":
         base = replace(base, B=2, Hq=12, Hkv=4)
     L = 1024 if base.device.startswith("cuda") else 180
     return replace(base, chunk=C, window=C + 5, kv_start=kv, Dqk=D, Dv=D, dtype=row["dtype"],
@@ -298,11 +300,13 @@ def _categories() -> list[Category]:
         lambda b, r: replace(b, dtype=r["dtype"], Dqk=r["D"][0], Dv=r["D"][1], mask_lmk=r["flags"][0],
                              expand=r["flags"][1], window=r["window"])))
     C.append(Category(
-        "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk))",
-        lambda cuda: {"D": [(32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (256, 256),
-                            (64, 128), (128, 64), (192, 128), (96, 64)],
-                      "dtype": list(DTYPES)},
-        lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=65, Lk=65, B=1)))
+        "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk)); on the GPU "
+        "also C = 64, where the kernels test the tile's landmark columns by integer compares",
+        lambda cuda: {"D": [(32, 32), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128),
+                            (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64)],
+                      "dtype": list(DTYPES), "chunk": [16, 64] if cuda else [16]},
+        lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=65, Lk=65, B=1,
+                             chunk=r["chunk"])))
     C.append(Category(
         "gqa", "Hq/Hkv = 1, 2, 4, 8 and MQA; batch 1..3",
         lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (3, 1)] + ([(16, 2)] if cuda else []),
@@ -328,7 +332,7 @@ def _categories() -> list[Category]:
         "tile_chunk", "chunk sizes equal to the kernels' key-block widths (16..128), every "
         "alignment of blocks to chunks, NaN in every unseen slot",
         lambda cuda: {"chunk": [16, 32, 64, 128], "kv": ["0", "half", "C-1"], "D": [64, 96, 128],
-                      "dtype": ["bf16", "fp16"]},
+                      "dtype": ["bf16", "fp16"], "grid": ["prefill", "split"] if cuda else ["prefill"]},
         _tile_chunk_build))
     C.append(Category(
         "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-120 (landmarks and chunk starts by position; "

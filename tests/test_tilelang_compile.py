@@ -62,7 +62,8 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
 
 
 def _ship_knobs(D, *extra):
-    """The shipped first three knob values of head dim D, then ``extra`` (lmk_cols, ...)."""
+    """The shipped first three knob values of head dim D (``("rows", True, True)`` for
+    every D <= 128 since session 5), then ``extra`` (lmk_cols, ...)."""
     return launch.shipped_config(D, D)[4:7] + extra
 
 
@@ -73,17 +74,21 @@ def _lmk_cols(args):
     return knobs[i] if i < len(knobs) else 0
 
 
+#: lmk_zero, mask_split, fold as shipped dbb5ab4..1a0b87e (tools/lab_tilelang.SESSION4_KNOBS)
+_SESSION4 = {64: ("tile", True, False), 128: ("rows", True, True)}
+
+
 def _session4(D, C=64):
     """The kernel shipped at D (C = 64) before session 5's knobs (lmk_cols on, the
     fast_exp2 / scale_fold / win_u32 / lmk_rows_j0 knobs off): the base the knob tests
     compare against."""
-    return _tc(D, D, knobs=_ship_knobs(D, 2 if C == 64 else 0))
+    return _tc(D, D, knobs=_SESSION4[D] + (2 if C == 64 else 0,))
 
 
 TC_VARIANTS = {
-    # shipped D <= 64: tile 128x128, 2 stages, 256 threads, split mask; C = 64: two
-    # landmark columns per 128-key tile (lmk_cols = 2); fast_exp2, scale_fold (default
-    # sm_scale), win_u32
+    # shipped D <= 64: tile 128x128, 2 stages, 256 threads; landmark rows of V, split
+    # mask, folded softmax; C = 64: two landmark columns per 128-key tile (lmk_cols = 2);
+    # fast_exp2, scale_fold (default sm_scale), win_u32, lmk_rows_j0
     "d64": _tc(64, 64),
     # the same for a scale that cannot fold into the exponent (sm_scale <= 0)
     "d64-noscalefold": _tc(64, 64, scale=False),
@@ -104,6 +109,9 @@ TC_VARIANTS = {
     "d96-general": _tc(96, 96, C=16),
     "d80-general": _tc(80, 80, C=16),
     "d112-general": _tc(112, 112, C=16),
+    # and with two landmark columns (lmk_rows_j0's static rows, padded to 16-row groups)
+    "d80": _tc(80, 80),
+    "d112": _tc(112, 112),
     # the kernels shipped before session 5's knobs (lab base)
     "d64-session4": _session4(64),
     "d128-session4": _session4(128),

@@ -255,7 +255,7 @@ def test_lmk_cols_rule_per_call():
             assert k == 0 or (k * C >= bN and (k - 1) * C < bN)  # exact, and the fewest compares
     ship = launch.shipped_config(128, 128)
     # shipped D = 128 knobs after lmk_cols: fast_exp2, scale_fold (only with a call's
-    # positive scale), win_u32, lmk_rows_j0 (only with mask_lmk)
+    # positive scale), win_u32, lmk_rows_j0 (only with mask_lmk and lmk_cols > 0)
     sl2 = launch.LOG2E / 128 ** 0.5
     tail = (True, True, True, True)
     assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 2) + tail
@@ -444,8 +444,10 @@ def test_public_cpu_path_passes_the_scale_to_call_knobs(monkeypatch):
 # lmk_rows_j0 (kernels.fwd_tc / fwd_cpu, session 7): macros.zero_landmark_rows from the
 # tile's int32 first-landmark register (the one the lmk_cols masks use), integer select,
 # static rows with lmk_cols. The CPU kernel runs the same macro (16-key tiles): C < 16
-# several landmark rows per tile (lmk_cols 2 or 0: the serial row loop), C >= 16 one row
-# or none, the frame's C = Lk + 1; NaN in every landmark and invisible slot, rows past Lk.
+# several landmark rows per tile (lmk_cols 2; for C < 8 no columns are baked and the
+# knob is dropped, launch.rows_j0_acts: those cases check that the general kernel
+# still serves them), C >= 16 one row or none, the frame's C = Lk + 1; NaN in every
+# landmark and invisible slot, rows past Lk.
 J0_CASES = [
     # (B, Hq, Hkv, Lq, Lk, D, window, chunk, expand, kv_start)
     (1, 2, 1, 12, 40, 32, 6, 1, True, 0),              # C = 1: every key a landmark

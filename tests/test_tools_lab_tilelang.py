@@ -10,8 +10,8 @@ from tilelang_impl import launch  # noqa: E402
 
 # "nolmkcols" is the pre-lmk_cols shipped kernel, the same kernel as another variant
 # per head dim (D=64: split, D=128: all); "shipped" is launch.shipped_config, the same
-# kernel as "fexp+sfold+wu32+lmkj0" since session 5 ("lmkcols" before); the lab compiles
-# shared kernels once.
+# kernel as "s5-rows+fold" since session 5 (and at D=128 as "fexp+sfold+wu32+lmkj0";
+# "lmkcols" before); the lab compiles shared kernels once.
 ALIASES = {"nolmkcols", "shipped"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
 # shipped kernel (noise checks); at D = 64 "s5-rows+fold" is what shipped after that lab

@@ -295,9 +295,10 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     only for a positive normal fp32 ``scale_log2``, so the launcher bakes it
     per call, ``launch.scale_fold_ok``), ``win_u32`` (the edge tiles'
     window test as one unsigned compare per score) and ``lmk_rows_j0`` (with
-    ``lmk_zero="rows"``: the landmark-row zeroing from the tile's one int32
-    first-landmark register, integer select, no per-row-group barrier with
-    ``lmk_cols``; ``macros.zero_landmark_rows``). The knob defaults are the
+    ``lmk_zero="rows"``, ``mask_lmk`` and ``lmk_cols > 0``, ``launch.rows_j0_acts``:
+    the landmark-row zeroing from the tile's one int32 first-landmark register,
+    integer select, static rows without the per-row-group barrier;
+    ``macros.zero_landmark_rows``). The knob defaults are the
     kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,

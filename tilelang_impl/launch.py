@@ -62,14 +62,16 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
 
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
-    """Values of :data:`TC_KNOBS` (``lmk_zero``, ``mask_split``, ``fold``, ``lmk_cols``
-    cap) shipped per head dim.
+    """Values of :data:`TC_KNOBS` shipped per head dim (all eight for D <= 128:
+    ``lmk_zero``, ``mask_split``, ``fold``, the ``lmk_cols`` cap, ``fast_exp2``,
+    ``scale_fold``, ``win_u32``, ``lmk_rows_j0``; none above 128). The history
+    that chose them, oldest first:
 
     Measured on the H200 (bf16, W=512, C=64, kernel-only TFLOP/s, lab run of
     session 3): the split mask (window test only on edge tiles) is the win,
     +27% (D=128) to +38% (D=64 GQA); zeroing only the landmark rows of V and
-    the folded softmax are within +-3% alone. D <= 64 ships the split mask
-    only (90 vs 66 TFLOP/s on GQA 32/4); D = 128 ships all three at 128 x 128
+    the folded softmax are within +-3% alone. D <= 64 then shipped the split mask
+    only (90 vs 66 TFLOP/s on GQA 32/4); D = 128 all three at 128 x 128
     (the measured combination, 146 vs 101); D > 128 keeps the kernel that was
     verified there (no knobs). These lab figures predate the sm_scale fix of
     da4dfe3 (scale inside the mask select), which cost about 5% (bench:
@@ -84,8 +86,8 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     32/32/128 L=8K 137 -> 185 TFLOP/s, GQA 32/4 D=64 84 -> 136.
 
     ``fast_exp2``, ``scale_fold`` (a permission: per call,
-    :func:`scale_fold_ok`), ``win_u32`` for D <= 128 and ``lmk_rows_j0`` (acts
-    at D = 128, ``lmk_zero="rows"``): lab of session 5 at 1a0b87e
+    :func:`scale_fold_ok`), ``win_u32`` for D <= 128 and ``lmk_rows_j0`` (then
+    acting at D = 128 only, where ``lmk_zero="rows"``): lab of session 5 at 1a0b87e
     (bench_results/tilelang-lab4-1a0b87e.json, L2 not flushed), all four vs the
     knobs above: 32/32/128 L=8K 185 -> 236 TFLOP/s (+27%), L=16K 192 -> 244,
     GQA 32/4 D=64 137 -> 147 (+8%), chunked Lq=512 of 8K D=128 180 -> 219
@@ -131,8 +133,9 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
 #: cap (the kernel gets :func:`lmk_cols_for` of the call, 0 when the cap is 0)
 #: and ``scale_fold`` is baked only for calls whose scale allows it
 #: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last: cheaper landmark-row
-#: zeroing, ``macros.zero_landmark_rows``; shipped at D = 128, :func:`tc_knobs`)
-#: is kept only where it acts (``mask_lmk`` and ``lmk_zero="rows"``).
+#: zeroing, ``macros.zero_landmark_rows``; shipped at D <= 128, :func:`tc_knobs`)
+#: is kept only where it acts (:func:`rows_j0_acts`: ``mask_lmk``,
+#: ``lmk_zero="rows"`` and ``lmk_cols > 0``).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False))
@@ -280,7 +283,8 @@ def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
 
     The prefill grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When that
     occupies at least half the SMs, splitting only adds a combine pass (the
-    Triton backend's rule, ``triton_impl.launch.choose_path``); below it, each
+    threshold of the Triton backend's ``triton_impl.launch.choose_path``, which
+    counts 64-row GQA-packed tiles instead of programs); below it, each
     query block's key range is cut into ``S`` pieces so about two programs per
     SM run, never more pieces than the range has key tiles. Measured on the
     H200 (bf16, chunked prefill Lq=512 of 8K, 32/32/128: 128 programs on 132

@@ -253,11 +253,6 @@ def pre(bm, bn, w, st, phases, path="prefill"):
     return (f"{tag} {bm}x{bn} w{w} s{st}", dict(_force_path=path, _config=c, _phases=phases))
 
 
-def tma(bm, bn, w, st, mode="v_ptr"):
-    return (f"tma-{mode[2:]} {bm}x{bn} w{w} s{st}",
-            dict(_force_path="prefill", _config=L.Config(bm, bn, w, st), _tma=mode))
-
-
 def host_breakdown(res):
     """Host time of one eager call, part by part (no profiler: perf_counter over
     many calls, the device idle), for a prefill and a decode shape."""

@@ -53,9 +53,14 @@ import traceback
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
 # ---------------------------------------------------------------------------------------
-def _base(D):
+def _launch():
+    """tilelang_impl.launch, imported on first use (this module loads without TileLang)."""
     from tilelang_impl import launch
-    return launch.tc_config(D, D)
+    return launch
+
+
+def _base(D):
+    return _launch().tc_config(D, D)
 
 
 def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=True, fold=True):
@@ -69,15 +74,9 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
     return (bM, bN, ns, th, lmk_zero, mask_split, fold, 0)
 
 
-def _launch():
-    from tilelang_impl import launch
-    return launch
-
-
 def _full(cfg):
     """A config with every knob item (defaults filled in)."""
-    from tilelang_impl import launch
-    return tuple(cfg) + tuple(d for _, d in launch.TC_KNOBS[len(cfg) - 4:])
+    return tuple(cfg) + tuple(d for _, d in _launch().TC_KNOBS[len(cfg) - 4:])
 
 
 #: The knobs shipped from dbb5ab4 to 1a0b87e (lmk_zero, mask_split, fold, lmk_cols cap)
@@ -100,9 +99,8 @@ def _shipped(D, lmk_cols=None):
 
 def _ship_plus(D, **knobs):
     """The session-4 shipped config of head dim D (all knob items) with ``knobs`` set."""
-    from tilelang_impl import launch
     cfg = list(_full(_session4(D)))
-    names = [n for n, _ in launch.TC_KNOBS]
+    names = [n for n, _ in _launch().TC_KNOBS]
     for name, value in knobs.items():
         cfg[4 + names.index(name)] = value
     return tuple(cfg)
@@ -171,8 +169,8 @@ VARIANTS = {
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0)",
-                "measured on the H200 at 1a0b87e (fexp+sfold+wu32+lmkj0): ~236 TF/s H32 D128 "
-                "L8K, ~147 TF/s GQA D64"),
+                "measured on the H200: ~236 TF/s H32 D128 L8K (fexp+sfold+wu32+lmkj0, "
+                "1a0b87e), ~156 TF/s GQA D64 (s5-rows+fold, tree of 7e93d56)"),
     "lmkcols": (lambda D: _shipped(D, 2),
                 "nolmkcols + lmk_cols (shipped dbb5ab4..1a0b87e, SESSION4_KNOBS): landmark test = "
                 "K integer compares vs the tile's landmark columns j0 + m*C (K = ceil(bN/C) = 2 "
@@ -210,8 +208,9 @@ VARIANTS = {
                         "(about half the W=512 tiles are edge tiles); vs fexp+sfold +2-5%"),
     # session 7: lmk_rows_j0 (macros.zero_landmark_rows with the tile's int32 j0 register:
     # no 64-bit re-derived floor modulo, integer select, static rows with lmk_cols). Acts
-    # only with lmk_zero="rows" (D=128 ships it; D=64 ships "tile": launch.call_knobs
-    # drops the knob, the D=64 kernels are the base variant's, their times a noise check).
+    # only with lmk_zero="rows" and lmk_cols > 0 (the session-4 base has "rows" at D=128,
+    # "tile" at D=64: launch.call_knobs drops the knob there, the D=64 kernels are the
+    # base variant's, their times a noise check).
     # SASS as above (dynamic per 128-key tile per consumer thread, C=64, interior / edge;
     # this session's path count: Q wait skipped, landmark-select and 32-bit division
     # paths taken): shipped 1250 / 1778 -> 1070 / 1595; fexp+sfold+wu32 991 / 1162 ->
