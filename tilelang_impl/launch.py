@@ -30,8 +30,13 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 
 
 #: Split-KV is used for these Dv only: for Dv = 64 TileLang 0.1.15's ThreadSync
-#: pass rejects the split variant ("shared-memory sync inside a divergent
-#: region"), reproducible without a GPU; such calls keep the prefill grid.
+#: pass rejects the split variant with the shipped split knobs
+#: (:data:`SPLIT_KNOBS`, whole V tile zeroed) and with any ``mask_split``
+#: ("shared-memory sync inside a divergent region"), reproducible without a
+#: GPU; such calls keep the prefill grid. Found on CPU in session 5 and not
+#: yet measured, hence not used: at Dv = 64 the split variant with knobs
+#: ``("rows", False, False, LMK_COLS_MAX, True, True, True)`` (landmark rows
+#: of V, full mask, fast_exp2, scale_fold, win_u32) lowers for C = 16, 32, 64.
 SPLIT_DV = (96, 128)
 
 
