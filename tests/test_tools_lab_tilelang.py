@@ -165,3 +165,49 @@ def test_lmk_rows_j0_variants():
     chunks = {L.frame_chunk(**kw) for _, kw in cases if kw.get("nan_slots")}
     assert any(C < 128 for C in chunks) and 128 in chunks and any(C > 128 for C in chunks)
     assert any(kw["chunk_size"] > kw["Lk"] + kw["kv_start"] for _, kw in cases)
+
+
+def test_decode_variants_compile_what_their_runs_launch(monkeypatch):
+    """Every kernel a decode variant's runner asks launch._kernel for, on each decode
+    case and timed shape (meta tensors, kernels replaced by a recorder, 132 SMs), is in
+    kernel_jobs; split variants split (S >= 2) and add the combine; each variant has a
+    written prediction."""
+    import torch
+    from reference.validation import check_inputs
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    asked = []
+    monkeypatch.setattr(launch, "_kernel",
+                        lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
+    calls = [(D, f, kw) for _, D, f, kw in L.DECODE_CASES]
+    calls += [(s[6], (True, True), dict(B=s[1], Hq=s[2], Hkv=s[3], Lq=s[4], Lk=s[5],
+                                        window_size=L.W_T, chunk_size=L.C_T, kv_start=0))
+              for s in L.DECODE_SHAPES]
+    for name, (fn, change, prediction) in L.DECODE_VARIANTS.items():
+        assert name.startswith("dec-") and change and prediction
+        jobs = {(k, a) for _, k, a in L.kernel_jobs([name])}
+        for D, (lmk, exp), kw in calls:
+            cfg, split = fn(D)
+            asked.clear()
+            shp = dict(kw)
+            B, Hq, Hkv, Lq, Lk = (shp.pop(n) for n in ("B", "Hq", "Hkv", "Lq", "Lk"))
+            for n in ("nan_slots", "tail_nan", "seed"):
+                shp.pop(n, None)
+            q = torch.empty(B, Hq, Lq, D, dtype=torch.bfloat16, device="meta")
+            k = torch.empty(B, Hkv, Lk, D, dtype=torch.bfloat16, device="meta")
+            L._runner(cfg, split)(q, k, k, dict(shp, mask_lmk=lmk, expand_to_chunk=exp))
+            assert asked and set(asked) <= jobs, (name, D, kw, asked)
+            p = check_inputs(q, k, k, mask_lmk=lmk, expand_to_chunk=exp, **shp)
+            assert (L._splits(p, cfg, split) >= 2) == split
+            assert (("combine", (D, "bfloat16")) in asked) == split
+
+
+def test_table_has_a_decode_block_in_microseconds():
+    res = dict(variants={
+        "base": dict(status="timed", times={L.SHAPES[0][0]: dict(us=100.0, tflops=200.0)}),
+        "dec-shipped": dict(status="timed", times={L.DECODE_SHAPES[0][0]: dict(us=20.0, tflops=1.0)}),
+        "dec-split-64": dict(status="timed", times={L.DECODE_SHAPES[0][0]: dict(us=10.0, tflops=2.0)}),
+    })
+    t = L.table(res)
+    assert "TFLOP/s" in t and "microseconds" in t and "2.00x" in t and "  200.0" in t
+    assert "   20.0" in t and "   10.0" in t

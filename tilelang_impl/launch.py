@@ -298,8 +298,13 @@ def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
     """
     if p.Dv not in SPLIT_DV or not split_variant_builds(p.mask_lmk, p.expand_to_chunk):
         return 1
+    return splits_by_saturation(p, block_M, block_N, sm_count(device))
+
+
+def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
+    """:func:`split_count`'s arithmetic without its head-dim and flag gates (the
+    lab times split variants the launcher does not pick yet)."""
     programs = -(-p.Lq // block_M) * p.B * p.Hq
-    sms = sm_count(device)
     if 2 * programs >= sms:
         return 1
     reach = min(p.Lk, p.window_size + p.chunk_size + block_M)

@@ -1,4 +1,5 @@
-"""Lab for the TileLang prefill kernel: correctness then timing of kernel variants.
+"""Lab for the TileLang kernels: correctness then timing of kernel variants
+(prefill variants, :data:`VARIANTS`; decode variants, :data:`DECODE_VARIANTS`).
 
     python -m tools.lab_tilelang --out $OUT            (H200, TileLang preamble, carry .device)
 
@@ -23,7 +24,8 @@ One device call, time-capped (``--budget-s``, default 225 s including compiles):
    exactly and those rows must be exactly 0.
    A variant that fails any case is not timed.
 4. Timing: kernel only (``launch.run_cuda`` with the variant's config, prefill
-   grid), CUDA-graph replay of 10 back-to-back calls, best and median of 5
+   grid; decode variants on the prefill grid or split-KV plus the combine,
+   :func:`_splits`), CUDA-graph replay of 10 back-to-back calls, best and median of 5
    replays; the L2 cache is *not* flushed between calls (every timed shape's
    K/V are larger than L2 except chunked prefill, which reads 8K keys per
    head). TFLOP/s = 4 * D * sum(visible_counts) * B * Hq / t.
@@ -335,6 +337,102 @@ SHAPES = [
 W_T, C_T = 512, 64
 FLOOR_BF16 = 2e-2
 
+# ---------------------------------------------------------------------------------------
+# Decode variants (session 5, for the decode targets; names start with "dec-"): name ->
+# (head dim D -> (config, split-KV?), what it changes, prediction written before any GPU
+# run). A split variant always splits (S = max(2, launch.splits_by_saturation)), so it
+# runs one kernel per call shape plus the combine; a non-split one runs the prefill grid.
+# Checked on DECODE_CASES, timed on DECODE_SHAPES (microseconds). Every config below was
+# compiled for sm_90a on CPU first (session 5): the Dv = 64 split variant lowers with
+# landmark rows and the full mask, not with the shipped split knobs (launch.SPLIT_DV).
+# Measured on the H200 before (bench, L2 flushed, d0de4f1): TileLang 27.4 us at B=1
+# 32/32/128 8K (split 128x64 shipped), 15.7 us B=1 GQA 32/4 D=64 8K and 28.7 us B=8 GQA
+# 32K (prefill grid); Triton 12.7 / 9.0 / 10.4 us.
+# Run: --only dec-shipped,dec-prefill,dec-split-knobs,dec-split-64
+# ---------------------------------------------------------------------------------------
+SPLIT_KNOBS_S5 = ("rows", False, False, 2, True, True, True)
+
+
+def _dec_shipped(D):
+    """What run_cuda picks for a decode call today."""
+    launch = _launch()
+    if D in launch.SPLIT_DV:
+        return launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True
+    return _full(launch.shipped_config(D, D)), False
+
+
+DECODE_VARIANTS = {
+    "dec-shipped": (_dec_shipped,
+                    "as shipped: split-KV 128x64 (whole V tile zeroed, lmk_cols) for Dv 96/128, "
+                    "the prefill grid otherwise",
+                    "reference point (L2 not flushed: below the bench's 27.4 / 15.7 / 28.7 us)"),
+    "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
+                    "the prefill grid with the prefill knobs at every head dim",
+                    "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
+                    "in series): +30-80% time; D64 = dec-shipped"),
+    "dec-split-knobs": (lambda D: (_launch().SPLIT_CONFIG + SPLIT_KNOBS_S5, True),
+                        "split-KV 128x64 with landmark rows of V, fast_exp2, scale_fold, win_u32 "
+                        "(full mask: the split mask does not lower); at Dv=64 split-KV for the "
+                        "first time",
+                        "D128: -5-15% time vs dec-shipped (cheaper tile, same launches); D64 B=1: "
+                        "15.7 -> 8-11 us (9x the programs, one key tile each), B=8: -30-50%"),
+    "dec-split-64": (lambda D: (((64, 64, 2, 128) if D > 64 else _launch().SPLIT_CONFIG)
+                                + SPLIT_KNOBS_S5, True),
+                     "dec-split-knobs on a 64x64 tile with one consumer warp group (decode "
+                     "rows are G * Lq <= 8 of the tile's rows: half the wasted MMA rows); "
+                     "D > 64 only: at Dv=64 this tile does not lower without expand_to_chunk "
+                     "(ThreadSync, CPU compile), so D=64 runs dec-split-knobs' tile",
+                     "D128: -10-30% time vs dec-split-knobs (smaller CTAs, more resident per "
+                     "SM); D64 = dec-split-knobs"),
+}
+
+# Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
+# slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
+# C = Lk + 1; no case with both flags off (that split variant does not lower).
+DECODE_CASES = [
+    ("dec D128 GQA8/2 Lq1 C64 kv=1e6+3 nan", 128, (True, True),
+     dict(B=2, Hq=8, Hkv=2, Lq=1, Lk=3000, window_size=300, chunk_size=64, kv_start=10**6 + 3,
+          nan_slots=True, tail_nan=True)),
+    ("dec D64 GQA8/2 Lq1 C64 nan", 64, (True, True),
+     dict(B=2, Hq=8, Hkv=2, Lq=1, Lk=3000, window_size=300, chunk_size=64, kv_start=7,
+          nan_slots=True, tail_nan=True)),
+    ("dec D128 Lq3 C16 nan", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=3, Lk=2000, window_size=200, chunk_size=16, kv_start=5,
+          nan_slots=True)),
+    ("dec D64 Lq3 C16 nan", 64, (True, True),
+     dict(B=1, Hq=4, Hkv=2, Lq=3, Lk=2000, window_size=200, chunk_size=16, kv_start=5,
+          nan_slots=True)),
+    ("dec D64 Lq1 C32 sm_scale=-0.2 nan", 64, (True, True),
+     dict(B=1, Hq=8, Hkv=1, Lq=1, Lk=1500, window_size=500, chunk_size=32, kv_start=0,
+          nan_slots=True, sm_scale=-0.2)),
+    ("dec D128 lmk=F exp=T Lq2", 128, (False, True),
+     dict(B=1, Hq=4, Hkv=4, Lq=2, Lk=1200, window_size=300, chunk_size=64, kv_start=3)),
+    ("dec D64 lmk=T exp=F Lq1 nan", 64, (True, False),
+     dict(B=1, Hq=4, Hkv=2, Lq=1, Lk=1200, window_size=300, chunk_size=64, kv_start=3,
+          nan_slots=True)),
+    ("dec D128 chunk_size=1 empty rows", 128, (True, True),
+     dict(B=1, Hq=4, Hkv=4, Lq=2, Lk=100, window_size=8, chunk_size=1, kv_start=0)),
+    ("dec D64 C=1e6 frame Lk+1 nan", 64, (True, True),
+     dict(B=1, Hq=4, Hkv=1, Lq=1, Lk=900, window_size=400, chunk_size=10**6, kv_start=12345,
+          nan_slots=True, tail_nan=True)),
+]
+
+# Decode timed shapes: (name, B, Hq, Hkv, Lq, Lk, D); bf16, W=512, C=64, both flags on.
+DECODE_SHAPES = [
+    ("dec B1 H32 D128 8K", 1, 32, 32, 1, 8192, 128),
+    ("dec B1 H32 D128 128K", 1, 32, 32, 1, 131072, 128),
+    ("dec B1 GQA32/4 D64 8K", 1, 32, 4, 1, 8192, 64),
+    ("dec B8 GQA32/4 D64 32K", 8, 32, 4, 1, 32768, 64),
+]
+
+
+def _tables(name):
+    """(config-for-D function, correctness cases, timed shapes, split-for-D) of a variant."""
+    if name in DECODE_VARIANTS:
+        fn = DECODE_VARIANTS[name][0]
+        return (lambda D: fn(D)[0]), DECODE_CASES, DECODE_SHAPES, (lambda D: fn(D)[1])
+    return VARIANTS[name][0], CASES, SHAPES, (lambda D: False)
+
 
 def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
     """The kernel-frame chunk ``C`` of a call (``Problem.kernel_frame()``), which
@@ -356,20 +454,24 @@ def scale_log2(D, sm_scale=None, **_):
 
 def kernel_jobs(variants):
     """Every (variant, kind, factory args) the lab launches (one per distinct kernel of
-    a variant); D, flags, kernel-frame chunk and scale from CASES and SHAPES."""
+    a variant); D, flags, kernel-frame chunk and scale from the variant's cases and
+    shapes (:func:`_tables`); split variants add the combine kernel."""
     from tilelang_impl import launch
-    need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw)) for _, D, f, kw in CASES}
-    need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]))
-             for s in SHAPES}
     jobs = []
     for name in variants:
+        cfg_of, cases, shapes, split_of = _tables(name)
+        need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw)) for _, D, f, kw in cases}
+        need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]))
+                 for s in shapes}
         seen = set()
         for D, (lmk, exp), C, sl2 in sorted(need):
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
-                                              VARIANTS[name][0](D), C, sl2)
-            if (kind, args) not in seen:
-                seen.add((kind, args))
-                jobs.append((name, kind, args))
+                                              cfg_of(D), C, sl2, split_of(D))
+            todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split_of(D) else [])
+            for job in todo:
+                if job not in seen:
+                    seen.add(job)
+                    jobs.append((name,) + job)
     return jobs
 
 
@@ -490,15 +592,25 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
                 empty_rows_zero=zero_ok, nan=nan, nan_slots=n_nan, empty_rows=int(empty.sum()))
 
 
-def _runner(cfg):
-    """``run(q, k, v, kw) -> (o, lse)``: poisoned outputs, prefill grid, this config."""
+def _splits(p, cfg, split):
+    """The split count a variant runs a call with: 1 (prefill grid) or at least 2."""
+    if not split:
+        return 1
+    from tilelang_impl import launch
+    return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], launch.sm_count(p.device)))
+
+
+def _runner(cfg, split=False):
+    """``run(q, k, v, kw) -> (o, lse)``: poisoned outputs, this config, the prefill grid
+    or (``split``) split-KV (:func:`_splits`)."""
     from reference.validation import check_inputs
     from tilelang_impl import launch
 
     def run(q, k, v, kw):
         p = check_inputs(q, k, v, **kw)
         o, lse = p.new_outputs(poison=True)
-        launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=1, config=cfg)
+        launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=_splits(p, cfg, split),
+                        config=cfg)
         return o, lse
     return run
 
@@ -539,11 +651,12 @@ def child(out, names):
     for name in names:
         _emit(ev, ev="start", variant=name)
         ok_all = True
-        for cname, D, (lmk, exp), kw in CASES:
-            cfg = VARIANTS[name][0](D)
+        cfg_of, cases, shapes, split_of = _tables(name)
+        for cname, D, (lmk, exp), kw in cases:
+            cfg = cfg_of(D)
             _emit(ev, ev="case_start", variant=name, case=cname)
             try:
-                rec = check_case(_runner(cfg), D, lmk, exp, **kw)
+                rec = check_case(_runner(cfg, split_of(D)), D, lmk, exp, **kw)
             except Exception as e:  # noqa: BLE001
                 rec = dict(ok=False, error=_err(e))
             ok_all &= rec["ok"]
@@ -551,7 +664,7 @@ def child(out, names):
         if not ok_all:
             _emit(ev, ev="done", variant=name, timed=False)
             continue
-        for sname, B, Hq, Hkv, Lq, Lk, D in SHAPES:
+        for sname, B, Hq, Hkv, Lq, Lk, D in shapes:
             _emit(ev, ev="time_start", variant=name, shape=sname)
             try:
                 if sname not in inputs:
@@ -562,9 +675,10 @@ def child(out, names):
                     p = check_inputs(q, k, v, window_size=W_T, chunk_size=C_T)
                     inputs[sname] = (q, k, v, p, p.new_outputs(), flops(B, Hq, Lq, Lk, D))
                 q, k, v, p, (o, lse), fl = inputs[sname]
-                cfg = VARIANTS[name][0](D)
+                cfg = cfg_of(D)
+                S = _splits(p, cfg, split_of(D))
                 best, med = bench_graph(lambda: launch.run_cuda(p, q, k, v, False, False, o, lse,
-                                                                force_split=1, config=cfg))
+                                                                force_split=S, config=cfg))
                 _emit(ev, ev="time", variant=name, shape=sname, us=best, us_median=med,
                       tflops=fl / best / 1e6)
             except Exception as e:  # noqa: BLE001
@@ -597,28 +711,36 @@ def fold_events(events, result):
 
 
 def table(result):
-    names = list(result.get("variants", {}))
+    """Prefill variants in TFLOP/s, decode variants (``dec-``) in microseconds, each
+    block relative to its first variant (``base`` for prefill when present)."""
     lines = []
-    hdr = f"{'variant':12s} {'status':18s} " + " ".join(f"{s[0][:14]:>14s}" for s in SHAPES)
-    ref = "base" if "base" in names else (names[0] if names else "base")
-    lines.append("TFLOP/s (kernel only, CUDA-graph replay, L2 not flushed; best of 5); "
-                 f"x = speed relative to {ref!r}")
-    lines.append(hdr)
-    base = result.get("variants", {}).get(ref, {}).get("times", {})
-    for n in names:
-        v = result["variants"][n]
-        st = v.get("status", "?")
-        st = "ok" if st == "timed" else st.split(":")[0]
-        cells = []
-        for s in SHAPES:
-            t = v.get("times", {}).get(s[0], {})
-            if "tflops" in t:
-                b = base.get(s[0], {}).get("us")
-                rel = f"{b / t['us']:.2f}x" if b else ""
-                cells.append(f"{t['tflops']:7.1f} {rel:>6s}")
-            else:
-                cells.append(f"{'-':>14s}")
-        lines.append(f"{n:12s} {st[:18]:18s} " + " ".join(cells))
+    every = list(result.get("variants", {}))
+    for decode in (False, True):
+        names = [n for n in every if (n in DECODE_VARIANTS) == decode]
+        if not names:
+            continue
+        shapes = DECODE_SHAPES if decode else SHAPES
+        ref = "base" if "base" in names else names[0]
+        unit = "microseconds" if decode else "TFLOP/s"
+        lines.append(f"{unit} (kernel only, CUDA-graph replay, L2 not flushed; best of 5); "
+                     f"x = speed relative to {ref!r}")
+        lines.append(f"{'variant':12s} {'status':18s} " + " ".join(f"{s[0][:14]:>14s}" for s in shapes))
+        base = result["variants"].get(ref, {}).get("times", {})
+        for n in names:
+            v = result["variants"][n]
+            st = v.get("status", "?")
+            st = "ok" if st == "timed" else st.split(":")[0]
+            cells = []
+            for s in shapes:
+                t = v.get("times", {}).get(s[0], {})
+                if "us" in t:
+                    b = base.get(s[0], {}).get("us")
+                    rel = f"{b / t['us']:.2f}x" if b else ""
+                    val = t["us"] if decode else t["tflops"]
+                    cells.append(f"{val:7.1f} {rel:>6s}")
+                else:
+                    cells.append(f"{'-':>14s}")
+            lines.append(f"{n:12s} {st[:18]:18s} " + " ".join(cells))
     return "\n".join(lines)
 
 
@@ -639,15 +761,17 @@ def main(argv=None):
         return child(a.out, a.child.split(","))
     t_start = time.time()
     deadline = t_start + a.budget_s
+    known = dict(VARIANTS, **DECODE_VARIANTS)
     names = [n for n in (a.only.split(",") if a.only else VARIANTS) if n]
     for n in names:
-        if n not in VARIANTS:
-            ap.error(f"unknown variant {n!r}; known: {list(VARIANTS)}")
+        if n not in known:
+            ap.error(f"unknown variant {n!r}; known: {list(known)}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or os.environ.get("COMMIT", "?")
     result = dict(commit=commit, budget_s=a.budget_s, timing="CUDA-graph replay of 10 calls, "
-                  "best/median of 5 replays, L2 not flushed", shapes=[s[0] for s in SHAPES],
-                  predictions={n: dict(change=VARIANTS[n][1], prediction=VARIANTS[n][2])
+                  "best/median of 5 replays, L2 not flushed",
+                  shapes=[s[0] for s in SHAPES + DECODE_SHAPES],
+                  predictions={n: dict(change=known[n][1], prediction=known[n][2])
                                for n in names})
     path = os.path.join(a.out, "lab_tilelang.json")
 
