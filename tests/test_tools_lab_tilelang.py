@@ -211,3 +211,18 @@ def test_table_has_a_decode_block_in_microseconds():
     t = L.table(res)
     assert "TFLOP/s" in t and "microseconds" in t and "2.00x" in t and "  200.0" in t
     assert "   20.0" in t and "   10.0" in t
+
+
+def test_table_headers_tell_decode_shapes_apart_and_skip_untimed_references():
+    res = dict(variants={
+        "dec-split-64": dict(status="compile failed", checks={}, times={}),
+        "dec-split-knobs": dict(status="timed", times={s[0]: dict(us=10.0, tflops=1.0)
+                                                       for s in L.DECODE_SHAPES}),
+        "dec-shipped": dict(status="timed", times={s[0]: dict(us=20.0, tflops=1.0)
+                                                   for s in L.DECODE_SHAPES}),
+    })
+    t = L.table(res)
+    assert "B1 H32 D128 8K" in t and "B1 H32 D128 128K" in t
+    assert "relative to 'dec-shipped'" in t and "2.00x" in t
+    del res["variants"]["dec-shipped"]
+    assert "relative to 'dec-split-knobs'" in L.table(res)

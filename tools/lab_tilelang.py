@@ -712,7 +712,8 @@ def fold_events(events, result):
 
 def table(result):
     """Prefill variants in TFLOP/s, decode variants (``dec-``) in microseconds, each
-    block relative to its first variant (``base`` for prefill when present)."""
+    block relative to its reference: ``base`` / ``dec-shipped`` when timed, else the
+    first variant with times."""
     lines = []
     every = list(result.get("variants", {}))
     for decode in (False, True):
@@ -720,11 +721,16 @@ def table(result):
         if not names:
             continue
         shapes = DECODE_SHAPES if decode else SHAPES
-        ref = "base" if "base" in names else names[0]
+        timed = [n for n in names if result["variants"][n].get("times")]
+        pref = "dec-shipped" if decode else "base"
+        ref = pref if pref in timed else (timed[0] if timed else names[0])
         unit = "microseconds" if decode else "TFLOP/s"
+        heads = [s[0].removeprefix("dec ") if decode else s[0][:14] for s in shapes]
+        w = max(14, max(len(h) for h in heads))  # decode names differ only at their end
+        nw = max(12, max(len(n) for n in names))
         lines.append(f"{unit} (kernel only, CUDA-graph replay, L2 not flushed; best of 5); "
                      f"x = speed relative to {ref!r}")
-        lines.append(f"{'variant':12s} {'status':18s} " + " ".join(f"{s[0][:14]:>14s}" for s in shapes))
+        lines.append(f"{'variant':{nw}s} {'status':18s} " + " ".join(f"{h:>{w}s}" for h in heads))
         base = result["variants"].get(ref, {}).get("times", {})
         for n in names:
             v = result["variants"][n]
@@ -737,10 +743,10 @@ def table(result):
                     b = base.get(s[0], {}).get("us")
                     rel = f"{b / t['us']:.2f}x" if b else ""
                     val = t["us"] if decode else t["tflops"]
-                    cells.append(f"{val:7.1f} {rel:>6s}")
+                    cells.append(f"{val:7.1f} {rel:>6s}".rjust(w))
                 else:
-                    cells.append(f"{'-':>14s}")
-            lines.append(f"{n:12s} {st[:18]:18s} " + " ".join(cells))
+                    cells.append(f"{'-':>{w}s}")
+            lines.append(f"{n:{nw}s} {st[:18]:18s} " + " ".join(cells))
     return "\n".join(lines)
 
 
