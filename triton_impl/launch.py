@@ -338,21 +338,21 @@ class _Plan:
         """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
         where the frame's chunk allows it (:func:`_lmk_one`), ``FOLD`` where the
         scale does (:func:`_fold_ok`); where the plan does not use one, both of
-        its keys hold the same kernel (:func:`_by_lmk`)."""
+        its keys hold the same kernel (:func:`_variants`)."""
         key = (_lmk_one(c, self.block_n), _fold_ok(qk_scale))
         return self.constexprs[key], self.static[key]
 
 
-def _by_lmk(cx: dict, mask_lmk: bool, num_warps: int, num_stages: int,
-            fold: bool = False) -> tuple[dict, dict]:
-    """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Without
-    ``mask_lmk`` (or where the one-landmark test is not used, see
-    :func:`_make_plan`) both ``LMK_ONE`` keys map to the ``LMK_ONE=False``
-    kernel; without ``fold`` both ``FOLD`` keys map to ``FOLD=False``."""
+def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
+              fold: bool) -> tuple[dict, dict]:
+    """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Where the
+    one-landmark test is not used (``lmk_one_ok`` false, see :func:`_make_plan`)
+    both ``LMK_ONE`` keys map to the ``LMK_ONE=False`` kernel; without ``fold``
+    both ``FOLD`` keys map to ``FOLD=False``."""
     cxs, sts = {}, {}
     for one in (False, True):
         for fo in (False, True):
-            v = dict(cx, LMK_ONE=one and mask_lmk, FOLD=fo and fold)
+            v = dict(cx, LMK_ONE=one and lmk_one_ok, FOLD=fo and fold)
             cxs[(one, fo)] = v
             sts[(one, fo)] = static_key(v, num_warps, num_stages)
     return cxs, sts
@@ -473,16 +473,16 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
-        cx, st = _by_lmk(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-                         lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
+        cx, st = _variants(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
+                           lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
                      cfg.num_warps, cfg.num_stages, cfg.block_n, st)
         choice = _tma_choice(p, tma, config)
         if choice is not None:
             tcfg, v_tma = choice
-            tcx, tst = _by_lmk(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
-                                    MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                               lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
+            tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
+                                      MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
+                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
@@ -508,8 +508,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         num_splits = max(1, min(num_splits, n_blocks))
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
-    cx, st = _by_lmk(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-                     lmk_one_ok, base.num_warps, base.num_stages, fold_on)
+    cx, st = _variants(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
+                       lmk_one_ok, base.num_warps, base.num_stages, fold_on)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
                  (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
     if not packed:
