@@ -15,7 +15,9 @@ import pytest
 
 tilelang = pytest.importorskip("tilelang", reason="tilelang is not installed")
 
+from reference.validation import default_scale  # noqa: E402
 from tilelang_impl import kernels, launch  # noqa: E402
+from tools.lab_tilelang import SESSION4_KNOBS  # noqa: E402  (the knobs shipped dbb5ab4..1a0b87e)
 
 if shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"):
     pytest.skip("nvcc is not installed (needed to build sm_90a cubins)", allow_module_level=True)
@@ -52,7 +54,7 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
     if cfg is None and knobs is None:
         full = (launch.SPLIT_CONFIG + launch.SPLIT_KNOBS if split
                 else launch.shipped_config(Dqk, Dv))
-        sl2 = launch.LOG2E * max(Dqk, 1) ** -0.5 if scale else None
+        sl2 = launch.LOG2E * default_scale(Dqk) if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, True, q_blhd, kv_blhd, full, C,
                                     sl2, split=split)[1]
     if knobs is None:
@@ -74,15 +76,11 @@ def _lmk_cols(args):
     return knobs[i] if i < len(knobs) else 0
 
 
-#: lmk_zero, mask_split, fold as shipped dbb5ab4..1a0b87e (tools/lab_tilelang.SESSION4_KNOBS)
-_SESSION4 = {64: ("tile", True, False), 128: ("rows", True, True)}
-
-
 def _session4(D, C=64):
     """The kernel shipped at D (C = 64) before session 5's knobs (lmk_cols on, the
     fast_exp2 / scale_fold / win_u32 / lmk_rows_j0 knobs off): the base the knob tests
     compare against."""
-    return _tc(D, D, knobs=_SESSION4[D] + (2 if C == 64 else 0,))
+    return _tc(D, D, knobs=SESSION4_KNOBS[D][:3] + (2 if C == 64 else 0,))
 
 
 TC_VARIANTS = {

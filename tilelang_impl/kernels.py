@@ -227,7 +227,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                        policy=T.GemmWarpPolicy.FullRow)
                 j0 = None
                 if rows_j0:
-                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols, True)
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
@@ -394,8 +394,6 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
              O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
         with T.Kernel(T.ceildiv(Lq, block_M), Hq, B, threads=threads) as (bx, by, bz):
-            if fast_exp2 and gpu:
-                T.import_source(M.EX2_APPROX_SRC)
             q_l = T.alloc_local([bm, Dqk], accum)
             k_l = T.alloc_local([block_N, Dqk], accum)
             v_l = T.alloc_local([block_N, Dv], accum)
@@ -423,7 +421,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 k0 = lo + kb * block_N
                 j0 = None
                 if rows_j0:
-                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols, True)
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                 T.clear(k_l)
                 T.clear(v_l)
                 if lmk_zero == "rows":  # as the bulk copy: every row < Lk, then landmark rows

@@ -122,16 +122,16 @@ def first_landmark(k_first, r, chunk_size):
 
 
 @T.macro
-def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols, need=False):
+def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols):
     """``j0`` (:func:`first_landmark`) of the tile, computed once into an int32
-    register before a loop over the tile when ``mask_lmk`` and ``lmk_cols`` or
-    ``need`` (else ``None``: the general test needs no per-tile value). Passed
-    on to :func:`tile_landmark` (and, with ``need``, to
+    register before a loop over the tile when ``mask_lmk`` and ``lmk_cols``
+    (else ``None``: the general test needs no per-tile value). Passed on to
+    :func:`tile_landmark` (and, with ``lmk_rows_j0``, to
     :func:`zero_landmark_rows`); without the register nvcc re-derives the
     floor modulo inside every short-circuited ``&&`` branch of the window test.
     """
     j0 = None
-    if mask_lmk and (lmk_cols or need):
+    if mask_lmk and lmk_cols:
         j0 = T.alloc_var("int32", init=first_landmark(k_first, r, chunk_size))
     return j0
 
@@ -155,9 +155,8 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
     - ``0``: :func:`is_landmark` of the position (about 9 instructions per
       element: int to float, multiply, float to int, multiply-add, 3 compares);
     - ``K >= 1``: ``j`` compared with the first ``K`` landmark columns
-      ``j0 + m * C`` of the tile (:func:`first_landmark`, once per tile, ``j0``
-      from :func:`tile_landmark_start` when given): ``K`` integer compares per
-      element.
+      ``j0 + m * C`` of the tile (``j0`` from :func:`tile_landmark_start`, once
+      per tile, required): ``K`` integer compares per element.
 
     The two agree exactly for every column ``j`` in ``[0, block_N)`` when
     ``K * C >= block_N``: the tile's landmark columns are ``j0 + m * C`` with
@@ -172,8 +171,6 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
     ``Lk - k_first``, a key past ``Lk`` that no row sees.
     """
     if lmk_cols:
-        if j0 is None:
-            j0 = first_landmark(k_first, r, chunk_size)
         lmk = _landmark_columns(j, j0, chunk_size, lmk_cols)
     else:
         lmk = is_landmark(r + k_first + j, chunk_size, inv_chunk)
