@@ -198,7 +198,7 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
     # enough (2 x 4 heads) that they take split-KV where they have it (TileLang: Dv 96
     # and 128). On CPU (180 queries, 1 x 2/1 heads) the path is whatever the
     # launchers choose for that size.
-    if base.device.startswith("cuda") and row.get("grid", "prefill") == "prefill":
+    if base.device.startswith("cuda") and row["grid"] == "prefill":
         base = replace(base, B=2, Hq=12, Hkv=4)
     L = 1024 if base.device.startswith("cuda") else 180
     return replace(base, chunk=C, window=C + 5, kv_start=kv, Dqk=D, Dv=D, dtype=row["dtype"],

@@ -360,9 +360,9 @@ def precompile(quick=False):
             else:
                 launch._cache[(kind,) + c] = kk
     # the split path's combine, (Dv, dtype) of every split kernel (the recording stops at
-    # the split kernel, before its combine is asked for)
-    comb = list(dict.fromkeys([(96, "bfloat16"), (128, "bfloat16")]
-                              + [(a[1], a[2]) for k, a in jobs if k == "fwd_tc" and a[11]]))
+    # the split kernel, before its combine is asked for; precompile_configs' split kernels
+    # give bf16 Dv 96 and 128)
+    comb = list(dict.fromkeys((a[1], a[2]) for k, a in jobs if k == "fwd_tc" and a[11]))
     for c, kk in zip(comb, kernels.combine.par_compile(comb, num_workers=4, ignore_error=True)):
         if kk is None:
             failed.append("combine" + str(c))

@@ -92,13 +92,6 @@ def _session4(D):
     return _base(D) + SESSION4_KNOBS[64 if D <= 64 else 128]
 
 
-def _shipped(D, lmk_cols=None):
-    """The session-4 shipped config of head dim D (:data:`SESSION4_KNOBS`), the
-    ``lmk_cols`` cap replaced when given."""
-    cfg = _session4(D)
-    return cfg if lmk_cols is None else cfg[:7] + (lmk_cols,)
-
-
 def _ship_plus(D, **knobs):
     """The session-4 shipped config of head dim D (all knob items) with ``knobs`` set."""
     cfg = list(_full(_session4(D)))
@@ -162,7 +155,7 @@ VARIANTS = {
                   "-20..-40% vs all (one WG cannot hide softmax behind wgmma; 2x programs)"),
     # session 5: the landmark test as integer compares against the tile's landmark
     # columns (macros.tile_landmark). Run: --only shipped,lmkcols
-    "nolmkcols": (lambda D: _shipped(D, 0),
+    "nolmkcols": (lambda D: _session4(D)[:7] + (0,),
                   "launch.shipped_config knobs as of ee66ff0, lmk_cols off (D=64: split mask; "
                   "D=128: rows + split + fold; 128x128): the general float landmark test "
                   "(~9 instructions per score); called 'shipped' until lmk_cols shipped",
@@ -173,7 +166,7 @@ VARIANTS = {
                 "fexp+sfold+wu32+lmkj0)",
                 "measured on the H200: ~236 TF/s H32 D128 L8K (fexp+sfold+wu32+lmkj0, "
                 "1a0b87e), ~156 TF/s GQA D64 (s5-rows+fold, tree of 7e93d56)"),
-    "lmkcols": (lambda D: _shipped(D, 2),
+    "lmkcols": (lambda D: _session4(D),
                 "nolmkcols + lmk_cols (shipped dbb5ab4..1a0b87e, SESSION4_KNOBS): landmark test = "
                 "K integer compares vs the tile's landmark columns j0 + m*C (K = ceil(bN/C) = 2 "
                 "at C=64, bN=128), j0 once per tile in a register; edge-tile mask branch-free",
@@ -561,8 +554,9 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
     """One correctness case; returns a result dict (``ok`` and errors)."""
     import torch
     import reference
-    kw = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=lmk,
-              expand_to_chunk=exp, kv_start=kv_start, sm_scale=sm_scale)
+    rule = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=lmk,
+                expand_to_chunk=exp, kv_start=kv_start)
+    kw = dict(rule, sm_scale=sm_scale)
     g = torch.Generator(device="cuda").manual_seed(seed)
     bf = torch.bfloat16
     q = torch.randn(B, Hq, Lq, D, dtype=bf, device="cuda", generator=g)
@@ -577,7 +571,7 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
     n_nan = 0
     if nan_slots:
         from tools.gpu_tilelang import _poison_invisible
-        n_nan = _poison_invisible(k, v, Lq, Lk, {n: x for n, x in kw.items() if n != "sm_scale"})
+        n_nan = _poison_invisible(k, v, Lq, Lk, rule)
     o, lse = run(q, k, v, kw)
     torch.cuda.synchronize()
     empty = torch.isneginf(gl)
