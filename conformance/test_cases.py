@@ -196,8 +196,8 @@ def test_generate_rejects_unknown():
 def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
     """The GPU tile_chunk cases come in two grids (conformance.cases._tile_chunk_build):
     2 x 12/4 heads put both backends on their prefill grid (TileLang's D = 96 prefill
-    kernel at C < 64 once failed to compile and no case reached it), 2 x 4/2 heads put
-    TileLang on split-KV for Dv 96 and 128 (its only split head dims). Checked with the
+    kernel at C < 64 once failed to compile and no case reached it), 1 x 4/2 heads put
+    TileLang on split-KV (Dv 64, 96 and 128 since session 6, launch.splits_at). Checked with the
     launchers' own choices on an H200-sized device (132 SMs)."""
     from tilelang_impl import launch as tl_launch
     from triton_impl import launch as tr_launch
@@ -212,12 +212,13 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
         v = torch.empty((c.B, c.Hkv, c.Lk, c.Dv), dtype=torch.bfloat16, device="meta")
         p = reference.check_inputs(q, k, v, window_size=c.window, chunk_size=c.chunk,
                                    mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
-        tl_split = tl_launch.split_count(p, *tl_launch.SPLIT_CONFIG[:2], p.device) > 1  # as run_cuda
+        tl_split = tl_launch.split_count(p, *tl_launch.split_config(c.Dqk, c.Dv, c.mask_lmk, c.expand)[:2],
+                                         p.device) > 1  # as run_cuda
         tr_path = tr_launch.choose_path(p)
         grid = "prefill" if c.Hq == 12 else "split"
         seen.add((grid, c.Dv))
         if grid == "prefill":
             assert not tl_split and tr_path == "prefill", c.id
         else:
-            assert tl_split == (c.Dv in tl_launch.SPLIT_DV), c.id
+            assert tl_split == tl_launch.splits_at(c.Dqk, c.Dv), c.id
     assert seen == {(g, d) for g in ("prefill", "split") for d in (64, 96, 128)}

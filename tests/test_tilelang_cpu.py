@@ -154,21 +154,37 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     split variant TileLang 0.1.15 cannot lower (launch.split_variant_builds)."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
 
-    def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128):
+    def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128, Dv=None):
+        Dv = D if Dv is None else Dv
         q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")
         k = torch.empty((B, Hq, Lk, D), dtype=torch.bfloat16, device="meta")
-        p = check_inputs(q, k, k, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
+        v = torch.empty((B, Hq, Lk, Dv), dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, v, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
                          expand_to_chunk=expand)
-        return launch.split_count(p, *launch.SPLIT_CONFIG[:2], p.device)
+        return launch.split_count(p, *launch.split_config(D, Dv, mask_lmk, expand)[:2],
+                                  p.device)  # as run_cuda
 
-    assert split(1, 32, 1, 8192) > 1                      # decode: 32 programs
+    # one wave: S = 132 // programs, at most the reachable key tiles (576 + 64 rows
+    # of reach on 64-key tiles: 10)
+    assert split(1, 32, 1, 8192) == 4                     # decode: 32 programs
+    assert split(1, 32, 1, 8192, D=64) == 4               # Dv = 64 splits too (128-row tile)
+    assert split(1, 32, 1, 8192, D=96) == 4
+    assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
+    assert split(1, 8, 1, 300) == 5                       # ... of a short cache
     assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU
-    assert split(1, 32, 512, 8192) == 1                   # chunked: 128 programs, one wave
-    assert split(1, 33, 256, 8192) == 1                   # 66 programs: half the SMs
-    assert split(1, 32, 256, 8192) > 1                    # 64 programs: under half, split
-    assert split(1, 32, 1, 8192, expand=False) > 1
+    assert split(1, 32, 512, 8192) == 1                   # chunked: 256 programs
+    assert split(2, 33, 64, 8192) == 1                    # 66 programs: half the SMs
+    assert split(2, 32, 64, 8192) == 2                    # 64 programs: under half, split
+    assert split(1, 32, 128, 8192) == 2                   # 64-row split tile: 64 programs
+    assert split(1, 32, 192, 8192) == 1                   # ... 96 programs
+    assert split(1, 32, 128, 8192, D=64) == 4             # 128-row split tile at Dv = 64
+    assert split(1, 32, 1, 8192, D=80) == 1               # Dv 80 / 112 never split
+    assert split(1, 32, 1, 8192, D=192, Dv=128) == 1      # nor a Dqk above 128
+    assert split(1, 32, 1, 8192, expand=False) == 4
+    assert split(1, 32, 128, 8192, expand=False) == 4      # 128-row split tile without expand
     assert split(1, 32, 1, 8192, mask_lmk=False) > 1
-    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 1
+    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 4   # 64-row tile lowers
+    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False, D=64) == 1  # 128-row does not
 
 
 # The performance knobs of the GPU kernel that change which macros run
@@ -266,10 +282,18 @@ def test_lmk_cols_rule_per_call():
     assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == ("rows", True, True, 0, True, True,
                                                               True)  # no landmarks: no j0
     assert launch.tc_kernel_args(ship)[2] == ("rows", True, True, 0, True, False, True)  # no call
-    assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 64) == \
-        ("fwd_tc", launch.SPLIT_CONFIG, ("tile", False, False, 1))
-    assert launch.tc_kernel_args(launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True, 16) == \
-        ("fwd_tc", launch.SPLIT_CONFIG, ())
+    # split-KV (64-key tiles: C = 64 is one landmark column): landmark rows, full mask,
+    # fast_exp2, scale_fold per call, win_u32; no lmk_rows_j0
+    split = launch.split_config(128, 128)
+    assert split[:4] == (64, 64, 2, 128) and launch.split_config(64, 64)[:4] == (128, 64, 2, 256)
+    assert launch.split_config(128, 128, expand_to_chunk=False) == (128, 64, 2, 256, "tile", False,
+                                                                     False, 2)
+    assert launch.split_config(128, 128, False, False) == split
+    assert launch.split_config(64, 64, expand_to_chunk=False) == launch.split_config(64, 64)
+    assert launch.tc_kernel_args(split, True, 64, sl2) == \
+        ("fwd_tc", split[:4], ("rows", False, False, 1, True, True, True))
+    assert launch.tc_kernel_args(split, True, 16) == \
+        ("fwd_tc", split[:4], ("rows", False, False, 0, True, False, True))
     # D = 64 on the CPU kernel's 16-key tiles (lmk_rows_j0 only with landmark columns)
     assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == \
         ("rows", True, True, 1, True, False, True, True)

@@ -198,8 +198,8 @@ def test_decode_variants_compile_what_their_runs_launch(monkeypatch):
             L._runner(cfg, split)(q, k, k, dict(shp, mask_lmk=lmk, expand_to_chunk=exp))
             assert asked and set(asked) <= jobs, (name, D, kw, asked)
             p = check_inputs(q, k, k, mask_lmk=lmk, expand_to_chunk=exp, **shp)
-            assert (L._splits(p, cfg, split) >= 2) == split
-            assert (("combine", (D, "bfloat16")) in asked) == split
+            assert (L._splits(p, cfg, split) >= 2) == bool(split)
+            assert (("combine", (D, "bfloat16")) in asked) == bool(split)
 
 
 def test_table_has_a_decode_block_in_microseconds():

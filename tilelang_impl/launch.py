@@ -29,26 +29,24 @@ LMK_COLS_MAX = 2
 _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
-#: Split-KV is used for these Dv only: for Dv = 64 TileLang 0.1.15's ThreadSync
-#: pass rejects the split variant with the shipped split knobs
-#: (:data:`SPLIT_KNOBS`, whole V tile zeroed) and with any ``mask_split``
-#: ("shared-memory sync inside a divergent region"), reproducible without a
-#: GPU; such calls keep the prefill grid. Found on CPU in session 5 and not
-#: yet measured, hence not used: at Dv = 64 the split variant with knobs
-#: ``("rows", False, False, LMK_COLS_MAX, True, True, True)`` (landmark rows
-#: of V, full mask, fast_exp2, scale_fold, win_u32) lowers for C = 16, 32, 64.
-SPLIT_DV = (96, 128)
+#: Split-KV is used for these Dv only, with ``max(Dqk, Dv) <= 128``
+#: (:func:`split_config`); other calls keep the prefill grid. Dv = 80 / 112 and
+#: Dv < 64 were never measured as split variants.
+SPLIT_DV = (64, 96, 128)
 
 
-def split_variant_builds(mask_lmk: bool, expand_to_chunk: bool) -> bool:
-    """Whether the split-KV variant of these flags lowers in TileLang 0.1.15.
+def split_variant_builds(mask_lmk: bool, expand_to_chunk: bool, Dv: int) -> bool:
+    """Whether the split-KV variant (:func:`split_config`) of these flags and
+    ``Dv`` (in :data:`SPLIT_DV`) lowers in TileLang 0.1.15.
 
-    With both flags off, the ThreadSync pass rejects it ("shared-memory sync
-    inside a divergent region with 3 participating threads"; seen in the H200
-    conformance run at e9bceb9 and reproducible on CPU, see
-    tests/test_tilelang_compile.py). Those calls keep the prefill grid.
+    With both flags off, the ThreadSync pass rejects the 128-row split tile
+    ("shared-memory sync inside a divergent region"; seen in the H200
+    conformance run at e9bceb9, reproducible on CPU, see
+    tests/test_tilelang_compile.py), which Dv = 64 needs; those calls keep the
+    prefill grid. The 64-row tile of Dv = 96 / 128 lowers (CPU compile,
+    session 6).
     """
-    return mask_lmk or expand_to_chunk
+    return mask_lmk or expand_to_chunk or Dv != 64
 
 
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
@@ -110,17 +108,39 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
     return ()
 
 
-#: Config of the split-KV (decode) variant, Dv in SPLIT_DV only: the first
-#: shipped tile (128 x 64, whole V tile zeroed, no knobs; :data:`SPLIT_KNOBS`
-#: adds only the exact ``lmk_cols`` cap). The prefill tile of
-#: D = 128 (128 x 128 with the knobs) does not lower as a split variant in
-#: TileLang 0.1.15 (ThreadSync: a shared-memory sync inside a one-thread
-#: branch; tests/test_tilelang_compile.py), and split-KV is not where the
-#: knobs were measured.
-SPLIT_CONFIG = (128, 64, 2, 256)
-#: Knobs of the split-KV variant: the defaults but the ``lmk_cols`` cap
-#: (:func:`lmk_cols_for`: one compare per score and V row for C >= 64).
-SPLIT_KNOBS = ("tile", False, False, LMK_COLS_MAX)
+#: Knobs of the split-KV variant (:data:`TC_KNOBS` order, up to ``win_u32``):
+#: landmark rows of V, the full mask (the split mask and the folded softmax do not
+#: lower as split variants in TileLang 0.1.15: ThreadSync), the ``lmk_cols`` cap,
+#: fast_exp2, scale_fold, win_u32. Session 6 decode lab
+#: (bench_results/tilelang-lab7-4e2da01.json, L2 not flushed, 4 splits): at B=1
+#: 32/32/128 this 64 x 64 tile 12.0 us against 13.0 us for the session-5 split
+#: kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count; at
+#: Dv = 64, where the session-5 knobs did not lower, 11.4 us against 13.1 us on
+#: the prefill grid (B=1, GQA 32/4).
+SPLIT_KNOBS = ("rows", False, False, LMK_COLS_MAX, True, True, True)
+#: Knobs of the split-KV variant for Dv = 96 / 128 without ``expand_to_chunk``,
+#: where :data:`SPLIT_KNOBS` does not lower on either split tile (ThreadSync,
+#: session 6 CPU compile): session 5's split kernel (whole V tile zeroed, the
+#: ``lmk_cols`` cap only; 13.0 us against 12.0 us at the lab shape above).
+SPLIT_KNOBS_NOEXP = ("tile", False, False, LMK_COLS_MAX)
+
+
+def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool = True) -> tuple:
+    """Tile and knobs of the split-KV variant (Dv in :data:`SPLIT_DV`,
+    ``max(Dqk, Dv) <= 128``): 64 x 64 with one consumer warp group for Dv = 96
+    and 128 with ``expand_to_chunk`` (decode rows are a few of the tile's: half
+    the wasted MMA rows of a 128-row tile) or without ``mask_lmk``; 128 x 64
+    with two otherwise: at Dv = 64, and with :data:`SPLIT_KNOBS_NOEXP` for
+    Dv = 96 / 128 with ``mask_lmk`` and without ``expand_to_chunk``, where
+    TileLang 0.1.15 does not lower :data:`SPLIT_KNOBS` on either tile, nor the
+    64-row tile at Dv = 64 (ThreadSync, "shared-memory sync inside a divergent
+    region"; CPU compile of every split kernel the launcher can pick, sessions
+    5 and 6)."""
+    if Dv == 64:
+        return (128, 64, 2, 256) + SPLIT_KNOBS
+    if expand_to_chunk or not mask_lmk:
+        return (64, 64, 2, 128) + SPLIT_KNOBS
+    return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
 
 
 def shipped_config(Dqk: int, Dv: int) -> tuple:
@@ -286,30 +306,46 @@ def scalars(p) -> tuple[int, int, int, float, float]:
 def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
     """Number of KV splits (1 = no split), chosen by grid saturation.
 
-    The prefill grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When that
-    occupies at least half the SMs, splitting only adds a combine pass (the
-    threshold of the Triton backend's ``triton_impl.launch.choose_path``, which
-    counts 64-row GQA-packed tiles instead of programs); below it, each
-    query block's key range is cut into ``S`` pieces so about two programs per
-    SM run, never more pieces than the range has key tiles. Measured on the
+    ``block_M`` x ``block_N`` is the split tile (:func:`split_config`); its
+    grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When that occupies at
+    least half the SMs, splitting only adds a combine pass (the threshold of
+    the Triton backend's ``triton_impl.launch.choose_path``, which counts
+    64-row GQA-packed tiles instead of programs); below it, each query block's
+    key range is cut into ``S`` pieces so that one wave of programs runs
+    (:func:`splits_by_saturation`), never more pieces than the range has key
+    tiles. Measured on the
     H200 (bf16, chunked prefill Lq=512 of 8K, 32/32/128: 128 programs on 132
     SMs): split-KV 72.0 us (L2 flushed, bench at d0de4f1, when the threshold was
     a full wave) against about 20 us on the prefill grid (lab, no flush).
     """
-    if p.Dv not in SPLIT_DV or not split_variant_builds(p.mask_lmk, p.expand_to_chunk):
+    if not (splits_at(p.Dqk, p.Dv) and split_variant_builds(p.mask_lmk, p.expand_to_chunk, p.Dv)):
         return 1
     return splits_by_saturation(p, block_M, block_N, sm_count(device))
 
 
+def splits_at(Dqk: int, Dv: int) -> bool:
+    """Whether calls of these head dims may take the split-KV variant."""
+    return Dv in SPLIT_DV and max(Dqk, Dv) <= 128
+
+
 def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
     """:func:`split_count`'s arithmetic without its head-dim and flag gates (the
-    lab times split variants the launcher does not pick yet)."""
+    lab times split variants the launcher does not pick yet).
+
+    One wave: ``S = sms // programs`` (never more than the reachable key tiles,
+    nor 64). Measured on the H200 (session 6 decode lab, B=1 32/32/128, 32
+    programs, L2 not flushed, bench_results/tilelang-lab7-4e2da01.json): S = 2 /
+    4 / 6 / 9 took 17.3 / 13.0 / 20.9 / 23.3 us with the 128 x 64 split tile
+    (11.9-16.3 us with the 64 x 64 one at S = 4 / 2): past one program per SM
+    a split kernel pays a second wave of whole programs (fixed start and
+    epilogue) for one or two key tiles each; session 5's rule (about two
+    programs per SM, S = 9 here) was the slowest."""
     programs = -(-p.Lq // block_M) * p.B * p.Hq
     if 2 * programs >= sms:
         return 1
     reach = min(p.Lk, p.window_size + p.chunk_size + block_M)
     tiles = max(1, -(-reach // block_N))
-    return max(1, min(tiles, -(-2 * sms // programs), 64))
+    return max(1, min(tiles, sms // programs, 64))
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
@@ -324,10 +360,11 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     if force_split is not None:
         S = force_split
     else:
-        bM, bN = (config or SPLIT_CONFIG)[:2]
+        bM, bN = (config or split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk))[:2]
         S = split_count(p, bM, bN, p.device)
     split = S > 1
-    cfg = config or (SPLIT_CONFIG + SPLIT_KNOBS if split else shipped_config(p.Dqk, p.Dv))
+    cfg = config or (split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk) if split
+                     else shipped_config(p.Dqk, p.Dv))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split)
     ker = _kernel(kind, *args)

@@ -259,7 +259,8 @@ def bench(quick=False, out=None, save=lambda: None):
                    visible_pairs=pairs, target=target)
         try:
             p = check_inputs(q, k, v, **kw)
-            rec["splits"] = launch.split_count(p, *launch.SPLIT_CONFIG[:2], p.device)
+            rec["splits"] = launch.split_count(p, *launch.split_config(D, D, p.mask_lmk, p.expand_to_chunk)[:2],
+                                               p.device)
             o, lse = p.new_outputs()
             def kern(cfg=None, split=None, lmk=True):
                 pp = p if lmk else check_inputs(q, k, v, mask_lmk=False, **kw)
@@ -273,7 +274,7 @@ def bench(quick=False, out=None, save=lambda: None):
             if name.startswith("prefill H32 D128 L8K") or name.startswith("decode B1 H32 D128 Lk8K"):
                 t = _bench_graph(kern(lmk=False))
                 variants["mask_lmk=False (no V zeroing)"] = dict(kernel_us=t)
-            if Lq == 1 and D in launch.SPLIT_DV:
+            if Lq == 1 and launch.splits_at(D, D):
                 for S in (1, 4, 16):
                     try:
                         variants[f"split={S}"] = dict(kernel_us=_bench_graph(kern(split=S)))
@@ -310,9 +311,9 @@ def precompile_configs() -> list[tuple]:
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)
     tc(64, 64, lmk=False)
     tc(128, 128, qb=True, kb=True); tc(64, 64, qb=True, kb=True)
-    split_cfg = launch.SPLIT_CONFIG + launch.SPLIT_KNOBS
-    tc(128, 128, split=True, cfg=split_cfg); tc(96, 96, split=True, cfg=split_cfg)
-    tc(128, 128, lmk=False, split=True, cfg=split_cfg)
+    for D in (64, 96, 128):
+        tc(D, D, split=True, cfg=launch.split_config(D, D))
+    tc(128, 128, lmk=False, split=True, cfg=launch.split_config(128, 128))
     return list(dict.fromkeys(cfgs))
 
 

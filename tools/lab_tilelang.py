@@ -333,44 +333,63 @@ FLOOR_BF16 = 2e-2
 # ---------------------------------------------------------------------------------------
 # Decode variants (session 5, for the decode targets; names start with "dec-"): name ->
 # (head dim D -> (config, split-KV?), what it changes, prediction written before any GPU
-# run). A split variant always splits (S = max(2, launch.splits_by_saturation)), so it
-# runs one kernel per call shape plus the combine; a non-split one runs the prefill grid.
+# run). A split variant always splits (S >= 2 by the launcher's rule, session 5's or
+# forced: :func:`_splits`), so it runs one kernel per call shape plus the combine; a
+# non-split one runs the prefill grid.
 # Checked on DECODE_CASES, timed on DECODE_SHAPES (microseconds). Every config below was
 # compiled for sm_90a on CPU first (session 5): the Dv = 64 split variant lowers with
 # landmark rows and the full mask, not with the shipped split knobs (launch.SPLIT_DV).
 # Measured on the H200 before (bench, L2 flushed, d0de4f1): TileLang 27.4 us at B=1
 # 32/32/128 8K (split 128x64 shipped), 15.7 us B=1 GQA 32/4 D=64 8K and 28.7 us B=8 GQA
 # 32K (prefill grid); Triton 12.7 / 9.0 / 10.4 us.
-# Run: --only dec-shipped,dec-prefill,dec-split-knobs,dec-split-64
+# Run: --only dec-s5,dec-shipped,dec-prefill,dec-s4,dec-64-s4
 # ---------------------------------------------------------------------------------------
 SPLIT_KNOBS_S5 = ("rows", False, False, 2, True, True, True)
+#: The split-KV kernel shipped d0de4f1..4e2da01 (then launch.SPLIT_CONFIG + SPLIT_KNOBS),
+#: taken for Dv 96 / 128 with S = ceil(2 * SMs / programs) splits (``"s5"``, :func:`_splits`).
+SESSION5_SPLIT = (128, 64, 2, 256) + ("tile", False, False, 2)
+SESSION5_SPLIT_DV = (96, 128)
 
 
 def _dec_shipped(D):
-    """What run_cuda picks for a decode call today."""
+    """What run_cuda picks for a decode call (Dqk = Dv = D) today."""
     launch = _launch()
-    if D in launch.SPLIT_DV:
-        return launch.SPLIT_CONFIG + launch.SPLIT_KNOBS, True
+    if launch.splits_at(D, D):
+        return launch.split_config(D, D), True
     return _full(launch.shipped_config(D, D)), False
 
 
+def _dec_session5(D):
+    """What run_cuda picked for a decode call from d0de4f1 to 4e2da01."""
+    if D in SESSION5_SPLIT_DV:
+        return SESSION5_SPLIT, "s5"
+    return _full(_launch().shipped_config(D, D)), False
+
+
+# In bench_results/tilelang-lab6-4e2da01.json and -lab7-4e2da01.json "dec-shipped" is
+# what "dec-s5" is now (those runs predate session 6's split change).
 DECODE_VARIANTS = {
+    "dec-s5": (_dec_session5,
+               "as shipped in session 5: split-KV 128x64 (whole V tile zeroed, lmk_cols) for "
+               "Dv 96/128 with about two programs per SM, the prefill grid otherwise",
+               "reference point (L2 not flushed: below the bench's 27.4 / 15.7 / 28.7 us)"),
     "dec-shipped": (_dec_shipped,
-                    "as shipped: split-KV 128x64 (whole V tile zeroed, lmk_cols) for Dv 96/128, "
-                    "the prefill grid otherwise",
-                    "reference point (L2 not flushed: below the bench's 27.4 / 15.7 / 28.7 us)"),
+                    "as shipped (session 6): split-KV for Dv 64/96/128 (launch.split_config, "
+                    "one wave of programs), the prefill grid otherwise",
+                    "measured as dec-64-s4 (D128) and dec-s4 (D64) in lab7: 12.0 / 11.4 us "
+                    "at B=1; B=8 on the prefill grid (25 us)"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
                     "the prefill grid with the prefill knobs at every head dim",
                     "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
-                    "in series): +30-80% time; D64 = dec-shipped"),
-    "dec-split-knobs": (lambda D: (_launch().SPLIT_CONFIG + SPLIT_KNOBS_S5, True),
+                    "in series): +30-80% time; D64 = dec-s5"),
+    "dec-split-knobs": (lambda D: (SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, "s5"),
                         "split-KV 128x64 with landmark rows of V, fast_exp2, scale_fold, win_u32 "
                         "(full mask: the split mask does not lower); at Dv=64 split-KV for the "
                         "first time",
-                        "D128: -5-15% time vs dec-shipped (cheaper tile, same launches); D64 B=1: "
+                        "D128: -5-15% time vs dec-s5 (cheaper tile, same launches); D64 B=1: "
                         "15.7 -> 8-11 us (9x the programs, one key tile each), B=8: -30-50%"),
-    "dec-split-64": (lambda D: (((64, 64, 2, 128) if D > 64 else _launch().SPLIT_CONFIG)
-                                + SPLIT_KNOBS_S5, True),
+    "dec-split-64": (lambda D: (((64, 64, 2, 128) if D > 64 else SESSION5_SPLIT[:4])
+                                + SPLIT_KNOBS_S5, "s5"),
                      "dec-split-knobs on a 64x64 tile with one consumer warp group (decode "
                      "rows are G * Lq <= 8 of the tile's rows: half the wasted MMA rows); "
                      "D > 64 only: at Dv=64 this tile does not lower without expand_to_chunk "
@@ -378,6 +397,68 @@ DECODE_VARIANTS = {
                      "D128: -10-30% time vs dec-split-knobs (smaller CTAs, more resident per "
                      "SM); D64 = dec-split-knobs"),
 }
+
+
+def _dec_forced(S, small=False):
+    """Split-KV with ``S`` splits forced (capped by the reachable key tiles): session 5's
+    split kernel at D > 64 (``small``: dec-split-64's 64x64 tile), dec-split-knobs'
+    128x64 tile at D = 64 (the Dv = 64 split variant that lowers)."""
+    def cfg(D):
+        if D <= 64:
+            return SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, S
+        if small:
+            return (64, 64, 2, 128) + SPLIT_KNOBS_S5, S
+        return SESSION5_SPLIT, S
+    return cfg
+
+
+# Session 6, after the first decode lab (bench_results/tilelang-lab6-4e2da01.json, L2 not
+# flushed): the prefill grid beat split-KV at D=128 B=1 (16.6 vs 23.1 us; predicted the
+# other way) and every split variant ran S = 9 (288 programs for 132 SMs). Model: a
+# program costs a fixed start/epilogue F plus ~1.5-3 us per key tile; S = 9 gives
+# three waves of programs with one or two tiles each, so F dominates. Fewer splits,
+# one wave: predicted below. The B=8 shape (256 programs unsplit) stays on the
+# prefill grid in the launcher whatever this finds (forced splits only add waves).
+DECODE_VARIANTS.update({
+    "dec-s2": (_dec_forced(2), "session-5 split kernel (D128), S = 2 (64 programs at B=1 H=32)",
+               "D128 B=1: 12-17 us (two waves' worth of tiles in one: 6 tiles per program); "
+               "D64 B=1 ~ dec-prefill (13 us)"),
+    "dec-s4": (_dec_forced(4), "session-5 split kernel (D128), S = 4 (128 programs, one wave)",
+               "D128 B=1: 11-15 us (best of the S sweep); D64 B=1: 9-12 us"),
+    "dec-s6": (_dec_forced(6), "session-5 split kernel (D128), S = 6 (192 programs)",
+               "D128 B=1: 14-19 us (between S=4 and the shipped S=9)"),
+    "dec-64-s2": (_dec_forced(2, small=True), "64x64 split tile (D128), S = 2",
+                  "D128 B=1: 10-15 us (half the MMA rows of 128x64 per key tile)"),
+    "dec-64-s4": (_dec_forced(4, small=True), "64x64 split tile (D128), S = 4",
+                  "D128 B=1: 9-14 us"),
+})
+
+
+def _dec_prefill_rows(tile):
+    """The prefill grid on a 64-row tile with the prefill knobs at D = 64 (one consumer
+    warp group); D = 128 as shipped (``dec-shipped``)."""
+    def cfg(D):
+        if D <= 64:
+            launch = _launch()
+            return _full(tile + launch.tc_knobs(D, D)), False
+        return _dec_shipped(D)
+    return cfg
+
+
+# Session 6, after lab7 (split-KV S=4 shipped): B=8 GQA 32/4 D=64 decode stays on the
+# prefill grid, 256 programs of 128 rows with two consumer warp groups, one CTA per SM
+# (registers): two waves for one real row per program. A 64-row tile with one consumer
+# warp group lowers at D = 64 (CPU compile) and may fit two CTAs per SM.
+DECODE_VARIANTS.update({
+    "dec-p64x128": (_dec_prefill_rows((64, 128, 2, 128)),
+                    "D64: prefill grid on 64x128 tiles, one consumer warp group",
+                    "D64 B=8 GQA: 25.2 -> 13-18 us (one wave if two CTAs fit per SM); "
+                    "B=1 GQA: 13.1 -> 11-13 us (half the MMA rows)"),
+    "dec-p64x64": (_dec_prefill_rows((64, 64, 2, 128)),
+                   "D64: prefill grid on 64x64 tiles, one consumer warp group",
+                   "D64 B=8 GQA: 25.2 -> 13-20 us (as dec-p64x128, twice the key tiles); "
+                   "B=1 GQA: 12-15 us"),
+})
 
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
@@ -459,7 +540,7 @@ def kernel_jobs(variants):
         seen = set()
         for D, (lmk, exp), C, sl2 in sorted(need):
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
-                                              cfg_of(D), C, sl2, split_of(D))
+                                              cfg_of(D), C, sl2, bool(split_of(D)))
             todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split_of(D) else [])
             for job in todo:
                 if job not in seen:
@@ -587,11 +668,21 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
 
 
 def _splits(p, cfg, split):
-    """The split count a variant runs a call with: 1 (prefill grid) or at least 2."""
+    """The split count a variant runs a call with: 1 (prefill grid) or at least 2.
+    ``split`` is False (prefill grid), True (``launch.splits_by_saturation``), ``"s5"``
+    (session 5's rule: about two programs per SM) or an int ``S`` (forced); the last two
+    capped by the key tiles a query block can reach."""
     if not split:
         return 1
     from tilelang_impl import launch
-    return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], launch.sm_count(p.device)))
+    sms = launch.sm_count(p.device)
+    if split is True:
+        return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], sms))
+    if split == "s5":
+        programs = -(-p.Lq // cfg[0]) * p.B * p.Hq
+        split = -(-2 * sms // programs)
+    reach = min(p.Lk, p.window_size + p.chunk_size + cfg[0])
+    return max(2, min(int(split), -(-reach // cfg[1]), 64))
 
 
 def _runner(cfg, split=False):
