@@ -195,9 +195,8 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
     # GPU, grid "prefill" has enough programs (2 x 12 heads x 8 blocks of 128 queries)
     # that both backends take their prefill grid (TileLang's D = 96 prefill kernel at
     # C < 64 failed to compile at 7e93d56 and no case reached it), grid "split" few
-    # enough (1 x 4 heads: 64 programs of TileLang's 64-row split tile, 32 of its
-    # 128-row one at Dv = 64) that they take split-KV where they have it (TileLang:
-    # Dv 64, 96 and 128). On CPU (180 queries, 1 x 2/1 heads) the path is whatever
+    # enough (1 x 4 heads: 64 programs of TileLang's 64-row split tile) that they
+    # take split-KV where they have it (TileLang: Dv 96 and 128). On CPU (180 queries, 1 x 2/1 heads) the path is whatever
     # the launchers choose for that size.
     if base.device.startswith("cuda") and row["grid"] == "prefill":
         base = replace(base, B=2, Hq=12, Hkv=4)

@@ -197,7 +197,7 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
     """The GPU tile_chunk cases come in two grids (conformance.cases._tile_chunk_build):
     2 x 12/4 heads put both backends on their prefill grid (TileLang's D = 96 prefill
     kernel at C < 64 once failed to compile and no case reached it), 1 x 4/2 heads put
-    TileLang on split-KV (Dv 64, 96 and 128 since session 6, launch.splits_at). Checked with the
+    TileLang on split-KV for Dv 96 and 128 (launch.splits_at). Checked with the
     launchers' own choices on an H200-sized device (132 SMs)."""
     from tilelang_impl import launch as tl_launch
     from triton_impl import launch as tr_launch

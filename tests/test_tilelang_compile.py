@@ -46,13 +46,15 @@ def _sass(kind, args, tmp_path):
 
 
 def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
-        C=64, scale=True, exp=True):
+        C=64, scale=True, exp=True, Lq=None):
     """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
-    ``split``; ``lmk_cols`` resolved by launch.lmk_cols_for) and the default
+    ``split``; the prefill tile of ``Lq`` queries; ``lmk_cols`` resolved by
+    launch.lmk_cols_for) and the default
     ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``)."""
     if cfg is None and knobs is None:
-        full = launch.split_config(Dqk, Dv, lmk, exp) if split else launch.shipped_config(Dqk, Dv)
+        full = (launch.split_config(Dqk, Dv, lmk, exp) if split
+                else launch.shipped_config(Dqk, Dv, Lq))
         sl2 = launch.LOG2E * default_scale(Dqk) if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd, full, C,
                                     sl2, split=split)[1]
@@ -125,17 +127,21 @@ TC_VARIANTS = {
     "d96-split": _tc(96, 96, split=True),
     "d128-split-lmk2": _tc(128, 128, split=True, C=32),
     "d128-split-general": _tc(128, 128, split=True, C=16),
-    "d64-split": _tc(64, 64, split=True),
-    "d64-split-lmk2": _tc(64, 64, split=True, C=32),
-    "d64-split-general": _tc(64, 64, split=True, C=16),
-    # without expand_to_chunk Dv = 96 / 128 split on the 128x64 tile (the 64x64 one
-    # fails ThreadSync there: session 6, CPU compile of every split kernel)
+    # without expand_to_chunk (with mask_lmk) session 5's split kernel, 128x64 (the
+    # split knobs fail ThreadSync there on both tiles: session 6 CPU compile)
     "d128-split-noexp": _tc(128, 128, split=True, exp=False),
     "d128-split-noexp-lmk2": _tc(128, 128, split=True, exp=False, C=32),
     "d128-split-noexp-general": _tc(128, 128, split=True, exp=False, C=16),
-    # both flags off: the 64x64 split tile (the 128x64 one does not lower, Dv = 64
-    # keeps the prefill grid)
+    # both flags off: the 64x64 split tile (session 5's 128x64 one does not lower)
     "d128-split-noflags": _tc(128, 128, split=True, lmk=False, exp=False),
+    # D <= 64 with Lq <= 64: the short prefill tile (launch.SHORT_Q_TILE, 64x128, one
+    # consumer warp group) for the three lmk_cols it bakes (C >= 128: 1, C = 64: 2,
+    # C < 64: general), a scale that cannot fold, and Dqk != Dv = 32
+    "d64-short": _tc(64, 64, Lq=1),
+    "d64-short-lmk1": _tc(64, 64, Lq=1, C=128),
+    "d64-short-general": _tc(64, 64, Lq=1, C=16),
+    "d64-short-noscalefold": _tc(64, 64, Lq=1, scale=False),
+    "d64x32-short": _tc(64, 32, Lq=1),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
     "d128-first": _tc(128, 128, cfg=(128, 64, 2, 256)),
     # 64x64 tile, one consumer warp group (D > 128), shipped
@@ -167,7 +173,8 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
 
 def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     """Every kernel run_cuda can pick for D = 64, 96 and 128 with mask_lmk (lmk_cols
-    0, 1, 2 prefill; 0, 1, 2 split, D = 64 and 128) is among the compiled variants; other
+    0, 1, 2 prefill; 0, 1, 2 split, D = 128, with and without expand_to_chunk;
+    0, 1, 2 on the short prefill tile, D = 64) is among the compiled variants; other
     head dims below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
@@ -178,11 +185,10 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
             assert _tc(D, D, C=C) in have, C
     for D in (64, 128):
         assert _tc(D, D, scale=False) in have
-    for D in (64, 128):
-        for C in range(1, 300):
-            assert _tc(D, D, split=True, C=C) in have
     for C in range(1, 300):
+        assert _tc(128, 128, split=True, C=C) in have
         assert _tc(128, 128, split=True, exp=False, C=C) in have
+        assert _tc(64, 64, Lq=1, C=C) in have
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -224,13 +230,14 @@ def test_lmk_rows_j0_drops_the_64_bit_divisions(tmp_path):
     assert j0.count("BAR.SYNC") == base.count("BAR.SYNC")
 
 
-def test_split_variant_without_flags_still_fails_to_lower():
-    """TileLang 0.1.15 cannot lower the split variant with both flags off, so
-    launch.split_count never picks it. When this starts to pass, TileLang has
-    fixed its ThreadSync pass: lift launch.split_variant_builds. (The 64-row
-    split tile of Dv = 96 / 128 lowers with both flags off: d128-split-noflags.)"""
-    assert not launch.split_variant_builds(False, False, 64)
-    args = (128, 128, "bfloat16", False, False, False, False) + (128, 64, 2, 256) + (True,)
+def test_split_knobs_without_expand_still_fail_to_lower():
+    """TileLang 0.1.15 cannot lower the split variant with launch.SPLIT_KNOBS for
+    mask_lmk without expand_to_chunk, so launch.split_config gives those calls
+    session 5's split kernel. When this starts to pass, TileLang has fixed its
+    ThreadSync pass: measure SPLIT_KNOBS there."""
+    args = launch.tc_kernel_key(128, 128, "bfloat16", True, False, False, False,
+                                (64, 64, 2, 128) + launch.SPLIT_KNOBS, 64,
+                                launch.LOG2E * default_scale(128), split=True)[1]
     with pytest.raises(Exception, match="ThreadSync"):
         kernels.fwd_tc(*args)
 

@@ -150,8 +150,8 @@ def test_window_clamp_scalars():
 
 
 def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
-    """Split-KV only for small grids, and never for the flag combination whose
-    split variant TileLang 0.1.15 cannot lower (launch.split_variant_builds)."""
+    """Split-KV only for small grids and Dv 96 / 128, with every flag combination
+    (launch.split_config has a variant that lowers for each)."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
 
     def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128, Dv=None):
@@ -167,7 +167,7 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     # one wave: S = 132 // programs, at most the reachable key tiles (576 + 64 rows
     # of reach on 64-key tiles: 10)
     assert split(1, 32, 1, 8192) == 4                     # decode: 32 programs
-    assert split(1, 32, 1, 8192, D=64) == 4               # Dv = 64 splits too (128-row tile)
+    assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the short prefill tile
     assert split(1, 32, 1, 8192, D=96) == 4
     assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
     assert split(1, 8, 1, 300) == 5                       # ... of a short cache
@@ -177,14 +177,12 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     assert split(2, 32, 64, 8192) == 2                    # 64 programs: under half, split
     assert split(1, 32, 128, 8192) == 2                   # 64-row split tile: 64 programs
     assert split(1, 32, 192, 8192) == 1                   # ... 96 programs
-    assert split(1, 32, 128, 8192, D=64) == 4             # 128-row split tile at Dv = 64
     assert split(1, 32, 1, 8192, D=80) == 1               # Dv 80 / 112 never split
     assert split(1, 32, 1, 8192, D=192, Dv=128) == 1      # nor a Dqk above 128
     assert split(1, 32, 1, 8192, expand=False) == 4
     assert split(1, 32, 128, 8192, expand=False) == 4      # 128-row split tile without expand
     assert split(1, 32, 1, 8192, mask_lmk=False) > 1
     assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 4   # 64-row tile lowers
-    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False, D=64) == 1  # 128-row does not
 
 
 # The performance knobs of the GPU kernel that change which macros run
@@ -285,11 +283,15 @@ def test_lmk_cols_rule_per_call():
     # split-KV (64-key tiles: C = 64 is one landmark column): landmark rows, full mask,
     # fast_exp2, scale_fold per call, win_u32; no lmk_rows_j0
     split = launch.split_config(128, 128)
-    assert split[:4] == (64, 64, 2, 128) and launch.split_config(64, 64)[:4] == (128, 64, 2, 256)
+    assert split[:4] == (64, 64, 2, 128)
     assert launch.split_config(128, 128, expand_to_chunk=False) == (128, 64, 2, 256, "tile", False,
                                                                      False, 2)
     assert launch.split_config(128, 128, False, False) == split
-    assert launch.split_config(64, 64, expand_to_chunk=False) == launch.split_config(64, 64)
+    # the prefill grid's tile: 64 rows for Lq <= 64 at D <= 64 only
+    assert launch.tc_config(64, 64, 64) == launch.SHORT_Q_TILE == (64, 128, 2, 128)
+    assert launch.tc_config(64, 64, 65) == launch.tc_config(64, 64) == (128, 128, 2, 256)
+    assert launch.tc_config(64, 80, 1) == launch.tc_config(128, 128, 1) == (128, 128, 2, 256)
+    assert launch.shipped_config(32, 64, 1) == launch.SHORT_Q_TILE + launch.tc_knobs(32, 64)
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
         ("fwd_tc", split[:4], ("rows", False, False, 1, True, True, True))
     assert launch.tc_kernel_args(split, True, 16) == \

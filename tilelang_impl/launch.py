@@ -30,27 +30,27 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 
 
 #: Split-KV is used for these Dv only, with ``max(Dqk, Dv) <= 128``
-#: (:func:`split_config`); other calls keep the prefill grid. Dv = 80 / 112 and
-#: Dv < 64 were never measured as split variants.
-SPLIT_DV = (64, 96, 128)
+#: (:func:`split_config`); other calls keep the prefill grid. At Dv = 64 the
+#: split variant (128 x 64, the only split tile that lowers there) lost to the
+#: prefill grid's 64-row tile (:data:`SHORT_Q_TILE`) in session 6's decode lab
+#: (B=1 GQA 32/4 D=64: 11.4 vs 9.8 us); Dv = 80 / 112 and Dv < 64 were never
+#: measured as split variants.
+SPLIT_DV = (96, 128)
+
+#: Prefill-grid tile for calls with ``Lq <= 64`` at ``max(Dqk, Dv) <= 64``
+#: (decode, short chunks): 64 x 128 with one consumer warp group, where the
+#: 128-row tile leaves at least half its rows empty. Session 6 decode lab
+#: (bench_results/tilelang-lab8-89a7885.json, L2 not flushed, GQA 32/4 D=64,
+#: Lk 8K / 32K): B=1 13.0 -> 9.8 us, B=8 25.1 -> 18.6 us (a 64 x 64 tile: 10.7 /
+#: 20.5 us).
+SHORT_Q_TILE = (64, 128, 2, 128)
 
 
-def split_variant_builds(mask_lmk: bool, expand_to_chunk: bool, Dv: int) -> bool:
-    """Whether the split-KV variant (:func:`split_config`) of these flags and
-    ``Dv`` (in :data:`SPLIT_DV`) lowers in TileLang 0.1.15.
+def tc_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple[int, int, int, int]:
+    """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel
+    (prefill grid) for a call with ``Lq`` queries (``None``: long).
 
-    With both flags off, the ThreadSync pass rejects the 128-row split tile
-    ("shared-memory sync inside a divergent region"; seen in the H200
-    conformance run at e9bceb9, reproducible on CPU, see
-    tests/test_tilelang_compile.py), which Dv = 64 needs; those calls keep the
-    prefill grid. The 64-row tile of Dv = 96 / 128 lowers (CPU compile,
-    session 6).
-    """
-    return mask_lmk or expand_to_chunk or Dv != 64
-
-
-def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
-    """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel.
+    D <= 64 and ``Lq <= 64``: :data:`SHORT_Q_TILE`.
 
     D <= 128: 128 x 128 tiles, two consumer warp groups. At D = 128 the
     128 x 128 tile beat 128 x 64 by 17% with the knobs of :func:`tc_knobs`
@@ -59,6 +59,8 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     group (the register file); verified on the H200 at D = 192 / 256.
     """
     d = max(Dqk, Dv)
+    if d <= 64 and Lq is not None and Lq <= 64:
+        return SHORT_Q_TILE
     if d <= 128:
         return 128, 128, 2, 256
     return 64, 64, 2, 128
@@ -114,11 +116,9 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
 #: fast_exp2, scale_fold, win_u32. Session 6 decode lab
 #: (bench_results/tilelang-lab7-4e2da01.json, L2 not flushed, 4 splits): at B=1
 #: 32/32/128 this 64 x 64 tile 12.0 us against 13.0 us for the session-5 split
-#: kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count; at
-#: Dv = 64, where the session-5 knobs did not lower, 11.4 us against 13.1 us on
-#: the prefill grid (B=1, GQA 32/4).
+#: kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count.
 SPLIT_KNOBS = ("rows", False, False, LMK_COLS_MAX, True, True, True)
-#: Knobs of the split-KV variant for Dv = 96 / 128 without ``expand_to_chunk``,
+#: Knobs of the split-KV variant with ``mask_lmk`` and without ``expand_to_chunk``,
 #: where :data:`SPLIT_KNOBS` does not lower on either split tile (ThreadSync,
 #: session 6 CPU compile): session 5's split kernel (whole V tile zeroed, the
 #: ``lmk_cols`` cap only; 13.0 us against 12.0 us at the lab shape above).
@@ -126,26 +126,25 @@ SPLIT_KNOBS_NOEXP = ("tile", False, False, LMK_COLS_MAX)
 
 
 def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool = True) -> tuple:
-    """Tile and knobs of the split-KV variant (Dv in :data:`SPLIT_DV`,
-    ``max(Dqk, Dv) <= 128``): 64 x 64 with one consumer warp group for Dv = 96
-    and 128 with ``expand_to_chunk`` (decode rows are a few of the tile's: half
-    the wasted MMA rows of a 128-row tile) or without ``mask_lmk``; 128 x 64
-    with two otherwise: at Dv = 64, and with :data:`SPLIT_KNOBS_NOEXP` for
-    Dv = 96 / 128 with ``mask_lmk`` and without ``expand_to_chunk``, where
-    TileLang 0.1.15 does not lower :data:`SPLIT_KNOBS` on either tile, nor the
-    64-row tile at Dv = 64 (ThreadSync, "shared-memory sync inside a divergent
-    region"; CPU compile of every split kernel the launcher can pick, sessions
-    5 and 6)."""
-    if Dv == 64:
-        return (128, 64, 2, 256) + SPLIT_KNOBS
-    if expand_to_chunk or not mask_lmk:
-        return (64, 64, 2, 128) + SPLIT_KNOBS
-    return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
+    """Tile and knobs of the split-KV variant (:func:`splits_at`): 64 x 64 with
+    one consumer warp group and :data:`SPLIT_KNOBS` (decode rows are a few of
+    the tile's: half the wasted MMA rows of a 128-row tile); with ``mask_lmk``
+    and without ``expand_to_chunk`` session 5's split kernel instead (128 x 64,
+    :data:`SPLIT_KNOBS_NOEXP`): TileLang 0.1.15 does not lower
+    :data:`SPLIT_KNOBS` there on either tile (ThreadSync, "shared-memory sync
+    inside a divergent region"; CPU compile of every split kernel the launcher
+    can pick, session 6, pinned by tests/test_tilelang_compile.py). Every flag
+    combination has a split variant that lowers (session 5's 128 x 64 kernel
+    did not with both flags off; the 64 x 64 one does)."""
+    if mask_lmk and not expand_to_chunk:
+        return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
+    return (64, 64, 2, 128) + SPLIT_KNOBS
 
 
-def shipped_config(Dqk: int, Dv: int) -> tuple:
-    """The config :func:`run_cuda` uses when none is given: tile and knobs."""
-    return tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
+def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
+    """The prefill-grid config :func:`run_cuda` uses when none is given: tile
+    (:func:`tc_config`) and knobs."""
+    return tc_config(Dqk, Dv, Lq) + tc_knobs(Dqk, Dv)
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
@@ -318,7 +317,7 @@ def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
     SMs): split-KV 72.0 us (L2 flushed, bench at d0de4f1, when the threshold was
     a full wave) against about 20 us on the prefill grid (lab, no flush).
     """
-    if not (splits_at(p.Dqk, p.Dv) and split_variant_builds(p.mask_lmk, p.expand_to_chunk, p.Dv)):
+    if not splits_at(p.Dqk, p.Dv):
         return 1
     return splits_by_saturation(p, block_M, block_N, sm_count(device))
 
@@ -364,7 +363,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         S = split_count(p, bM, bN, p.device)
     split = S > 1
     cfg = config or (split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk) if split
-                     else shipped_config(p.Dqk, p.Dv))
+                     else shipped_config(p.Dqk, p.Dv, p.Lq))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split)
     ker = _kernel(kind, *args)

@@ -307,11 +307,12 @@ def precompile_configs() -> list[tuple]:
         cfgs.append(args)
     for D in (64, 96, 128):
         tc(D, D)
+    tc(64, 64, cfg=launch.shipped_config(64, 64, 1))  # decode / Lq <= 64 at D = 64
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)
     tc(64, 64, lmk=False)
     tc(128, 128, qb=True, kb=True); tc(64, 64, qb=True, kb=True)
-    for D in (64, 96, 128):
+    for D in launch.SPLIT_DV:
         tc(D, D, split=True, cfg=launch.split_config(D, D))
     tc(128, 128, lmk=False, split=True, cfg=launch.split_config(128, 128))
     return list(dict.fromkeys(cfgs))

@@ -338,11 +338,11 @@ FLOOR_BF16 = 2e-2
 # non-split one runs the prefill grid.
 # Checked on DECODE_CASES, timed on DECODE_SHAPES (microseconds). Every config below was
 # compiled for sm_90a on CPU first (session 5): the Dv = 64 split variant lowers with
-# landmark rows and the full mask, not with the shipped split knobs (launch.SPLIT_DV).
+# landmark rows and the full mask, not with session 5's split knobs (SESSION5_SPLIT).
 # Measured on the H200 before (bench, L2 flushed, d0de4f1): TileLang 27.4 us at B=1
 # 32/32/128 8K (split 128x64 shipped), 15.7 us B=1 GQA 32/4 D=64 8K and 28.7 us B=8 GQA
 # 32K (prefill grid); Triton 12.7 / 9.0 / 10.4 us.
-# Run: --only dec-s5,dec-shipped,dec-prefill,dec-s4,dec-64-s4
+# Run: --only dec-s5,dec-shipped,dec-prefill,dec-p64x128
 # ---------------------------------------------------------------------------------------
 SPLIT_KNOBS_S5 = ("rows", False, False, 2, True, True, True)
 #: The split-KV kernel shipped d0de4f1..4e2da01 (then launch.SPLIT_CONFIG + SPLIT_KNOBS),
@@ -356,7 +356,7 @@ def _dec_shipped(D):
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
-    return _full(launch.shipped_config(D, D)), False
+    return _full(launch.shipped_config(D, D, 1)), False  # the decode cases have Lq <= 3
 
 
 def _dec_session5(D):
@@ -374,10 +374,11 @@ DECODE_VARIANTS = {
                "Dv 96/128 with about two programs per SM, the prefill grid otherwise",
                "reference point (L2 not flushed: below the bench's 27.4 / 15.7 / 28.7 us)"),
     "dec-shipped": (_dec_shipped,
-                    "as shipped (session 6): split-KV for Dv 64/96/128 (launch.split_config, "
-                    "one wave of programs), the prefill grid otherwise",
-                    "measured as dec-64-s4 (D128) and dec-s4 (D64) in lab7: 12.0 / 11.4 us "
-                    "at B=1; B=8 on the prefill grid (25 us)"),
+                    "as shipped (session 6): split-KV for Dv 96/128 (launch.split_config, "
+                    "one wave of programs), the prefill grid otherwise (D=64: the 64-row "
+                    "short tile, launch.SHORT_Q_TILE)",
+                    "D128 as dec-64-s4 in lab7 (12.0 us at B=1); D64 as dec-p64x128 in lab8 "
+                    "(9.8 / 18.6 us)"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
                     "the prefill grid with the prefill knobs at every head dim",
                     "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
