@@ -210,7 +210,9 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
 def _flags_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     W, C = row["wc"]
-    return replace(base, mask_lmk=lmk, expand=exp, window=W, chunk=C, kv_start=row["kv_start"])
+    D = row.get("D", base.Dqk)
+    return replace(base, mask_lmk=lmk, expand=exp, window=W, chunk=C, kv_start=row["kv_start"],
+                   Dqk=D, Dv=D)
 
 
 def _empty_rows_build(base: Case, row: dict) -> Case:
@@ -343,8 +345,10 @@ def _categories() -> list[Category]:
                       "flags": [(True, True), (True, False), (False, True)]},
         _kv_build))
     C.append(Category(
-        "flags", "all four (mask_lmk, expand_to_chunk) combinations",
-        lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7]},
+        "flags", "all four (mask_lmk, expand_to_chunk) combinations; on the GPU at D = 64 and "
+        "128 (TileLang's split-KV kernel differs per flag pair at D = 128)",
+        lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7],
+                      **({"D": [64, 128]} if cuda else {})},
         _flags_build))
     C.append(Category(
         "scale", "explicit sm_scale, zero and negative included (inputs rescaled so the softmax "
