@@ -6,8 +6,10 @@
 # conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
 # BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang"
 # adds optional backends to the conformance run. PART=conform or PART=bench runs one
-# half only: the full tier with all four backends (1054 cases since 518348b, about
-# 320 s at -n 8 on one H200) and the bench no longer fit one 10-minute call together.
+# half only: the full tier with all four backends (1084 cases since 677ea40: 469 s at
+# -n 8 on a fresh H200 machine, TileLang compiles included; give it CONFORM_S=540) and
+# the bench (78 s right after it on the same machine, kernels cached) do not fit one
+# 10-minute call together.
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
