@@ -207,12 +207,18 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
                    Lq=L, Lk=L, mask_lmk=True, expand=True, nan_slots=True)
 
 
+#: The flags category's head dims on the GPU: name -> (D, Lq or None for the base's).
+#: TileLang picks its kernel per flag pair on split-KV (D = 96 / 128 on small grids)
+#: and on the short prefill tile (D <= 64, Lq <= 64).
+_FLAGS_D = {"D64": (64, None), "D64q3": (64, 3), "D96": (96, None), "D128": (128, None)}
+
+
 def _flags_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     W, C = row["wc"]
-    D = row.get("D", base.Dqk)
+    D, Lq = _FLAGS_D[row.get("D", "D64")]
     return replace(base, mask_lmk=lmk, expand=exp, window=W, chunk=C, kv_start=row["kv_start"],
-                   Dqk=D, Dv=D)
+                   Dqk=D, Dv=D, Lq=Lq or base.Lq)
 
 
 def _empty_rows_build(base: Case, row: dict) -> Case:
@@ -305,12 +311,15 @@ def _categories() -> list[Category]:
                              expand=r["flags"][1], window=r["window"])))
     C.append(Category(
         "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk)); on the GPU "
-        "also C = 64, where the kernels test the tile's landmark columns by integer compares",
+        "also C = 64, where the kernels test the tile's landmark columns by integer compares, "
+        "and 3 queries (decode-sized: TileLang's short tile at D <= 64, split-KV at 96 / 128)",
         lambda cuda: {"D": [(32, 32), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128),
-                            (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64)],
-                      "dtype": list(DTYPES), "chunk": [16, 64] if cuda else [16]},
-        lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=65, Lk=65, B=1,
-                             chunk=r["chunk"])))
+                            (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64),
+                            (64, 32)],
+                      "dtype": list(DTYPES), "chunk": [16, 64] if cuda else [16],
+                      **({"Lq": [65, 3]} if cuda else {})},
+        lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=r.get("Lq", 65),
+                             Lk=65, B=1, chunk=r["chunk"])))
     C.append(Category(
         "gqa", "Hq/Hkv = 1, 2, 4, 8 and MQA; batch 1..3",
         lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (3, 1)] + ([(16, 2)] if cuda else []),
@@ -345,10 +354,11 @@ def _categories() -> list[Category]:
                       "flags": [(True, True), (True, False), (False, True)]},
         _kv_build))
     C.append(Category(
-        "flags", "all four (mask_lmk, expand_to_chunk) combinations; on the GPU at D = 64 and "
-        "128 (TileLang's split-KV kernel differs per flag pair at D = 128)",
+        "flags", "all four (mask_lmk, expand_to_chunk) combinations; on the GPU also at D = 96 "
+        "and 128 and with 3 queries at D = 64 (TileLang's split-KV and short-tile kernels "
+        "differ per flag pair)",
         lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7],
-                      **({"D": [64, 128]} if cuda else {})},
+                      **({"D": list(_FLAGS_D)} if cuda else {})},
         _flags_build))
     C.append(Category(
         "scale", "explicit sm_scale, zero and negative included (inputs rescaled so the softmax "
@@ -360,11 +370,13 @@ def _categories() -> list[Category]:
         lambda cuda: {"cfg": ["C1", "W1", "W1kv"], "dtype": list(DTYPES), "Lq": [65, 20]},
         _empty_rows_build))
     C.append(Category(
-        "layout", "contiguous, BLHD transposed views, offset views in NaN-filled buffers, mixed",
+        "layout", "contiguous, BLHD transposed views, offset views in NaN-filled buffers, mixed; "
+        "on the GPU at D = 64 and 128 (TileLang's split-KV path at 128)",
         lambda cuda: {"layout": list(LAYOUTS), "dtype": list(DTYPES), "heads": [(4, 2), (2, 2)],
-                      "shape": ["train", "infer"]},
-        lambda b, r: _shape_build(b, dict(shape=r["shape"], layout=r["layout"], dtype=r["dtype"],
-                                          Hq=r["heads"][0], Hkv=r["heads"][1]))))
+                      "shape": ["train", "infer"], **({"D": [64, 128]} if cuda else {})},
+        lambda b, r: _shape_build(replace(b, Dqk=r.get("D", b.Dqk), Dv=r.get("D", b.Dv)),
+                                  dict(shape=r["shape"], layout=r["layout"], dtype=r["dtype"],
+                                       Hq=r["heads"][0], Hkv=r["heads"][1]))))
     C.append(Category(
         "nan_slots", "NaN in every key slot no query can see (from reference.mask)",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],

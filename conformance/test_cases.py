@@ -212,8 +212,7 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
         v = torch.empty((c.B, c.Hkv, c.Lk, c.Dv), dtype=torch.bfloat16, device="meta")
         p = reference.check_inputs(q, k, v, window_size=c.window, chunk_size=c.chunk,
                                    mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
-        tl_split = tl_launch.split_count(p, *tl_launch.split_config(c.Dqk, c.Dv, c.mask_lmk, c.expand)[:2],
-                                         p.device) > 1  # as run_cuda
+        tl_split = tl_launch.split_plan(p)[0] > 1  # as run_cuda
         tr_path = tr_launch.choose_path(p)
         grid = "prefill" if c.Hq == 12 else "split"
         seen.add((grid, c.Dv))

@@ -119,10 +119,9 @@ TC_VARIANTS = {
     "d128-general": _tc(128, 128, C=16),
     # same without mask_lmk: V straight from TMA, no zeroing
     "d128-nolmk": _tc(128, 128, lmk=False),
-    # split-KV partials (decode path), shipped config (launch.split_config: 64x64 tile
-    # for Dv 96 / 128, 128x64 for Dv 64; landmark rows, full mask, fast_exp2,
-    # scale_fold, win_u32): C = 64 on 64-key tiles (lmk_cols = 1), 32 <= C < 64
-    # (lmk_cols = 2) and C < 32 (general)
+    # split-KV partials (decode path, Dv 96 / 128), shipped config (launch.split_config:
+    # 64x64 tile, landmark rows, full mask, fast_exp2, scale_fold, win_u32): C = 64 on
+    # 64-key tiles (lmk_cols = 1), 32 <= C < 64 (lmk_cols = 2) and C < 32 (general)
     "d128-split": _tc(128, 128, split=True),
     "d96-split": _tc(96, 96, split=True),
     "d128-split-lmk2": _tc(128, 128, split=True, C=32),
@@ -134,6 +133,9 @@ TC_VARIANTS = {
     "d128-split-noexp-general": _tc(128, 128, split=True, exp=False, C=16),
     # both flags off: the 64x64 split tile (session 5's 128x64 one does not lower)
     "d128-split-noflags": _tc(128, 128, split=True, lmk=False, exp=False),
+    # the other flag pairs: no landmark test at D = 128, session 5's kernel at D = 96
+    "d128-split-nolmk": _tc(128, 128, split=True, lmk=False),
+    "d96-split-noexp": _tc(96, 96, split=True, exp=False),
     # D <= 64 with Lq <= 64: the short prefill tile (launch.SHORT_Q_TILE, 64x128, one
     # consumer warp group) for the three lmk_cols it bakes (C >= 128: 1, C = 64: 2,
     # C < 64: general), a scale that cannot fold, and Dqk != Dv = 32
@@ -142,6 +144,8 @@ TC_VARIANTS = {
     "d64-short-general": _tc(64, 64, Lq=1, C=16),
     "d64-short-noscalefold": _tc(64, 64, Lq=1, scale=False),
     "d64x32-short": _tc(64, 32, Lq=1),
+    "d32-short": _tc(32, 32, Lq=1),
+    "d64-short-noflags": _tc(64, 64, Lq=1, lmk=False, exp=False),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
     "d128-first": _tc(128, 128, cfg=(128, 64, 2, 256)),
     # 64x64 tile, one consumer warp group (D > 128), shipped
@@ -172,10 +176,11 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
 
 
 def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
-    """Every kernel run_cuda can pick for D = 64, 96 and 128 with mask_lmk (lmk_cols
-    0, 1, 2 prefill; 0, 1, 2 split, D = 128, with and without expand_to_chunk;
-    0, 1, 2 on the short prefill tile, D = 64) is among the compiled variants; other
-    head dims below 128 only with the general landmark test (Dv = 80, 112). Calls whose
+    """Every kernel run_cuda can pick with mask_lmk for D = 64, 96 and 128 on the
+    prefill grid (lmk_cols 0, 1, 2), for D = 128 on split-KV with and without
+    expand_to_chunk (0, 1, 2) and for D = 64 on the short prefill tile (0, 1, 2)
+    is among the compiled variants; D = 96 split-KV at C = 64 only, other head dims
+    below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
     them in the same way as the folded ones do)."""
@@ -230,13 +235,14 @@ def test_lmk_rows_j0_drops_the_64_bit_divisions(tmp_path):
     assert j0.count("BAR.SYNC") == base.count("BAR.SYNC")
 
 
-def test_split_knobs_without_expand_still_fail_to_lower():
+@pytest.mark.parametrize("tile", [(64, 64, 2, 128), (128, 64, 2, 256)])
+def test_split_knobs_without_expand_still_fail_to_lower(tile):
     """TileLang 0.1.15 cannot lower the split variant with launch.SPLIT_KNOBS for
-    mask_lmk without expand_to_chunk, so launch.split_config gives those calls
-    session 5's split kernel. When this starts to pass, TileLang has fixed its
-    ThreadSync pass: measure SPLIT_KNOBS there."""
+    mask_lmk without expand_to_chunk on either split tile, so launch.split_config
+    gives those calls session 5's split kernel. When this starts to pass, TileLang
+    has fixed its ThreadSync pass: measure SPLIT_KNOBS there."""
     args = launch.tc_kernel_key(128, 128, "bfloat16", True, False, False, False,
-                                (64, 64, 2, 128) + launch.SPLIT_KNOBS, 64,
+                                tile + launch.SPLIT_KNOBS, 64,
                                 launch.LOG2E * default_scale(128), split=True)[1]
     with pytest.raises(Exception, match="ThreadSync"):
         kernels.fwd_tc(*args)

@@ -149,9 +149,10 @@ def test_window_clamp_scalars():
     _check(q, k, v, window_size=10**12, chunk_size=3)
 
 
-def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
+def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
     """Split-KV only for small grids and Dv 96 / 128, with every flag combination
-    (launch.split_config has a variant that lowers for each)."""
+    (launch.split_config has a variant that lowers for each); elsewhere the
+    prefill grid, on the short tile for Lq <= 64 at D <= 64."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
 
     def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128, Dv=None):
@@ -161,13 +162,15 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
         v = torch.empty((B, Hq, Lk, Dv), dtype=torch.bfloat16, device="meta")
         p = check_inputs(q, k, v, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
                          expand_to_chunk=expand)
-        return launch.split_count(p, *launch.split_config(D, Dv, mask_lmk, expand)[:2],
-                                  p.device)  # as run_cuda
+        S, cfg = launch.split_plan(p)  # what run_cuda uses
+        assert (cfg is None) == (not launch.splits_at(D, Dv))
+        return S
 
     # one wave: S = 132 // programs, at most the reachable key tiles (576 + 64 rows
     # of reach on 64-key tiles: 10)
     assert split(1, 32, 1, 8192) == 4                     # decode: 32 programs
     assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the short prefill tile
+    assert launch.tc_config(64, 64, 1) == launch.SHORT_Q_TILE
     assert split(1, 32, 1, 8192, D=96) == 4
     assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
     assert split(1, 8, 1, 300) == 5                       # ... of a short cache
@@ -182,6 +185,9 @@ def test_split_choice_by_saturation_and_lowerable_flags(monkeypatch):
     assert split(1, 32, 1, 8192, expand=False) == 4
     assert split(1, 32, 128, 8192, expand=False) == 4      # 128-row split tile without expand
     assert split(1, 32, 1, 8192, mask_lmk=False) > 1
+    assert split(0, 32, 1, 8192) == 1                     # no program: nothing to split
+    with pytest.raises(ValueError, match="splits_at"):
+        launch.split_config(64, 64)                       # no split variant chosen there
     assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 4   # 64-row tile lowers
 
 

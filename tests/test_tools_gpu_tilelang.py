@@ -40,6 +40,8 @@ def test_precompiled_kernels_are_the_ones_run_cuda_requests(monkeypatch):
     for D, lmk in ((128, True), (96, True), (128, False)):  # decode: split-KV
         key = _requested_key(monkeypatch, D, D, bf, lmk, True, 1, 8192)
         assert key[11] is True and key in pre, (D, lmk, key)
+    key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 8192)  # decode D=64: short tile
+    assert key[11] is False and key[7:11] == launch.SHORT_Q_TILE and key in pre, key
 
 
 def test_precompile_records_every_correctness_case_kernel(monkeypatch):
@@ -51,8 +53,10 @@ def test_precompile_records_every_correctness_case_kernel(monkeypatch):
     import tilelang_impl
 
     def cpu_inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False, seed=0):
-        return (torch.zeros(B, Hq, Lq, Dqk, dtype=dtype), torch.zeros(B, Hkv, Lk, Dqk, dtype=dtype),
-                torch.zeros(B, Hkv, Lk, Dv, dtype=dtype))
+        def mk(H, L, D):  # the script's layouts: BLHD storage passed as a transposed view
+            return (torch.zeros(B, L, H, D, dtype=dtype).transpose(1, 2) if blhd
+                    else torch.zeros(B, H, L, D, dtype=dtype))
+        return mk(Hq, Lq, Dqk), mk(Hkv, Lk, Dqk), mk(Hkv, Lk, Dv)
 
     def public(*a, **k):  # the public API on CPU would run the C kernel: not this script's GPU kernels
         raise gpu_tilelang._Recorded
@@ -68,6 +72,11 @@ def test_precompile_records_every_correctness_case_kernel(monkeypatch):
     d96_c16 = launch.tc_kernel_key(96, 96, "bfloat16", True, True, False, False,
                                    launch.shipped_config(96, 96), 16, sl2)
     assert d96_c16 in keys
+    # split-KV is among the cases, with BLHD inputs and with each flag pair (fwd_tc
+    # arguments: Dqk, Dv, dtype, mask_lmk, expand, q_blhd, kv_blhd, tile..., split)
+    split = [a for k, a in keys if k == "fwd_tc" and a[11]]
+    assert any(a[5] and a[6] for a in split)
+    assert {(a[3], a[4]) for a in split} == {(True, True), (True, False), (False, True), (False, False)}
     assert not set(keys) <= {("fwd_tc", c) for c in gpu_tilelang.precompile_configs()}
     # the stand-in was put back
     assert launch._kernel is not None and launch._kernel.__name__ == "_kernel"

@@ -199,6 +199,8 @@ def test_decode_variants_compile_what_their_runs_launch(monkeypatch):
             assert asked and set(asked) <= jobs, (name, D, kw, asked)
             p = check_inputs(q, k, k, mask_lmk=lmk, expand_to_chunk=exp, **shp)
             assert (L._splits(p, cfg, split) >= 2) == bool(split)
+            tc = [a for kind, a in asked if kind == "fwd_tc"]
+            assert len(tc) == 1 and tc[0][11] == bool(split), (name, D, tc)  # the kernel's split flag
             assert (("combine", (D, "bfloat16")) in asked) == bool(split)
 
 

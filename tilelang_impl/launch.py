@@ -30,11 +30,11 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 
 
 #: Split-KV is used for these Dv only, with ``max(Dqk, Dv) <= 128``
-#: (:func:`split_config`); other calls keep the prefill grid. At Dv = 64 the
-#: split variant (128 x 64, the only split tile that lowers there) lost to the
-#: prefill grid's 64-row tile (:data:`SHORT_Q_TILE`) in session 6's decode lab
-#: (B=1 GQA 32/4 D=64: 11.4 vs 9.8 us); Dv = 80 / 112 and Dv < 64 were never
-#: measured as split variants.
+#: (:func:`splits_at`); other calls keep the prefill grid. At Dv = 64 the
+#: split variant (128 x 64 with the split knobs, the tile that lowers there for
+#: every flag pair but both off) lost to the prefill grid's 64-row tile
+#: (:data:`SHORT_Q_TILE`) in session 6's decode lab (B=1 GQA 32/4 D=64: 11.4
+#: vs 9.8 us); Dv = 80 / 112 and Dv < 64 were never measured as split variants.
 SPLIT_DV = (96, 128)
 
 #: Prefill-grid tile for calls with ``Lq <= 64`` at ``max(Dqk, Dv) <= 64``
@@ -126,7 +126,9 @@ SPLIT_KNOBS_NOEXP = ("tile", False, False, LMK_COLS_MAX)
 
 
 def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool = True) -> tuple:
-    """Tile and knobs of the split-KV variant (:func:`splits_at`): 64 x 64 with
+    """Tile and knobs of the split-KV variant for head dims where
+    :func:`splits_at` (a ValueError elsewhere: the choice below was
+    compiled and measured there only): 64 x 64 with
     one consumer warp group and :data:`SPLIT_KNOBS` (decode rows are a few of
     the tile's: half the wasted MMA rows of a 128-row tile); with ``mask_lmk``
     and without ``expand_to_chunk`` session 5's split kernel instead (128 x 64,
@@ -136,6 +138,8 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
     can pick, session 6, pinned by tests/test_tilelang_compile.py). Every flag
     combination has a split variant that lowers (session 5's 128 x 64 kernel
     did not with both flags off; the 64 x 64 one does)."""
+    if not splits_at(Dqk, Dv):
+        raise ValueError(f"no split-KV variant for Dqk={Dqk}, Dv={Dv} (launch.splits_at)")
     if mask_lmk and not expand_to_chunk:
         return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
     return (64, 64, 2, 128) + SPLIT_KNOBS
@@ -302,24 +306,26 @@ def scalars(p) -> tuple[int, int, int, float, float]:
     return W, C, r, 1.0 / C, p.sm_scale * LOG2E
 
 
-def split_count(p, block_M: int, block_N: int, device: torch.device) -> int:
-    """Number of KV splits (1 = no split), chosen by grid saturation.
+def split_plan(p) -> tuple[int, tuple | None]:
+    """``(S, config)``: the number of KV splits ``run_cuda`` uses for a call (1 =
+    the prefill grid) and the split variant's config (:func:`split_config`;
+    ``None`` where :func:`splits_at` is false), chosen by grid saturation.
 
-    ``block_M`` x ``block_N`` is the split tile (:func:`split_config`); its
-    grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When that occupies at
-    least half the SMs, splitting only adds a combine pass (the threshold of
-    the Triton backend's ``triton_impl.launch.choose_path``, which counts
-    64-row GQA-packed tiles instead of programs); below it, each query block's
-    key range is cut into ``S`` pieces so that one wave of programs runs
-    (:func:`splits_by_saturation`), never more pieces than the range has key
-    tiles. Measured on the
-    H200 (bf16, chunked prefill Lq=512 of 8K, 32/32/128: 128 programs on 132
-    SMs): split-KV 72.0 us (L2 flushed, bench at d0de4f1, when the threshold was
-    a full wave) against about 20 us on the prefill grid (lab, no flush).
+    The split tile's grid has ``cdiv(Lq, block_M) * B * Hq`` programs. When
+    that occupies at least half the SMs, splitting only adds a combine pass
+    (the threshold of the Triton backend's ``triton_impl.launch.choose_path``,
+    which counts 64-row GQA-packed tiles instead of programs); below it, each
+    query block's key range is cut into ``S`` pieces so that one wave of
+    programs runs (:func:`splits_by_saturation`). Measured on the H200 (bf16,
+    chunked prefill Lq=512 of 8K, 32/32/128: 128 programs of session 5's
+    128-row split tile on 132 SMs): split-KV 72.0 us (L2 flushed, bench at
+    d0de4f1, when the threshold was a full wave) against about 20 us on the
+    prefill grid (lab, no flush).
     """
     if not splits_at(p.Dqk, p.Dv):
-        return 1
-    return splits_by_saturation(p, block_M, block_N, sm_count(device))
+        return 1, None
+    cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
+    return splits_by_saturation(p, cfg[0], cfg[1], sm_count(p.device)), cfg
 
 
 def splits_at(Dqk: int, Dv: int) -> bool:
@@ -328,8 +334,9 @@ def splits_at(Dqk: int, Dv: int) -> bool:
 
 
 def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
-    """:func:`split_count`'s arithmetic without its head-dim and flag gates (the
-    lab times split variants the launcher does not pick yet).
+    """:func:`split_plan`'s arithmetic for a split tile ``block_M x block_N``,
+    without its head-dim gate (the lab times split variants the launcher does
+    not pick).
 
     One wave: ``S = sms // programs`` (never more than the reachable key tiles,
     nor 64). Measured on the H200 (session 6 decode lab, B=1 32/32/128, 32
@@ -340,11 +347,11 @@ def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
     epilogue) for one or two key tiles each; session 5's rule (about two
     programs per SM, S = 9 here) was the slowest."""
     programs = -(-p.Lq // block_M) * p.B * p.Hq
-    if 2 * programs >= sms:
+    if programs == 0 or 2 * programs >= sms:
         return 1
     reach = min(p.Lk, p.window_size + p.chunk_size + block_M)
     tiles = max(1, -(-reach // block_N))
-    return max(1, min(tiles, sms // programs, 64))
+    return min(tiles, sms // programs, 64)
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
@@ -356,14 +363,14 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     dt = _TL_DTYPE[p.dtype]
-    if force_split is not None:
-        S = force_split
+    if force_split is None:
+        S, split_cfg = split_plan(p)
     else:
-        bM, bN = (config or split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk))[:2]
-        S = split_count(p, bM, bN, p.device)
+        S = force_split
+        split_cfg = (split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
+                     if S > 1 and config is None else None)
     split = S > 1
-    cfg = config or (split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk) if split
-                     else shipped_config(p.Dqk, p.Dv, p.Lq))
+    cfg = config or (split_cfg if split else shipped_config(p.Dqk, p.Dv, p.Lq))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split)
     ker = _kernel(kind, *args)

@@ -6,10 +6,12 @@
 # conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
 # BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang"
 # adds optional backends to the conformance run. PART=conform or PART=bench runs one
-# half only: the full tier with all four backends (1084 cases since 677ea40: 469 s at
-# -n 8 on a fresh H200 machine, TileLang compiles included; give it CONFORM_S=540) and
-# the bench (78 s right after it on the same machine, kernels cached) do not fit one
-# 10-minute call together.
+# half only: the full tier with all four backends (1084 cases at 677ea40: 469 s at
+# -n 8 on a fresh H200 machine, TileLang compiles included) and the bench (78 s right
+# after it on the same machine, kernels cached) do not fit one 10-minute call together.
+# Since session 6's additions (1301 cases) the four-backend tier needs two calls too:
+# ONLY="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk" then
+# ONLY="kv_start,flags,scale,empty_rows,layout,nan_slots,errors,empty_dims,decode,long".
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
@@ -19,8 +21,9 @@ COMMIT=${1:-unknown}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
 crc=skipped; brc=skipped
 if [ "${PART:-all}" != bench ]; then
-timeout -s INT -k 15 "${CONFORM_S:-300}" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-  -n "${WORKERS:-8}" --seed 0 ${BACKEND_ARGS:-} --json "$OUT/conform.json" > "$OUT/conform.log" 2>&1
+timeout -s INT -k 15 "${CONFORM_S:-540}" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
+  -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform.json" \
+  > "$OUT/conform.log" 2>&1
 crc=$?
 [ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
 sed -n '/hils-swa conformance =/,$p' "$OUT/conform.log" | head -60

@@ -126,17 +126,19 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         save()
     P = _poisoned_call
     base = dict(window_size=100, chunk_size=16, kv_start=3)
-    for D in (64, 96, 128):  # split=1: the prefill grid; auto: split-KV where it applies
-        run(f"prefill bf16 D={D} split=1", P(split=1), 2, 4, 2, 700, 700, D, D, BF16, **base)
-        run(f"prefill bf16 D={D} auto", P(), 2, 4, 2, 700, 700, D, D, BF16, **base)
+    # split=1: the prefill grid; auto: split-KV where it applies (D = 96 / 128: 44 programs
+    # of the 64-row split tile, 3 splits; D = 64 the prefill grid)
+    for D in (64, 96, 128):
+        run(f"prefill bf16 D={D} split=1", P(split=1), 1, 4, 2, 700, 700, D, D, BF16, **base)
+        run(f"prefill bf16 D={D} auto", P(), 1, 4, 2, 700, 700, D, D, BF16, **base)
     run("prefill bf16 Dqk=128 Dv=64", P(), 1, 4, 4, 333, 333, 128, 64, BF16, **base)
     run("prefill bf16 Dqk=64 Dv=128", P(), 1, 4, 4, 333, 333, 64, 128, BF16, **base)
-    run("prefill fp16 D=128", P(), 2, 4, 2, 700, 700, 128, 128, FP16, **base)
+    run("prefill fp16 D=128", P(), 1, 4, 2, 700, 700, 128, 128, FP16, **base)
     for lmk in (True, False):
         for exp in (True, False):
             run(f"flags lmk={lmk} exp={exp} D=128", P(), 1, 4, 1, 517, 517, 128, 128, BF16,
                 window_size=37, chunk_size=16, mask_lmk=lmk, expand_to_chunk=exp, kv_start=0)
-    run("Lq<Lk kv_start=1e6+3 GQA 8/2", P(), 2, 8, 2, 300, 1000, 128, 128, BF16,
+    run("Lq<Lk kv_start=1e6+3 GQA 8/2", P(), 1, 8, 2, 300, 1000, 128, 128, BF16,
         window_size=200, chunk_size=64, kv_start=10**6 + 3)
     run("MQA 8/1 kv_start=2**40 sm_scale", P(), 1, 8, 1, 129, 400, 64, 64, BF16,
         window_size=50, chunk_size=7, kv_start=2**40, sm_scale=0.3)
@@ -146,7 +148,7 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         window_size=64, chunk_size=16, kv_start=5, nan_slots=True)
     run("NaN invisible slots D=64", P(), 1, 4, 2, 256, 600, 64, 64, BF16,
         window_size=64, chunk_size=32, kv_start=5, nan_slots=True)
-    run("BLHD views D=128", P(), 2, 8, 2, 400, 400, 128, 128, BF16, blhd=True, **base)
+    run("BLHD views D=128", P(), 1, 4, 2, 400, 400, 128, 128, BF16, blhd=True, **base)  # split
     run("BLHD views public API", swa, 2, 8, 2, 400, 400, 64, 64, BF16, blhd=True, **base)
     run("Lq=Lk=1", P(), 1, 2, 1, 1, 1, 128, 128, BF16, window_size=4, chunk_size=4,
         mask_lmk=False)
@@ -259,8 +261,7 @@ def bench(quick=False, out=None, save=lambda: None):
                    visible_pairs=pairs, target=target)
         try:
             p = check_inputs(q, k, v, **kw)
-            rec["splits"] = launch.split_count(p, *launch.split_config(D, D, p.mask_lmk, p.expand_to_chunk)[:2],
-                                               p.device)
+            rec["splits"] = launch.split_plan(p)[0]
             o, lse = p.new_outputs()
             def kern(cfg=None, split=None, lmk=True):
                 pp = p if lmk else check_inputs(q, k, v, mask_lmk=False, **kw)

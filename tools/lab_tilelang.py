@@ -344,6 +344,9 @@ FLOOR_BF16 = 2e-2
 # 32K (prefill grid); Triton 12.7 / 9.0 / 10.4 us.
 # Run: --only dec-s5,dec-shipped,dec-prefill,dec-p64x128
 # ---------------------------------------------------------------------------------------
+# Frozen on purpose (the lab's variants stay what they were when measured, even where
+# they equal a launch constant today: SPLIT_KNOBS_S5 == launch.SPLIT_KNOBS, the tile of
+# dec-p64x128 == launch.SHORT_Q_TILE).
 SPLIT_KNOBS_S5 = ("rows", False, False, 2, True, True, True)
 #: The split-KV kernel shipped d0de4f1..4e2da01 (then launch.SPLIT_CONFIG + SPLIT_KNOBS),
 #: taken for Dv 96 / 128 with S = ceil(2 * SMs / programs) splits (``"s5"``, :func:`_splits`).
@@ -352,7 +355,10 @@ SESSION5_SPLIT_DV = (96, 128)
 
 
 def _dec_shipped(D):
-    """What run_cuda picks for a decode call (Dqk = Dv = D) today."""
+    """What run_cuda picks for a decode call (Dqk = Dv = D) today with
+    ``expand_to_chunk`` or without ``mask_lmk`` (a lab config depends on D only:
+    the launcher's other split kernel, for mask_lmk without expand_to_chunk, is
+    session 5's, ``dec-s5``; no D = 128 decode case has that flag pair)."""
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
@@ -463,7 +469,7 @@ DECODE_VARIANTS.update({
 
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
-# C = Lk + 1; no case with both flags off (that split variant does not lower).
+# C = Lk + 1; no case with both flags off (session 5's split variants did not lower it).
 DECODE_CASES = [
     ("dec D128 GQA8/2 Lq1 C64 kv=1e6+3 nan", 128, (True, True),
      dict(B=2, Hq=8, Hkv=2, Lq=1, Lk=3000, window_size=300, chunk_size=64, kv_start=10**6 + 3,
