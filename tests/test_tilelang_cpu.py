@@ -538,8 +538,9 @@ def test_lmk_rows_j0_sm_scale_and_fold_knobs():
 def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
-    ThreadSync at Dv = 80/96/112), last in TC_KNOBS so older cache keys stay."""
-    assert launch.TC_KNOBS[-1] == ("lmk_rows_j0", False)
+    ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the lab
+    knob ``pack`` follows it, default off) so older cache keys stay."""
+    assert launch.TC_KNOBS[-2:] == (("lmk_rows_j0", False), ("pack", False))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -549,3 +550,24 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
         ship = launch.shipped_config(D, D)
         assert launch.tc_kernel_args(ship, True, 64)[2][-1] is True
         assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True)
+
+
+def test_pack_config_refused_where_the_heads_do_not_fit(monkeypatch):
+    """The lab knob ``pack`` (GQA-packed rows) is valid only for G * Lq <= block_M:
+    run_cuda refuses a packed config otherwise, before any kernel is fetched."""
+    asked = []
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append(kind) or (lambda *x: None))
+    cfg = launch.SHORT_Q_TILE + launch.tc_knobs(64, 64) + (True,)
+
+    def call(Hq, Hkv, Lq):
+        q = torch.empty((1, Hq, Lq, 64), dtype=torch.bfloat16, device="meta")
+        k = torch.empty((1, Hkv, 512, 64), dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, k, window_size=100, chunk_size=64)
+        o, lse = p.new_outputs()
+        launch.run_cuda(p, q, k, k, False, False, o, lse, force_split=1, config=cfg)
+
+    call(32, 4, 8)                                  # 8 heads x 8 queries = 64 rows
+    assert asked == ["fwd_tc"]
+    with pytest.raises(ValueError, match="do not fit"):
+        call(32, 4, 9)                              # 72 rows
+    assert asked == ["fwd_tc"]

@@ -70,15 +70,18 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=False):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
     without ``mask_lmk`` when the scale is folded into the exponent
     (``scale_log2=None``). One statement (an ``if``), as ``mask_scores`` is.
     ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``; ``j0``:
-    the tile's first landmark column when the caller holds it (``macros.mask_scores``)."""
-    inside = M.tile_inside_windows(q0, k0, block_M, block_N, Lq, Lk, r, W, C, expand_to_chunk)
+    the tile's first landmark column when the caller holds it (``macros.mask_scores``);
+    ``pack``: rows hold several heads' queries (``macros.mask_scores``), the block's
+    queries are ``0 .. Lq - 1``."""
+    inside = M.tile_inside_windows(q0, k0, Lq if pack else block_M, block_N, Lq, Lk, r, W, C,
+                                   expand_to_chunk)
     if mask_lmk or scale_log2 is not None:
         if inside:
             if mask_lmk:
@@ -88,11 +91,11 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
                 M.scale_scores(acc_s, block_M, block_N, scale_log2, gpu)
         else:
             M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0)
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0, pack)
     else:
         if T.Not(inside):
             M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
-                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0)
+                          mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0, pack)
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
@@ -115,7 +118,7 @@ def _check_knobs(lmk_cols, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False):
+                 lmk_rows_j0=False, pack=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -153,7 +156,12 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     tile into one int32 register that the landmark masks and
     ``macros.zero_landmark_rows`` share, the zeroing select on an integer
     condition, the rows as one static loop without the per-row-group barrier;
-    no effect otherwise). A manual FA3-style
+    no effect otherwise) and ``pack`` (GQA-packed rows, a lab knob not shipped:
+    one program per (KV head, batch [, split]) whose tile rows are the
+    ``G = Hq / Hkv`` query heads' ``Lq`` queries, row ``i`` = head ``i // Lq``,
+    query ``i % Lq``; valid only for calls with ``G * Lq <= block_M``, which
+    the caller guarantees; each K/V tile is read once for the G heads). A
+    manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
@@ -161,7 +169,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
-                 lmk_rows_j0=lmk_rows_j0)
+                 lmk_rows_j0=lmk_rows_j0, pack=pack)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -183,8 +191,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor(v_shape, dtype),
              O: T.Tensor(o_shape, o_dtype), LSE: T.Tensor(l_shape, accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
-        n_qb = T.ceildiv(Lq, block_M)
-        with T.Kernel(n_qb * S if split else n_qb, Hq, B, threads=threads) as (bx, by, bz):
+        n_qb = 1 if pack else T.ceildiv(Lq, block_M)
+        with T.Kernel(n_qb * S if split else n_qb, Hkv if pack else Hq, B,
+                      threads=threads) as (bx, by, bz):
             Q_s = T.alloc_shared([block_M, Dqk], dtype)
             K_s = T.alloc_shared([block_N, Dqk], dtype)
             V_s = T.alloc_shared([block_N, Dv], dtype)
@@ -203,9 +212,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.import_source(M.EX2_APPROX_SRC)
             qb = bx // S if split else bx
             sp = bx % S if split else 0
-            hk = by // (Hq // Hkv)
+            G = Hq // Hkv
+            hk = by if pack else by // G
             q0 = qb * block_M
-            lo, hi = M.block_key_range(q0, q0 + block_M, Lq, Lk, r, W, C, expand_to_chunk)
+            lo, hi = M.block_key_range(q0, Lq if pack else q0 + block_M, Lq, Lk, r, W, C,
+                                       expand_to_chunk)
             n_kb = T.ceildiv(hi - lo, block_N)
             kb0 = 0
             n_it = n_kb
@@ -214,8 +225,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 kb0 = sp * per
                 n_it = T.max(T.min(per, n_kb - kb0), 0)
 
-            T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
-            M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True)
+            if pack:  # row i: head hk * G + i // Lq, query i % Lq (zeros past G * Lq)
+                for i, d in T.Parallel(block_M, Dqk):
+                    Q_s[i, d] = T.if_then_else(
+                        i < G * Lq, _elem(Q, q_blhd, bz, hk * G + i // Lq, i % Lq, d),
+                        T.Cast(dtype, 0))
+            else:
+                T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
+            M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
 
             for kb in T.Pipelined(n_it, num_stages=num_stages):
@@ -231,11 +248,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                True, lmk_cols, win_u32, j0)
+                                True, lmk_cols, win_u32, j0, pack)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
                                   inv_c, mask_lmk, None if scale_fold else scale_log2, True,
-                                  lmk_cols, win_u32, j0)
+                                  lmk_cols, win_u32, j0, pack)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
                                         True, fold, scale_log2 if scale_fold else None, fast_exp2)
                 T.copy(acc_s, acc_p)
@@ -254,17 +271,32 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
-            for i in T.Parallel(block_M):
-                if q0 + i < Lq:
-                    if split:
-                        LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
-                    else:
-                        LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
-            T.copy(acc_o, O_s)
-            if split:
-                T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
+            if pack:
+                for i in T.Parallel(block_M):
+                    if i < G * Lq:
+                        if split:
+                            LSE[bz, hk * G + i // Lq, sp, i % Lq] = M.row_lse(m[i], l[i])
+                        else:
+                            LSE[bz, hk * G + i // Lq, i % Lq] = M.row_lse(m[i], l[i])
+                T.copy(acc_o, O_s)
+                for i, d in T.Parallel(block_M, Dv):
+                    if i < G * Lq:
+                        if split:
+                            O[bz, hk * G + i // Lq, sp, i % Lq, d] = O_s[i, d]
+                        else:
+                            O[bz, hk * G + i // Lq, i % Lq, d] = O_s[i, d]
             else:
-                T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
+                for i in T.Parallel(block_M):
+                    if q0 + i < Lq:
+                        if split:
+                            LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
+                        else:
+                            LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
+                T.copy(acc_o, O_s)
+                if split:
+                    T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
+                else:
+                    T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
     return main
 
@@ -274,7 +306,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
-           scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False):
+           scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
+           pack: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -298,12 +331,13 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     ``lmk_zero="rows"``, ``mask_lmk`` and ``lmk_cols > 0``, ``launch.rows_j0_acts``:
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
-    ``macros.zero_landmark_rows``). The knob defaults are the
-    kernel as first shipped.
+    ``macros.zero_landmark_rows``) and ``pack`` (GQA-packed rows for calls with
+    ``Hq / Hkv * Lq <= block_M``: a lab knob, not shipped; :func:`_fwd_tc_body`).
+    The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
 
 
 @tilelang.jit(target=HOPPER,

@@ -67,9 +67,10 @@ def tc_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple[int, int, int, 
 
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
-    """Values of :data:`TC_KNOBS` shipped per head dim (all eight for D <= 128:
-    ``lmk_zero``, ``mask_split``, ``fold``, the ``lmk_cols`` cap, ``fast_exp2``,
-    ``scale_fold``, ``win_u32``, ``lmk_rows_j0``; none above 128). The history
+    """Values of :data:`TC_KNOBS` shipped per head dim (eight for D <= 128, all
+    but the lab knob ``pack``: ``lmk_zero``, ``mask_split``, ``fold``, the
+    ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``, ``win_u32``,
+    ``lmk_rows_j0``; none above 128). The history
     that chose them, oldest first:
 
     Measured on the H200 (bf16, W=512, C=64, kernel-only TFLOP/s, lab run of
@@ -163,11 +164,20 @@ def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
 #: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last: cheaper landmark-row
 #: zeroing, ``macros.zero_landmark_rows``; shipped at D <= 128, :func:`tc_knobs`)
 #: is kept only where it acts (:func:`rows_j0_acts`: ``mask_lmk``,
-#: ``lmk_zero="rows"`` and ``lmk_cols > 0``).
+#: ``lmk_zero="rows"`` and ``lmk_cols > 0``). ``pack`` (GQA-packed rows,
+#: ``kernels._fwd_tc_body``) is a lab knob, never shipped: a config that sets it
+#: is valid only for calls with ``Hq / Hkv * Lq <= block_M``
+#: (:func:`pack_fits`).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False))
+            ("lmk_rows_j0", False), ("pack", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
+
+
+def pack_fits(p, block_M: int) -> bool:
+    """Whether a call's query heads of one KV head and their queries fit one tile of
+    ``block_M`` rows (the ``pack`` knob's condition)."""
+    return (p.Hq // p.Hkv) * p.Lq <= block_M
 
 
 def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
@@ -373,6 +383,10 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     cfg = config or (split_cfg if split else shipped_config(p.Dqk, p.Dv, p.Lq))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split)
+    knobs = args[12:]
+    if len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]] and not pack_fits(p, cfg[0]):
+        raise ValueError(f"config {cfg!r} packs {p.Hq // p.Hkv} heads x {p.Lq} queries into "
+                         f"{cfg[0]} rows: they do not fit (launch.pack_fits)")
     ker = _kernel(kind, *args)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)

@@ -217,13 +217,23 @@ def block_key_range(q_first, q_end, Lq, Lk, r, window_size, chunk_size, expand_t
     return lo, T.max(hi, lo)
 
 
+def _row_pos(r, Lk, Lq, q_first, i, pack):
+    """Relative position of tile row ``i``'s query: query ``q_first + i``, or with
+    ``pack`` (rows hold several heads' queries, ``Lq`` rows per head, ``q_first =
+    0``) query ``i % Lq``."""
+    if pack:
+        return r + Lk - Lq + i % Lq
+    return r + Lk - Lq + q_first + i
+
+
 @T.macro
 def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_size,
-                   expand_to_chunk, gpu):
-    """``left_row[i]`` = relative left edge of query ``q_first + i`` (once per block)."""
+                   expand_to_chunk, gpu, pack=False):
+    """``left_row[i]`` = relative left edge of the query of row ``i``
+    (:func:`_row_pos`; once per block)."""
     for i in _loop(gpu)(block_M):
-        left_row[i] = window_left(r + Lk - Lq + q_first + i, window_size, chunk_size,
-                                  expand_to_chunk)
+        left_row[i] = window_left(_row_pos(r, Lk, Lq, q_first, i, pack), window_size,
+                                  chunk_size, expand_to_chunk)
 
 
 def _scaled(x, scale_log2):
@@ -235,7 +245,8 @@ def _scaled(x, scale_log2):
 
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
-                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None):
+                inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None,
+                pack=False):
     """Scale the raw products into base-2 logits (``* scale_log2``) and replace
     the score of every invisible (row, key) pair by ``-inf``.
 
@@ -251,13 +262,14 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     (:func:`tile_landmark`, baked in); ``win_u32``: the window compare
     (:func:`visible`, baked in); ``j0``: the tile's first landmark column when
     the kernel already holds it (:func:`tile_landmark_start`), else computed here.
+    ``pack``: the row's query as in :func:`_row_pos`.
     """
     if j0 is None:
         j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
-            visible(r + Lk - Lq + q_first + i, k_first, j, left_row[i], r, chunk_size,
-                    inv_chunk, mask_lmk, lmk_cols, j0, win_u32),
+            visible(_row_pos(r, Lk, Lq, q_first, i, pack), k_first, j, left_row[i], r,
+                    chunk_size, inv_chunk, mask_lmk, lmk_cols, j0, win_u32),
             _scaled(acc_s[i, j], scale_log2), -T.infinity("float32"))
 
 

@@ -467,6 +467,45 @@ DECODE_VARIANTS.update({
                    "B=1 GQA: 12-15 us"),
 })
 
+
+
+def _dec_pack(split):
+    """GQA-packed rows (the ``pack`` knob: one program per KV head and batch whose
+    tile rows are its G query heads' queries; every lab decode case and shape has
+    G * Lq <= 64). ``split``: at D = 64 split-KV on 128x64 with session 5's split-knob
+    set (the split tile that lowers at Dv = 64 for the lab's flag pairs), one wave of
+    packed programs (``"pack"``); at D = 128 ``dec-shipped`` (the packed 64x64 split
+    tile fails ThreadSync on CPU, and the D = 128 shapes have G = 1). Else the
+    prefill grid on the shipped prefill tile (D = 64: launch.SHORT_Q_TILE), packed
+    at every D."""
+    def cfg(D):
+        launch = _launch()
+        if split and D > 64:
+            return _dec_shipped(D)
+        if split:
+            return _full(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5)[:-1] + (True,), "pack"
+        return _full(launch.shipped_config(D, D, 1))[:-1] + (True,), False
+    return cfg
+
+
+# Session 6, written after lab8 and not run on a GPU (the session's device time was
+# spent): GQA-packed decode. At B=8 GQA 32/4 D=64 the shipped short tile runs 256
+# programs, each reading its KV head's whole window for one query row; packed, 32
+# programs read each window once for 8 rows. Every kernel below compiles for sm_90a
+# on CPU (tests/test_tools_lab_tilelang.py lists them); predictions written first.
+DECODE_VARIANTS.update({
+    "dec-pack": (_dec_pack(False),
+                 "GQA-packed rows on the prefill grid (one program per KV head and batch)",
+                 "D64 B=8 GQA: 18.6 -> 10-14 us (32 programs, the window read once per "
+                 "KV head); B=1 GQA: 9.8 -> 9-12 us (4 programs: fewer, not shorter); "
+                 "D128 (G=1): as dec-prefill (16.7 us)"),
+    "dec-pack-split": (_dec_pack(True),
+                       "GQA-packed rows on split-KV, one wave of packed programs",
+                       "D64 B=8 GQA: 18.6 -> 7-11 us (128 programs, ~2.5 key tiles each); "
+                       "B=1 GQA: 9.8 -> 6-9 us (40 programs, one key tile each); D128: as "
+                       "dec-shipped (12.0 us)"),
+})
+
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
 # C = Lk + 1; no case with both flags off (session 5's split variants did not lower it).
@@ -677,8 +716,9 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
 def _splits(p, cfg, split):
     """The split count a variant runs a call with: 1 (prefill grid) or at least 2.
     ``split`` is False (prefill grid), True (``launch.splits_by_saturation``), ``"s5"``
-    (session 5's rule: about two programs per SM) or an int ``S`` (forced); the last two
-    capped by the key tiles a query block can reach."""
+    (session 5's rule: about two programs per SM), ``"pack"`` (one wave of GQA-packed
+    programs, one per KV head and batch) or an int ``S`` (forced); the last three capped
+    by the key tiles a query block can reach."""
     if not split:
         return 1
     from tilelang_impl import launch
@@ -688,6 +728,8 @@ def _splits(p, cfg, split):
     if split == "s5":
         programs = -(-p.Lq // cfg[0]) * p.B * p.Hq
         split = -(-2 * sms // programs)
+    if split == "pack":
+        split = sms // (p.B * p.Hkv)
     reach = min(p.Lk, p.window_size + p.chunk_size + cfg[0])
     return max(2, min(int(split), -(-reach // cfg[1]), 64))
 
