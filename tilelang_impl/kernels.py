@@ -160,7 +160,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     one program per (KV head, batch [, split]) whose tile rows are the
     ``G = Hq / Hkv`` query heads' ``Lq`` queries, row ``i`` = head ``i // Lq``,
     query ``i % Lq``; valid only for calls with ``G * Lq <= block_M``, which
-    the caller guarantees; each K/V tile is read once for the G heads). A
+    the caller guarantees, ``launch.pack_fits``; each K/V tile is read once for
+    the G heads; the lab runs it on BHLD inputs only). A
     manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
@@ -347,7 +348,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 q_blhd: bool, kv_blhd: bool, block_M: int, block_N: int, num_stages: int,
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
-                scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False):
+                scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
+                pack: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -361,7 +363,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
 
 
 @tilelang.jit(target=HOPPER)

@@ -167,7 +167,8 @@ def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
 #: ``lmk_zero="rows"`` and ``lmk_cols > 0``). ``pack`` (GQA-packed rows,
 #: ``kernels._fwd_tc_body``) is a lab knob, never shipped: a config that sets it
 #: is valid only for calls with ``Hq / Hkv * Lq <= block_M``
-#: (:func:`pack_fits`).
+#: (:func:`pack_fits`). Appending it moved the optional ``ws`` item of a full
+#: config from position 13 to 14.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False))

@@ -50,8 +50,9 @@ import traceback
 # No variant without warp specialisation: kernels.fwd_tc_nows does not lower in
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
-# lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0
-# [, ws]) -- see launch.tc_kernel_args; the lmk_cols cap becomes launch.lmk_cols_for of each call
+# lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0,
+# pack [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6: a 13-item config
+# written before it would read its ws item as pack); the lmk_cols cap becomes launch.lmk_cols_for of each call
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
 # ---------------------------------------------------------------------------------------
@@ -728,9 +729,10 @@ def _splits(p, cfg, split):
     if split == "s5":
         programs = -(-p.Lq // cfg[0]) * p.B * p.Hq
         split = -(-2 * sms // programs)
-    if split == "pack":
-        split = sms // (p.B * p.Hkv)
-    reach = min(p.Lk, p.window_size + p.chunk_size + cfg[0])
+    rows = cfg[0]
+    if split == "pack":  # one program per KV head and batch, its queries are 0 .. Lq - 1
+        split, rows = sms // (p.B * p.Hkv), p.Lq
+    reach = min(p.Lk, p.window_size + p.chunk_size + rows)
     return max(2, min(int(split), -(-reach // cfg[1]), 64))
 
 
