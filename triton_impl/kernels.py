@@ -63,9 +63,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-
 
 @triton.jit
 def _window_left(qpos, W, C, EXPAND: tl.constexpr):

@@ -333,13 +333,15 @@ class _Plan:
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
+    fold: bool = False  # the plan has FOLD variants (launch.FOLD_SCALE or the _fold knob)
 
     def pick(self, c: int, qk_scale: float) -> tuple[dict, tuple]:
         """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
         where the frame's chunk allows it (:func:`_lmk_one`), ``FOLD`` where the
-        scale does (:func:`_fold_ok`); where the plan does not use one, both of
-        its keys hold the same kernel (:func:`_variants`)."""
-        key = (_lmk_one(c, self.block_n), _fold_ok(qk_scale))
+        plan has it and the scale allows it (:func:`_fold_ok`, not evaluated
+        otherwise); where the plan does not use one, both of its keys hold the
+        same kernel (:func:`_variants`)."""
+        key = (_lmk_one(c, self.block_n), self.fold and _fold_ok(qk_scale))
         return self.constexprs[key], self.static[key]
 
 
@@ -476,7 +478,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         cx, st = _variants(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                            lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
-                     cfg.num_warps, cfg.num_stages, cfg.block_n, st)
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
         choice = _tma_choice(p, tma, config)
         if choice is not None:
             tcfg, v_tma = choice
@@ -485,7 +487,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                                  lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
-                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
+                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
@@ -511,7 +513,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
     cx, st = _variants(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
                        lmk_one_ok, base.num_warps, base.num_stages, fold_on)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
-                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st)
+                 (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st,
+                 fold=fold_on)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
