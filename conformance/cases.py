@@ -196,13 +196,12 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
     # that both backends take their prefill grid (TileLang's D = 96 prefill kernel at
     # C < 64 failed to compile at 7e93d56 and no case reached it), grid "split" few
     # enough (1 x 4 heads: 64 programs of TileLang's 64-row split tile) that they
-    # take split-KV where they have it (TileLang: Dv 96 and 128). On CPU (180 queries, 1 x 2/1 heads) the path is whatever
-    # the launchers choose for that size.
-    if base.device.startswith("cuda") and row["grid"] == "prefill":
-        base = replace(base, B=2, Hq=12, Hkv=4)
-    elif base.device.startswith("cuda"):
-        base = replace(base, B=1)
-    L = 1024 if base.device.startswith("cuda") else 180
+    # take split-KV where they have it (TileLang: Dv 96 and 128). On CPU (180
+    # queries, 1 x 2/1 heads) the path is whatever the launchers choose for that size.
+    cuda = base.device.startswith("cuda")
+    if cuda:
+        base = replace(base, B=2, Hq=12, Hkv=4) if row["grid"] == "prefill" else replace(base, B=1)
+    L = 1024 if cuda else 180
     return replace(base, chunk=C, window=C + 5, kv_start=kv, Dqk=D, Dv=D, dtype=row["dtype"],
                    Lq=L, Lk=L, mask_lmk=True, expand=True, nan_slots=True)
 

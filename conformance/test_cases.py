@@ -210,8 +210,7 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
         q = torch.empty((c.B, c.Hq, c.Lq, c.Dqk), dtype=torch.bfloat16, device="meta")
         k = torch.empty((c.B, c.Hkv, c.Lk, c.Dqk), dtype=torch.bfloat16, device="meta")
         v = torch.empty((c.B, c.Hkv, c.Lk, c.Dv), dtype=torch.bfloat16, device="meta")
-        p = reference.check_inputs(q, k, v, window_size=c.window, chunk_size=c.chunk,
-                                   mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
+        p = reference.check_inputs(q, k, v, **c.kwargs())
         tl_split = tl_launch.split_plan(p)[0] > 1  # as run_cuda
         tr_path = tr_launch.choose_path(p)
         grid = "prefill" if c.Hq == 12 else "split"

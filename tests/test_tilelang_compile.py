@@ -64,12 +64,6 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
             + (split,) + tuple(knobs))
 
 
-def _ship_knobs(D, *extra):
-    """The shipped first three knob values of head dim D (``("rows", True, True)`` for
-    every D <= 128 since session 5), then ``extra`` (lmk_cols, ...)."""
-    return launch.shipped_config(D, D)[4:7] + extra
-
-
 def _lmk_cols(args):
     """The ``lmk_cols`` value baked into fwd_tc factory arguments (0 when left at its default)."""
     knobs = args[12:]
@@ -148,8 +142,7 @@ TC_VARIANTS = {
     "d64-short-noflags": _tc(64, 64, Lq=1, lmk=False, exp=False),
     # the lab knob pack (GQA-packed rows; tools/lab_tilelang.py dec-pack*, not shipped):
     # the short prefill tile and the D = 64 split tile the lab packs
-    "d64-short-pack": _tc(64, 64, cfg=launch.SHORT_Q_TILE,
-                          knobs=launch.tc_knobs(64, 64)[:3] + (2, True, True, True, True, True)),
+    "d64-short-pack": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (True,)),
     "d64-split-pack": _tc(64, 64, split=True, cfg=(128, 64, 2, 256),
                           knobs=("rows", False, False, 1, True, True, True, False, True)),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
@@ -164,9 +157,9 @@ TC_VARIANTS = {
     "d128-knobs-64x64": _tc(128, 128, cfg=(64, 64, 2, 128), knobs=("rows", True, True)),
     # session 5's knobs one at a time on the session-4 kernel (the lab's fexp and
     # lmkj0), and fexp + scale_fold + win_u32 without lmk_rows_j0 (lab fexp+sfold+wu32)
-    "d128-fexp": _tc(128, 128, knobs=_ship_knobs(128, 2, True)),
-    "d128-lmkj0": _tc(128, 128, knobs=_ship_knobs(128, 2, False, False, False, True)),
-    "d128-all3": _tc(128, 128, knobs=_ship_knobs(128, 2, True, True, True)),
+    "d128-fexp": _tc(128, 128, knobs=SESSION4_KNOBS[128] + (True,)),
+    "d128-lmkj0": _tc(128, 128, knobs=SESSION4_KNOBS[128] + (False, False, False, True)),
+    "d128-all3": _tc(128, 128, knobs=SESSION4_KNOBS[128] + (True, True, True)),
     # D = 64 shipped without mask_lmk (no landmark test; interior tiles need no mask)
     "d64-nolmk": _tc(64, 64, lmk=False),
 }

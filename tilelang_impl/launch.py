@@ -357,12 +357,22 @@ def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
     a split kernel pays a second wave of whole programs (fixed start and
     epilogue) for one or two key tiles each; session 5's rule (about two
     programs per SM, S = 9 here) was the slowest."""
-    programs = -(-p.Lq // block_M) * p.B * p.Hq
+    programs = grid_programs(p, block_M)
     if programs == 0 or 2 * programs >= sms:
         return 1
-    reach = min(p.Lk, p.window_size + p.chunk_size + block_M)
-    tiles = max(1, -(-reach // block_N))
-    return min(tiles, sms // programs, 64)
+    return min(key_tiles(p, block_M, block_N), sms // programs, 64)
+
+
+def grid_programs(p, block_M: int) -> int:
+    """Programs of a grid of ``block_M``-row query blocks: ``cdiv(Lq, block_M) * B * Hq``."""
+    return -(-p.Lq // block_M) * p.B * p.Hq
+
+
+def key_tiles(p, rows: int, block_N: int) -> int:
+    """``block_N``-key tiles a block of ``rows`` consecutive queries can reach at most
+    (window, chunk expansion and the block's own span; at least 1)."""
+    reach = min(p.Lk, p.window_size + p.chunk_size + rows)
+    return max(1, -(-reach // block_N))
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
@@ -384,8 +394,9 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     cfg = config or (split_cfg if split else shipped_config(p.Dqk, p.Dv, p.Lq))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split)
-    knobs = args[12:]
-    if len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]] and not pack_fits(p, cfg[0]):
+    knobs = args[12:]  # only an explicit config can set the lab knob pack
+    if (config is not None and len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]]
+            and not pack_fits(p, cfg[0])):
         raise ValueError(f"config {cfg!r} packs {p.Hq // p.Hkv} heads x {p.Lq} queries into "
                          f"{cfg[0]} rows: they do not fit (launch.pack_fits)")
     ker = _kernel(kind, *args)

@@ -373,6 +373,20 @@ def _dec_session5(D):
     return _full(_launch().shipped_config(D, D)), False
 
 
+def _dec_forced(S, small=False):
+    """Split-KV with ``S`` splits forced (capped by the reachable key tiles; ``"s5"``:
+    session 5's rule, :func:`_splits`): session 5's
+    split kernel at D > 64 (``small``: dec-split-64's 64x64 tile), dec-split-knobs'
+    128x64 tile at D = 64 (the Dv = 64 split variant that lowers)."""
+    def cfg(D):
+        if D <= 64:
+            return SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, S
+        if small:
+            return (64, 64, 2, 128) + SPLIT_KNOBS_S5, S
+        return SESSION5_SPLIT, S
+    return cfg
+
+
 # In bench_results/tilelang-lab6-4e2da01.json and -lab7-4e2da01.json "dec-shipped" is
 # what "dec-s5" is now (those runs predate session 6's split change).
 DECODE_VARIANTS = {
@@ -396,8 +410,7 @@ DECODE_VARIANTS = {
                         "first time",
                         "D128: -5-15% time vs dec-s5 (cheaper tile, same launches); D64 B=1: "
                         "15.7 -> 8-11 us (9x the programs, one key tile each), B=8: -30-50%"),
-    "dec-split-64": (lambda D: (((64, 64, 2, 128) if D > 64 else SESSION5_SPLIT[:4])
-                                + SPLIT_KNOBS_S5, "s5"),
+    "dec-split-64": (_dec_forced("s5", small=True),
                      "dec-split-knobs on a 64x64 tile with one consumer warp group (decode "
                      "rows are G * Lq <= 8 of the tile's rows: half the wasted MMA rows); "
                      "D > 64 only: at Dv=64 this tile does not lower without expand_to_chunk "
@@ -405,19 +418,6 @@ DECODE_VARIANTS = {
                      "D128: -10-30% time vs dec-split-knobs (smaller CTAs, more resident per "
                      "SM); D64 = dec-split-knobs"),
 }
-
-
-def _dec_forced(S, small=False):
-    """Split-KV with ``S`` splits forced (capped by the reachable key tiles): session 5's
-    split kernel at D > 64 (``small``: dec-split-64's 64x64 tile), dec-split-knobs'
-    128x64 tile at D = 64 (the Dv = 64 split variant that lowers)."""
-    def cfg(D):
-        if D <= 64:
-            return SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, S
-        if small:
-            return (64, 64, 2, 128) + SPLIT_KNOBS_S5, S
-        return SESSION5_SPLIT, S
-    return cfg
 
 
 # Session 6, after the first decode lab (bench_results/tilelang-lab6-4e2da01.json, L2 not
@@ -479,13 +479,15 @@ def _dec_pack(split):
     tile fails ThreadSync on CPU, and the D = 128 shapes have G = 1). Else the
     prefill grid on the shipped prefill tile (D = 64: launch.SHORT_Q_TILE), packed
     at every D."""
+    def packed(cfg):  # every knob item, pack (the last) on
+        return _full(cfg)[:-1] + (True,)
+
     def cfg(D):
-        launch = _launch()
         if split and D > 64:
             return _dec_shipped(D)
         if split:
-            return _full(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5)[:-1] + (True,), "pack"
-        return _full(launch.shipped_config(D, D, 1))[:-1] + (True,), False
+            return packed(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5), "pack"
+        return packed(_launch().shipped_config(D, D, 1)), False
     return cfg
 
 
@@ -548,11 +550,12 @@ DECODE_SHAPES = [
 
 
 def _tables(name):
-    """(config-for-D function, correctness cases, timed shapes, split-for-D) of a variant."""
+    """``(plan, correctness cases, timed shapes)`` of a variant; ``plan(D) -> (config,
+    split)`` (split as :func:`_splits` takes it; False for prefill variants)."""
     if name in DECODE_VARIANTS:
-        fn = DECODE_VARIANTS[name][0]
-        return (lambda D: fn(D)[0]), DECODE_CASES, DECODE_SHAPES, (lambda D: fn(D)[1])
-    return VARIANTS[name][0], CASES, SHAPES, (lambda D: False)
+        return DECODE_VARIANTS[name][0], DECODE_CASES, DECODE_SHAPES
+    fn = VARIANTS[name][0]
+    return (lambda D: (fn(D), False)), CASES, SHAPES
 
 
 def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
@@ -580,15 +583,16 @@ def kernel_jobs(variants):
     from tilelang_impl import launch
     jobs = []
     for name in variants:
-        cfg_of, cases, shapes, split_of = _tables(name)
+        plan, cases, shapes = _tables(name)
         need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw)) for _, D, f, kw in cases}
         need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]))
                  for s in shapes}
         seen = set()
         for D, (lmk, exp), C, sl2 in sorted(need):
+            cfg, split = plan(D)
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
-                                              cfg_of(D), C, sl2, bool(split_of(D)))
-            todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split_of(D) else [])
+                                              cfg, C, sl2, bool(split))
+            todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split else [])
             for job in todo:
                 if job not in seen:
                     seen.add(job)
@@ -722,18 +726,16 @@ def _splits(p, cfg, split):
     by the key tiles a query block can reach."""
     if not split:
         return 1
-    from tilelang_impl import launch
+    launch = _launch()
     sms = launch.sm_count(p.device)
     if split is True:
         return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], sms))
     if split == "s5":
-        programs = -(-p.Lq // cfg[0]) * p.B * p.Hq
-        split = -(-2 * sms // programs)
+        split = -(-2 * sms // launch.grid_programs(p, cfg[0]))
     rows = cfg[0]
     if split == "pack":  # one program per KV head and batch, its queries are 0 .. Lq - 1
         split, rows = sms // (p.B * p.Hkv), p.Lq
-    reach = min(p.Lk, p.window_size + p.chunk_size + rows)
-    return max(2, min(int(split), -(-reach // cfg[1]), 64))
+    return max(2, min(int(split), launch.key_tiles(p, rows, cfg[1]), 64))
 
 
 def _runner(cfg, split=False):
@@ -787,12 +789,11 @@ def child(out, names):
     for name in names:
         _emit(ev, ev="start", variant=name)
         ok_all = True
-        cfg_of, cases, shapes, split_of = _tables(name)
+        plan, cases, shapes = _tables(name)
         for cname, D, (lmk, exp), kw in cases:
-            cfg = cfg_of(D)
             _emit(ev, ev="case_start", variant=name, case=cname)
             try:
-                rec = check_case(_runner(cfg, split_of(D)), D, lmk, exp, **kw)
+                rec = check_case(_runner(*plan(D)), D, lmk, exp, **kw)
             except Exception as e:  # noqa: BLE001
                 rec = dict(ok=False, error=_err(e))
             ok_all &= rec["ok"]
@@ -811,8 +812,8 @@ def child(out, names):
                     p = check_inputs(q, k, v, window_size=W_T, chunk_size=C_T)
                     inputs[sname] = (q, k, v, p, p.new_outputs(), flops(B, Hq, Lq, Lk, D))
                 q, k, v, p, (o, lse), fl = inputs[sname]
-                cfg = cfg_of(D)
-                S = _splits(p, cfg, split_of(D))
+                cfg, split = plan(D)
+                S = _splits(p, cfg, split)
                 best, med = bench_graph(lambda: launch.run_cuda(p, q, k, v, False, False, o, lse,
                                                                 force_split=S, config=cfg))
                 _emit(ev, ev="time", variant=name, shape=sname, us=best, us_median=med,
