@@ -140,11 +140,14 @@ TC_VARIANTS = {
     "d64x32-short": _tc(64, 32, Lq=1),
     "d32-short": _tc(32, 32, Lq=1),
     "d64-short-noflags": _tc(64, 64, Lq=1, lmk=False, exp=False),
-    # the lab knob pack (GQA-packed rows; tools/lab_tilelang.py dec-pack*, not shipped):
-    # the short prefill tile and the D = 64 split tile the lab packs
-    "d64-short-pack": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (True,)),
+    # the knob pack (GQA-packed rows, G = 8 query heads per key/value head baked;
+    # tools/lab_tilelang.py dec-pack*): the short prefill tile and the D = 64 split tile
+    # the lab packs, a G that is not a power of two, and D = 128's prefill tile
+    "d64-short-pack": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (8,)),
+    "d64-short-pack3": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (3,)),
+    "d128-pack": _tc(128, 128, knobs=launch.tc_knobs(128, 128) + (4,)),
     "d64-split-pack": _tc(64, 64, split=True, cfg=(128, 64, 2, 256),
-                          knobs=("rows", False, False, 1, True, True, True, False, True)),
+                          knobs=("rows", False, False, 1, True, True, True, False, 8)),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
     "d128-first": _tc(128, 128, cfg=(128, 64, 2, 256)),
     # 64x64 tile, one consumer warp group (D > 128), shipped

@@ -70,7 +70,7 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=False):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
@@ -105,11 +105,15 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 LMK_ZERO = ("tile", "rows")
 
 
-def _check_knobs(lmk_cols, **flags):
+def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
-    general; the other knobs named in ``flags`` are bools."""
+    general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
+    the other knobs named in ``flags`` are bools."""
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
+    if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
+            and (block_M is None or pack <= block_M)):
+        raise ValueError(f"pack={pack!r}: an int from 0 (off) to block_M={block_M} (heads per tile)")
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r}: a bool")
@@ -118,7 +122,7 @@ def _check_knobs(lmk_cols, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=False):
+                 lmk_rows_j0=False, pack=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -156,12 +160,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     tile into one int32 register that the landmark masks and
     ``macros.zero_landmark_rows`` share, the zeroing select on an integer
     condition, the rows as one static loop without the per-row-group barrier;
-    no effect otherwise) and ``pack`` (GQA-packed rows, a lab knob not shipped:
-    one program per (KV head, batch [, split]) whose tile rows are the
-    ``G = Hq / Hkv`` query heads' ``Lq`` queries, row ``i`` = head ``i // Lq``,
-    query ``i % Lq``; valid only for calls with ``G * Lq <= block_M``, which
-    the caller guarantees, ``launch.pack_fits``; each K/V tile is read once for
-    the G heads; the lab runs it on BHLD inputs only). A
+    no effect otherwise) and ``pack`` (GQA-packed rows, an int baked per call,
+    0 = off: with ``pack = G = Hq / Hkv`` one program per (KV head, batch
+    [, split]) whose tile rows are its G query heads' ``Lq`` queries, query by
+    query: row ``i`` = query ``i // G`` of head ``hk * G + i % G``, a division
+    by a constant; valid only for calls with ``G == Hq / Hkv`` and ``G * Lq <=
+    block_M``, which the launcher guarantees, ``launch.pack_group``; each K/V
+    tile is read once for the G heads; rows past ``G * Lq`` compute on zero
+    queries and are not stored). A
     manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
@@ -169,8 +175,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
-    _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
-                 lmk_rows_j0=lmk_rows_j0, pack=pack)
+    _check_knobs(lmk_cols, pack, block_M, fast_exp2=fast_exp2, scale_fold=scale_fold,
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -214,7 +220,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             qb = bx // S if split else bx
             sp = bx % S if split else 0
             G = Hq // Hkv
-            hk = by if pack else by // G
+            hk = by if pack else by // G  # packed: the launcher guarantees pack == Hq // Hkv
             q0 = qb * block_M
             lo, hi = M.block_key_range(q0, Lq if pack else q0 + block_M, Lq, Lk, r, W, C,
                                        expand_to_chunk)
@@ -226,10 +232,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 kb0 = sp * per
                 n_it = T.max(T.min(per, n_kb - kb0), 0)
 
-            if pack:  # row i: head hk * G + i // Lq, query i % Lq (zeros past G * Lq)
+            if pack:  # row i: query i // pack of head hk * pack + i % pack (zeros past pack * Lq)
                 for i, d in T.Parallel(block_M, Dqk):
                     Q_s[i, d] = T.if_then_else(
-                        i < G * Lq, _elem(Q, q_blhd, bz, hk * G + i // Lq, i % Lq, d),
+                        i < pack * Lq, _elem(Q, q_blhd, bz, hk * pack + i % pack, i // pack, d),
                         T.Cast(dtype, 0))
             else:
                 T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
@@ -274,18 +280,18 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:
                 for i in T.Parallel(block_M):
-                    if i < G * Lq:
+                    if i < pack * Lq:
                         if split:
-                            LSE[bz, hk * G + i // Lq, sp, i % Lq] = M.row_lse(m[i], l[i])
+                            LSE[bz, hk * pack + i % pack, sp, i // pack] = M.row_lse(m[i], l[i])
                         else:
-                            LSE[bz, hk * G + i // Lq, i % Lq] = M.row_lse(m[i], l[i])
+                            LSE[bz, hk * pack + i % pack, i // pack] = M.row_lse(m[i], l[i])
                 T.copy(acc_o, O_s)
                 for i, d in T.Parallel(block_M, Dv):
-                    if i < G * Lq:
+                    if i < pack * Lq:
                         if split:
-                            O[bz, hk * G + i // Lq, sp, i % Lq, d] = O_s[i, d]
+                            O[bz, hk * pack + i % pack, sp, i // pack, d] = O_s[i, d]
                         else:
-                            O[bz, hk * G + i // Lq, i % Lq, d] = O_s[i, d]
+                            O[bz, hk * pack + i % pack, i // pack, d] = O_s[i, d]
             else:
                 for i in T.Parallel(block_M):
                     if q0 + i < Lq:
@@ -308,7 +314,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: bool = False):
+           pack: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -332,8 +338,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     ``lmk_zero="rows"``, ``mask_lmk`` and ``lmk_cols > 0``, ``launch.rows_j0_acts``:
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
-    ``macros.zero_landmark_rows``) and ``pack`` (GQA-packed rows for calls with
-    ``Hq / Hkv * Lq <= block_M``: a lab knob, not shipped; :func:`_fwd_tc_body`).
+    ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
+    ``G = Hq / Hkv`` query heads of one key/value head, for calls with ``G * Lq <=
+    block_M``; 0 = off; :func:`_fwd_tc_body`).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
@@ -349,7 +356,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: bool = False):
+                pack: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the

@@ -219,16 +219,21 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
-               scale_log2: float | None = None) -> tuple:
+               scale_log2: float | None = None, group: int = 1) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
     :func:`scale_fold_ok` of the call's ``scale_log2`` (off without one),
     ``lmk_rows_j0`` only with ``mask_lmk``, ``lmk_zero="rows"`` and ``lmk_cols > 0``
-    (:func:`rows_j0_acts`; one kernel, not two, where it would change nothing); trailing defaults are dropped (one cache key per kernel; the default
-    kernel keeps the key it always had)."""
+    (:func:`rows_j0_acts`; one kernel, not two, where it would change nothing),
+    ``pack`` (a permission) becomes the call's ``group`` (``Hq / Hkv``) where it is
+    above 1, else 0 (one query head per key/value head: nothing to pack); trailing
+    defaults are dropped (one cache key per kernel; the default kernel keeps the key
+    it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
+    pk = _KNOB["pack"]
+    full[pk] = group if (full[pk] and group > 1) else 0
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
     full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
@@ -238,7 +243,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
 
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
-                   scale_log2: float | None = None) -> tuple[str, tuple, tuple]:
+                   scale_log2: float | None = None, group: int = 1) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -253,16 +258,16 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                   q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
-                  split: bool = False) -> tuple[str, tuple]:
+                  split: bool = False, group: int = 1) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
     cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2)
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
@@ -393,7 +398,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     split = S > 1
     cfg = config or (split_cfg if split else shipped_config(p.Dqk, p.Dv, p.Lq))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                               cfg, C, sl2, split)
+                               cfg, C, sl2, split, p.Hq // p.Hkv)
     knobs = args[12:]  # only an explicit config can set the lab knob pack
     if (config is not None and len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]]
             and not pack_fits(p, cfg[0])):

@@ -496,17 +496,27 @@ def _dec_pack(split):
 # programs, each reading its KV head's whole window for one query row; packed, 32
 # programs read each window once for 8 rows. Every kernel below compiles for sm_90a
 # on CPU (tests/test_tools_lab_tilelang.py lists them); predictions written first.
+# Measured at 9164139 (session 7, bench_results/tilelang-lab9-9164139.json, L2 not
+# flushed): dec-pack B=8 GQA 18.3 -> 10.8 us, B=1 GQA 9.7 -> 10.6 us; at D = 128 with
+# G = 1, 37.8 us against 12.4 (split) and ~16.6 (prefill grid). The packed kernel of that
+# tree loaded Q and stored O element by element with an int64 division and modulo by
+# the runtime Lq per element (row i = head i // Lq, query i % Lq) and took i % Lq per
+# score in the mask: at D = 128, 64 elements of Q and O per thread each way. Session 7
+# bakes G (``pack = G``, rows query by query: query i // G, head i % G, shifts for a
+# power-of-two G) and drops the pack at G = 1. Predictions for that kernel:
 DECODE_VARIANTS.update({
     "dec-pack": (_dec_pack(False),
-                 "GQA-packed rows on the prefill grid (one program per KV head and batch)",
-                 "D64 B=8 GQA: 18.6 -> 10-14 us (32 programs, the window read once per "
-                 "KV head); B=1 GQA: 9.8 -> 9-12 us (4 programs: fewer, not shorter); "
-                 "D128 (G=1): as dec-prefill (16.7 us)"),
+                 "GQA-packed rows on the prefill grid (one program per KV head and batch), "
+                 "G baked (session 7)",
+                 "D64 B=8 GQA: 10.8 -> 6-9 us, B=1 GQA: 10.6 -> 6-9 us (no per-element "
+                 "division); D128 G=1: = dec-prefill (pack dropped); D128 B=8 GQA 32/8: "
+                 "-30-50% vs dec-shipped (64 programs instead of 256 on 132 SMs)"),
     "dec-pack-split": (_dec_pack(True),
                        "GQA-packed rows on split-KV, one wave of packed programs",
                        "D64 B=8 GQA: 18.6 -> 7-11 us (128 programs, ~2.5 key tiles each); "
                        "B=1 GQA: 9.8 -> 6-9 us (40 programs, one key tile each); D128: as "
-                       "dec-shipped (12.0 us)"),
+                       "dec-shipped (12.0 us). Measured at 9164139: 15.4 / 13.7 us; session 7 "
+                       "(G baked): 8-12 / 7-10 us"),
 })
 
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
@@ -546,6 +556,8 @@ DECODE_SHAPES = [
     ("dec B1 H32 D128 128K", 1, 32, 32, 1, 131072, 128),
     ("dec B1 GQA32/4 D64 8K", 1, 32, 4, 1, 8192, 64),
     ("dec B8 GQA32/4 D64 32K", 8, 32, 4, 1, 32768, 64),
+    # since session 7 (packed decode at D = 128 needs a GQA shape there)
+    ("dec B8 GQA32/8 D128 32K", 8, 32, 8, 1, 32768, 128),
 ]
 
 
@@ -584,14 +596,15 @@ def kernel_jobs(variants):
     jobs = []
     for name in variants:
         plan, cases, shapes = _tables(name)
-        need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw)) for _, D, f, kw in cases}
-        need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]))
-                 for s in shapes}
+        need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw), kw["Hq"] // kw["Hkv"])
+                for _, D, f, kw in cases}
+        need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]),
+                  s[2] // s[3]) for s in shapes}
         seen = set()
-        for D, (lmk, exp), C, sl2 in sorted(need):
+        for D, (lmk, exp), C, sl2, group in sorted(need):
             cfg, split = plan(D)
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
-                                              cfg, C, sl2, bool(split))
+                                              cfg, C, sl2, bool(split), group)
             todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split else [])
             for job in todo:
                 if job not in seen:
