@@ -246,6 +246,29 @@ def _decode_build(base: Case, row: dict) -> Case:
                    window=row["W"], chunk=64, nan_slots=row["nan"])
 
 
+#: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64).
+_PACK_RULE = {2: ((True, True), 16), 3: ((True, False), 64), 4: ((False, True), 64),
+              8: ((False, False), 16)}
+
+
+def _pack_build(base: Case, row: dict) -> Case:
+    """Short query blocks of GQA heads: ``G * Lq`` around 64 and 128 rows (the tile
+    heights a kernel may pack the G query heads of one key/value head into), one
+    query, and a batch large enough (``B * Hq >= 72`` programs per query block on
+    the GPU) that backends with a split-KV path for small grids keep their
+    prefill grid on a 132-SM H200. NaN in every unseen slot; BHLD in bf16,
+    NaN-padded BLHD views in fp16."""
+    Hq, Hkv = row["heads"]
+    G = Hq // Hkv
+    Lq = {"1": 1, "64/G": 64 // G, "64/G+1": 64 // G + 1, "128/G": 128 // G,
+          "128/G+1": 128 // G + 1}[row["Lq"]]
+    (lmk, exp), C = _PACK_RULE[G]
+    dtype = "bf16" if row["layout"] == "bhld" else "fp16"
+    return replace(base, B=-(-72 // Hq), Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=300, Dqk=row["D"][0],
+                   Dv=row["D"][1], window=100, chunk=C, kv_start=5, mask_lmk=lmk, expand=exp,
+                   layout=row["layout"], dtype=dtype, nan_slots=True)
+
+
 def _long_build(base: Case, row: dict) -> Case:
     Lq, Lk = row["L"]
     return replace(base, B=1, Hq=8, Hkv=2, Lq=Lq, Lk=Lk, Dqk=128, Dv=128, window=row["W"], chunk=64,
@@ -396,6 +419,15 @@ def _categories() -> list[Category]:
                       "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
                       "nan": [False, True]},
         _decode_build))
+    C.append(Category(
+        "gqa_pack", "GQA with short query blocks on the GPU: G = 2, 3, 4, 8 query heads per "
+        "key/value head times 1 query or G * Lq at and just past 64 and 128 rows (TileLang packs "
+        "them into one tile where they fit), D 64 / 128 and 96 x 64, BHLD and padded BLHD views, "
+        "NaN in every unseen slot",
+        lambda cuda: {"heads": [(4, 2), (6, 2), (8, 2), (16, 2)],
+                      "Lq": ["1", "64/G", "64/G+1", "128/G", "128/G+1"],
+                      "D": [(64, 64), (128, 128), (96, 64)], "layout": ["bhld", "padt"]},
+        _pack_build, cuda_only=True))
     C.append(Category(
         "long", "long keys on the GPU: decode and prefill against caches up to 128K",
         lambda cuda: {"L": [(1, 131072), (64, 131072), (2048, 131072), (16384, 16384), (4096, 65536)],

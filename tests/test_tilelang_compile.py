@@ -250,6 +250,19 @@ def test_split_knobs_without_expand_still_fail_to_lower(tile):
         kernels.fwd_tc(*args)
 
 
+@pytest.mark.parametrize("Dv", [32, 64])
+def test_pack3_at_dqk32_without_flags_still_fails_to_lower(Dv):
+    """TileLang 0.1.15 cannot lower the packed short tile with G = 3 at Dqk = 32 and
+    neither flag (ThreadSync; session 7 CPU sweep), so launch.pack_lowers keeps
+    those calls unpacked. When this starts to pass, widen pack_lowers."""
+    assert not launch.pack_lowers(3, 32) and launch.pack_lowers(4, 32) and launch.pack_lowers(3, 48)
+    args = launch.tc_kernel_key(32, Dv, "bfloat16", False, False, False, False,
+                                launch.shipped_config(32, Dv, 1) + (True,), 64,
+                                launch.LOG2E * default_scale(32), group=3)[1]
+    with pytest.raises(Exception, match="ThreadSync"):
+        kernels.fwd_tc(*args)
+
+
 def test_no_ws_variant_still_fails_to_lower():
     """kernels.fwd_tc_nows (no warp specialisation, no TMA) does not lower in
     TileLang 0.1.15, so nothing ships it. When this starts to pass, the variant

@@ -552,6 +552,44 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
         assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True)
 
 
+def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
+    """run_cuda's prefill grid packs the G query heads of a key/value head into one
+    tile (launch.packs) when G > 1, G * Lq fits the tile's rows, max(D) <= 128 and
+    the group lowers (launch.pack_lowers); the kernel bakes G; split-KV calls and
+    everything else run unpacked."""
+    asked = []
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
+    monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
+
+    def pack_of(B, Hq, Hkv, Lq, Dqk=64, Dv=64, lmk=True, exp=True):
+        asked.clear()
+        q = torch.zeros((B, Hq, Lq, Dqk), dtype=torch.bfloat16, device="meta")
+        k = torch.zeros((B, Hkv, 700, Dqk), dtype=torch.bfloat16, device="meta")
+        v = torch.zeros((B, Hkv, 700, Dv), dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, v, window_size=300, chunk_size=64, mask_lmk=lmk, expand_to_chunk=exp)
+        o, lse = p.new_outputs()
+        launch.run_cuda(p, q, k, v, False, False, o, lse)
+        kind, args = asked[0]
+        knobs = args[12:]
+        i = launch._KNOB["pack"]
+        return (knobs[i] if len(knobs) > i else 0), args[11]  # (baked G, split)
+
+    assert pack_of(8, 32, 4, 1) == (8, False)            # decode B=8 GQA 32/4 D=64
+    assert pack_of(1, 32, 4, 1) == (8, False)            # B=1: the same kernel, 4 programs
+    assert pack_of(1, 32, 4, 8) == (8, False)            # 64 rows: the short tile, full
+    assert pack_of(1, 32, 4, 9) == (0, False)            # 72 rows: unpacked
+    assert pack_of(1, 32, 32, 1) == (0, False)           # G = 1: nothing to pack
+    assert pack_of(1, 24, 8, 21) == (3, False)           # G = 3, 63 rows
+    assert pack_of(1, 24, 8, 1, 32, 32, False, False) == (0, False)  # pack_lowers: unpacked
+    assert pack_of(1, 24, 8, 1, 32, 32) == (0, False)    # G = 3 at Dqk = 32 never packs
+    assert pack_of(8, 32, 8, 1, 128, 128) == (4, False)  # 256 programs: prefill grid, packed
+    assert pack_of(8, 32, 8, 32, 128, 128) == (4, False)  # 128 rows of the 128-row tile
+    assert pack_of(8, 32, 8, 33, 128, 128) == (0, False)
+    assert pack_of(1, 32, 8, 1, 128, 128) == (0, True)   # 32 programs: split-KV, unpacked
+    assert pack_of(1, 16, 2, 1, 192, 192) == (0, False)  # D > 128: no knobs, unpacked
+    assert pack_of(2, 16, 4, 300) == (0, False)          # long prefill
+
+
 def test_pack_config_refused_where_the_heads_do_not_fit(monkeypatch):
     """The lab knob ``pack`` (GQA-packed rows) is valid only for G * Lq <= block_M:
     run_cuda refuses a packed config otherwise, before any kernel is fetched."""

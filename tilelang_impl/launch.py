@@ -68,7 +68,7 @@ def tc_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple[int, int, int, 
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
     """Values of :data:`TC_KNOBS` shipped per head dim (eight for D <= 128, all
-    but the lab knob ``pack``: ``lmk_zero``, ``mask_split``, ``fold``, the
+    but ``pack``, which :func:`prefill_config` adds per call: ``lmk_zero``, ``mask_split``, ``fold``, the
     ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``, ``win_u32``,
     ``lmk_rows_j0``; none above 128). The history
     that chose them, oldest first:
@@ -147,9 +147,51 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
 
 
 def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
-    """The prefill-grid config :func:`run_cuda` uses when none is given: tile
-    (:func:`tc_config`) and knobs."""
+    """The prefill-grid config of head dims ``Dqk``/``Dv`` and ``Lq`` queries: tile
+    (:func:`tc_config`) and knobs, rows not packed. What :func:`run_cuda` uses when
+    none is given is :func:`prefill_config` (this, packed where :func:`packs`)."""
     return tc_config(Dqk, Dv, Lq) + tc_knobs(Dqk, Dv)
+
+
+def packs(p, block_M: int) -> bool:
+    """Whether a prefill-grid call on ``block_M``-row tiles packs the ``G = Hq / Hkv``
+    query heads of each key/value head into one tile (the ``pack`` knob,
+    ``kernels._fwd_tc_body``): ``G > 1``, ``G * Lq <= block_M`` (:func:`pack_fits`:
+    decode and short chunks) and ``max(Dqk, Dv) <= 128`` (the tiles with knobs;
+    never measured above). One program per (KV head, batch) reads each K/V tile
+    once for its G heads, where the unpacked grid has G programs reading it each
+    for ``Lq`` real rows of a 64- or 128-row tile.
+
+    Measured on the H200 (decode, W=512, C=64, L2 not flushed, lab9/lab10,
+    bench_results/tilelang-lab10-4aae060.json): B=8 GQA 32/4 D=64 Lk=32K 18.8 ->
+    10.2 us, B=8 GQA 32/8 D=128 32.6 -> 22.0 us, B=1 GQA 32/4 D=64 10.1 -> 9.8 us.
+    Split-KV calls (:func:`split_plan`) do not pack: the packed split tile lost to
+    the packed prefill grid (B=8 13.0 us, B=1 11.4 us at D=64).
+
+    ``G``: :func:`pack_lowers`."""
+    G = p.Hq // p.Hkv
+    return (G > 1 and pack_fits(p, block_M) and max(p.Dqk, p.Dv) <= 128
+            and pack_lowers(G, p.Dqk))
+
+
+def pack_lowers(G: int, Dqk: int) -> bool:
+    """The group sizes whose packed kernels were compiled for sm_90a (session 7 CPU
+    sweep, every flag pair, Dqk 32..128 and Dqk != Dv, bf16 / fp16, BHLD / BLHD):
+    powers of two, and 3..8 at ``Dqk >= 48``. At ``Dqk = 32`` with ``G = 3`` and
+    neither flag TileLang 0.1.15 fails ThreadSync ("shared-memory sync inside a
+    divergent region", pinned by tests/test_tilelang_compile.py); other group
+    sizes were not compiled. The rest run unpacked."""
+    return G & (G - 1) == 0 or (G <= 8 and Dqk >= 48)
+
+
+def prefill_config(p) -> tuple:
+    """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
+    :func:`shipped_config` of its head dims and ``Lq``, with the ``pack`` permission
+    appended where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
+    cfg = shipped_config(p.Dqk, p.Dv, p.Lq)
+    if packs(p, cfg[0]):
+        cfg = cfg + (True,)
+    return cfg
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
@@ -165,10 +207,11 @@ def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
 #: zeroing, ``macros.zero_landmark_rows``; shipped at D <= 128, :func:`tc_knobs`)
 #: is kept only where it acts (:func:`rows_j0_acts`: ``mask_lmk``,
 #: ``lmk_zero="rows"`` and ``lmk_cols > 0``). ``pack`` (GQA-packed rows,
-#: ``kernels._fwd_tc_body``) is a lab knob, never shipped: a config that sets it
-#: is valid only for calls with ``Hq / Hkv * Lq <= block_M``
-#: (:func:`pack_fits`). Appending it moved the optional ``ws`` item of a full
-#: config from position 13 to 14.
+#: ``kernels._fwd_tc_body``; a permission: the kernel bakes the call's ``G =
+#: Hq / Hkv``, nothing at ``G = 1``) is appended by :func:`prefill_config` where
+#: :func:`packs`; a config that sets it is valid only for calls with ``G * Lq <=
+#: block_M`` (:func:`pack_fits`). Appending it (session 6) moved the optional
+#: ``ws`` item of a full config from position 13 to 14.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False))
@@ -396,10 +439,10 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         split_cfg = (split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
                      if S > 1 and config is None else None)
     split = S > 1
-    cfg = config or (split_cfg if split else shipped_config(p.Dqk, p.Dv, p.Lq))
+    cfg = config or (split_cfg if split else prefill_config(p))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split, p.Hq // p.Hkv)
-    knobs = args[12:]  # only an explicit config can set the lab knob pack
+    knobs = args[12:]  # prefill_config packs only where it fits; an explicit config may not
     if (config is not None and len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]]
             and not pack_fits(p, cfg[0])):
         raise ValueError(f"config {cfg!r} packs {p.Hq // p.Hkv} heads x {p.Lq} queries into "

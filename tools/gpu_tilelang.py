@@ -161,6 +161,15 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         window_size=8, chunk_size=1)
     run("decode public API B=1 H=32", swa, 1, 32, 32, 1, 8192, 128, 128, BF16,
         window_size=512, chunk_size=64)
+    # GQA-packed rows (launch.packs: the prefill grid, G * Lq <= the tile's rows)
+    run("packed decode B=8 GQA 32/4 D=64", swa, 8, 32, 4, 1, 5000, 64, 64, BF16,
+        window_size=512, chunk_size=64, kv_start=10**6 + 3, nan_slots=True)
+    run("packed decode B=8 GQA 32/8 D=128", swa, 8, 32, 8, 1, 5000, 128, 128, BF16,
+        window_size=512, chunk_size=64, kv_start=7, nan_slots=True)
+    run("packed G=3 Lq=21 (63 rows) D=64 fp16 BLHD", swa, 3, 24, 8, 21, 900, 64, 64, FP16,
+        blhd=True, window_size=100, chunk_size=16, kv_start=5, nan_slots=True)
+    run("packed G=8 Lq=16 (128 rows) D=128", swa, 5, 16, 2, 16, 900, 128, 128, BF16,
+        window_size=100, chunk_size=64, mask_lmk=False, nan_slots=True)
     for seed in (1, 2, 3):  # num_stages=2 (the one depth shipped), several seeds, long range
         run(f"pipeline num_stages=2 seed={seed} W=2000", P(), 1, 4, 2, 3000, 3000, 128, 128, BF16,
             window_size=2000, chunk_size=64, kv_start=seed, seed=seed)
@@ -171,16 +180,18 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
     if record:  # the graph cases below launch 32/32/128 C=64 kernels the cases above have
         return res
     # CUDA graph capture of the public call (prefill and split paths)
-    for Lq, Lk, nm in ((512, 512, "prefill"), (1, 4096, "decode")):
+    for Lq, Lk, nm, (B, Hq, Hkv, D) in ((512, 512, "prefill", (1, 8, 8, 128)),
+                                        (1, 4096, "decode", (1, 8, 8, 128)),
+                                        (1, 4096, "packed decode", (8, 32, 4, 64))):
         try:
-            q, k, v = _inputs(1, 8, 8, Lq, Lk, 128, 128, BF16)
+            q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, BF16)
             kw = dict(window_size=256, chunk_size=64)
             swa(q, k, v, **kw)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 o, lse = swa(q, k, v, **kw)
-            q2, k2, v2 = _inputs(1, 8, 8, Lq, Lk, 128, 128, BF16, seed=5)
+            q2, k2, v2 = _inputs(B, Hq, Hkv, Lq, Lk, D, D, BF16, seed=5)
             q.copy_(q2); k.copy_(k2); v.copy_(v2)
             g.replay(); torch.cuda.synchronize()
             from conformance import verdict
@@ -300,15 +311,18 @@ def precompile_configs() -> list[tuple]:
     from tilelang_impl import launch
     cfgs = []
 
-    def tc(Dqk, Dv, dt="bfloat16", lmk=True, exp=True, qb=False, kb=False, split=False, cfg=None):
+    def tc(Dqk, Dv, dt="bfloat16", lmk=True, exp=True, qb=False, kb=False, split=False, cfg=None,
+           group=1):
         # The kernel a call with chunk_size 64 (the timed shapes) and a positive
         # default scale gets: knobs resolved per call as launch.run_cuda does.
         _, args = launch.tc_kernel_key(Dqk, Dv, dt, lmk, exp, qb, kb, cfg or launch.shipped_config(Dqk, Dv),
-                                       64, default_scale(Dqk) * launch.LOG2E, split)
+                                       64, default_scale(Dqk) * launch.LOG2E, split, group)
         cfgs.append(args)
     for D in (64, 96, 128):
         tc(D, D)
     tc(64, 64, cfg=launch.shipped_config(64, 64, 1))  # decode / Lq <= 64 at D = 64
+    # GQA decode at D = 64 (the timed B=8 GQA 32/4 shape): packed rows, G = 8
+    tc(64, 64, cfg=launch.shipped_config(64, 64, 1) + (True,), group=8)
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)
     tc(64, 64, lmk=False)

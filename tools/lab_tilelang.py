@@ -359,11 +359,15 @@ def _dec_shipped(D):
     """What run_cuda picks for a decode call (Dqk = Dv = D) today with
     ``expand_to_chunk`` or without ``mask_lmk`` (a lab config depends on D only:
     the launcher's other split kernel, for mask_lmk without expand_to_chunk, is
-    session 5's, ``dec-s5``; no D = 128 decode case has that flag pair)."""
+    session 5's, ``dec-s5``; no D = 128 decode case has that flag pair). Where the
+    launcher would not split a D = 128 shape (B=8 GQA 32/8: 256 programs) this
+    variant still does; the launcher runs ``dec-pack`` there (session 7). At
+    D <= 64 the pack permission is on, as ``launch.prefill_config`` sets it for every
+    lab decode call (G * Lq <= 24 rows; G = 1 packs nothing)."""
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
-    return _full(launch.shipped_config(D, D, 1)), False  # the decode cases have Lq <= 3
+    return _full(launch.shipped_config(D, D, 1))[:-1] + (True,), False  # decode cases: Lq <= 3
 
 
 def _dec_session5(D):
@@ -395,9 +399,9 @@ DECODE_VARIANTS = {
                "Dv 96/128 with about two programs per SM, the prefill grid otherwise",
                "reference point (L2 not flushed: below the bench's 27.4 / 15.7 / 28.7 us)"),
     "dec-shipped": (_dec_shipped,
-                    "as shipped (session 6): split-KV for Dv 96/128 (launch.split_config, "
+                    "as shipped: split-KV for Dv 96/128 (launch.split_config, "
                     "one wave of programs), the prefill grid otherwise (D=64: the 64-row "
-                    "short tile, launch.SHORT_Q_TILE)",
+                    "short tile, launch.SHORT_Q_TILE; GQA-packed since session 7)",
                     "D128 as dec-64-s4 in lab7 (12.0 us at B=1); D64 as dec-p64x128 in lab8 "
                     "(9.8 / 18.6 us)"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
