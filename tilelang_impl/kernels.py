@@ -70,7 +70,8 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
-                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0):
+                expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0,
+                q_first=None, q_end=None):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
@@ -78,10 +79,10 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
     (``scale_log2=None``). One statement (an ``if``), as ``mask_scores`` is.
     ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``; ``j0``:
     the tile's first landmark column when the caller holds it (``macros.mask_scores``);
-    ``pack``: rows hold several heads' queries (``macros.mask_scores``), the block's
-    queries are ``0 .. Lq - 1``."""
-    inside = M.tile_inside_windows(q0, k0, Lq if pack else block_M, block_N, Lq, Lk, r, W, C,
-                                   expand_to_chunk)
+    ``pack``: rows hold several heads' queries (``macros.mask_scores``; ``q0`` is
+    the first packed row), the block's queries are ``q_first .. q_end - 1``."""
+    inside = M.tile_inside_windows(q_first if pack else q0, k0, q_end - q_first if pack else block_M,
+                                   block_N, Lq, Lk, r, W, C, expand_to_chunk)
     if mask_lmk or scale_log2 is not None:
         if inside:
             if mask_lmk:
@@ -161,12 +162,13 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     ``macros.zero_landmark_rows`` share, the zeroing select on an integer
     condition, the rows as one static loop without the per-row-group barrier;
     no effect otherwise) and ``pack`` (GQA-packed rows, an int baked per call,
-    0 = off: with ``pack = G = Hq / Hkv`` one program per (KV head, batch
-    [, split]) whose tile rows are its G query heads' ``Lq`` queries, query by
-    query: row ``i`` = query ``i // G`` of head ``hk * G + i % G``, a division
-    by a constant; valid only for calls with ``G == Hq / Hkv`` and ``G * Lq <=
-    block_M``, which the launcher guarantees, ``launch.pack_group``; each K/V
-    tile is read once for the G heads; rows past ``G * Lq`` compute on zero
+    0 = off: with ``pack = G = Hq / Hkv`` the G query heads of a key/value
+    head share each tile, query by query: packed row ``t`` (``t = qb * block_M
+    + i`` for row ``i`` of query block ``qb``) is query ``t // G`` of head ``hk *
+    G + t % G``, a division by a constant; grid ``(cdiv(G * Lq, block_M) [*
+    S], Hkv, B)``; valid only for ``G == Hq / Hkv``, which the launcher
+    guarantees (``launch.call_knobs``); each K/V tile is read once for the G
+    heads; rows past ``G * Lq`` compute on zero
     queries and are not stored). A
     manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
@@ -198,7 +200,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor(v_shape, dtype),
              O: T.Tensor(o_shape, o_dtype), LSE: T.Tensor(l_shape, accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
-        n_qb = 1 if pack else T.ceildiv(Lq, block_M)
+        n_qb = T.ceildiv(pack * Lq, block_M) if pack else T.ceildiv(Lq, block_M)
         with T.Kernel(n_qb * S if split else n_qb, Hkv if pack else Hq, B,
                       threads=threads) as (bx, by, bz):
             Q_s = T.alloc_shared([block_M, Dqk], dtype)
@@ -221,9 +223,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             sp = bx % S if split else 0
             G = Hq // Hkv
             hk = by if pack else by // G  # packed: the launcher guarantees pack == Hq // Hkv
-            q0 = qb * block_M
-            lo, hi = M.block_key_range(q0, Lq if pack else q0 + block_M, Lq, Lk, r, W, C,
-                                       expand_to_chunk)
+            q0 = qb * block_M  # first row (packed: packed row q0 + i is query (q0 + i) // pack)
+            q_first = q0 // pack if pack else q0  # the tile's queries [q_first, q_end)
+            q_end = T.min((q0 + block_M - 1) // pack + 1, Lq) if pack else q0 + block_M
+            lo, hi = M.block_key_range(q_first, q_end, Lq, Lk, r, W, C, expand_to_chunk)
             n_kb = T.ceildiv(hi - lo, block_N)
             kb0 = 0
             n_it = n_kb
@@ -232,10 +235,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 kb0 = sp * per
                 n_it = T.max(T.min(per, n_kb - kb0), 0)
 
-            if pack:  # row i: query i // pack of head hk * pack + i % pack (zeros past pack * Lq)
+            if pack:  # row i: query t // pack of head hk * pack + t % pack, t = q0 + i (zeros past pack * Lq)
                 for i, d in T.Parallel(block_M, Dqk):
                     Q_s[i, d] = T.if_then_else(
-                        i < pack * Lq, _elem(Q, q_blhd, bz, hk * pack + i % pack, i // pack, d),
+                        q0 + i < pack * Lq,
+                        _elem(Q, q_blhd, bz, hk * pack + (q0 + i) % pack, (q0 + i) // pack, d),
                         T.Cast(dtype, 0))
             else:
                 T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
@@ -255,7 +259,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                True, lmk_cols, win_u32, j0, pack)
+                                True, lmk_cols, win_u32, j0, pack, q_first, q_end)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
                                   inv_c, mask_lmk, None if scale_fold else scale_log2, True,
@@ -280,18 +284,20 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:
                 for i in T.Parallel(block_M):
-                    if i < pack * Lq:
+                    if q0 + i < pack * Lq:
+                        h, qi = hk * pack + (q0 + i) % pack, (q0 + i) // pack
                         if split:
-                            LSE[bz, hk * pack + i % pack, sp, i // pack] = M.row_lse(m[i], l[i])
+                            LSE[bz, h, sp, qi] = M.row_lse(m[i], l[i])
                         else:
-                            LSE[bz, hk * pack + i % pack, i // pack] = M.row_lse(m[i], l[i])
+                            LSE[bz, h, qi] = M.row_lse(m[i], l[i])
                 T.copy(acc_o, O_s)
                 for i, d in T.Parallel(block_M, Dv):
-                    if i < pack * Lq:
+                    if q0 + i < pack * Lq:
+                        h, qi = hk * pack + (q0 + i) % pack, (q0 + i) // pack
                         if split:
-                            O[bz, hk * pack + i % pack, sp, i // pack, d] = O_s[i, d]
+                            O[bz, h, sp, qi, d] = O_s[i, d]
                         else:
-                            O[bz, hk * pack + i % pack, i // pack, d] = O_s[i, d]
+                            O[bz, h, qi, d] = O_s[i, d]
             else:
                 for i in T.Parallel(block_M):
                     if q0 + i < Lq:
@@ -339,8 +345,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
-    ``G = Hq / Hkv`` query heads of one key/value head, for calls with ``G * Lq <=
-    block_M``; 0 = off; :func:`_fwd_tc_body`).
+    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,

@@ -442,11 +442,6 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     cfg = config or (split_cfg if split else prefill_config(p))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                                cfg, C, sl2, split, p.Hq // p.Hkv)
-    knobs = args[12:]  # prefill_config packs only where it fits; an explicit config may not
-    if (config is not None and len(knobs) > _KNOB["pack"] and knobs[_KNOB["pack"]]
-            and not pack_fits(p, cfg[0])):
-        raise ValueError(f"config {cfg!r} packs {p.Hq // p.Hkv} heads x {p.Lq} queries into "
-                         f"{cfg[0]} rows: they do not fit (launch.pack_fits)")
     ker = _kernel(kind, *args)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)

@@ -220,10 +220,10 @@ def block_key_range(q_first, q_end, Lq, Lk, r, window_size, chunk_size, expand_t
 def _row_pos(r, Lk, Lq, q_first, i, pack):
     """Relative position of tile row ``i``'s query: query ``q_first + i``, or with
     ``pack = G`` (a baked int: rows hold the ``G`` query heads of one key/value head
-    query by query, ``q_first = 0``) query ``i // G``, a shift or a multiply by a
-    constant, never a runtime division."""
+    query by query, ``q_first`` the tile's first packed row) query ``(q_first + i)
+    // G``, a shift or a multiply by a constant, never a runtime division."""
     if pack:
-        return r + Lk - Lq + i // pack
+        return r + Lk - Lq + (q_first + i) // pack
     return r + Lk - Lq + q_first + i
 
 

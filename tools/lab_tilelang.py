@@ -252,7 +252,24 @@ VARIANTS = {
              "shipped + win_u32 only (the scale multiply stays in the select)",
              "SASS D128 1415 / 1829, D64 1054 / 1542 (edge -1..-4%): within +-3% of shipped; "
              "the unsigned compare pays only once the select has no multiply (sfold)"),
+    # session 7, after packed decode shipped: the packed kernel generalised to any Lq
+    # (query blocks of block_M packed rows = block_M / G queries of all G heads)
+    "pack": (lambda D: _pack_prefill(D),
+             "shipped + GQA-packed rows on long prefill (128 packed rows = 128 / G queries "
+             "of the G heads of a key/value head; each K/V tile read once for them); at "
+             "D <= 64 without lmk_rows_j0 (with it the G = 8 kernel fails ThreadSync, CPU)",
+             "GQA 32/4 D64: 152 -> 165-185 TFLOP/s (a tile spans 16 queries, not 128: "
+             "~5 key tiles of 128 instead of ~6, fewer edge tiles), 16/2 (G=8) and batch "
+             "likewise +10-20%; G=1 shapes unchanged (pack dropped)"),
+    "noj0-64": (lambda D: _full(_launch().shipped_config(D, D))[:11] + ((D > 64), False),
+                "shipped without lmk_rows_j0 at D <= 64 (pack's attribution)",
+                "D64: -2-8% vs shipped (j0 gave +18% at D=128 in session 5); D128 = shipped"),
 }
+
+
+def _pack_prefill(D):
+    cfg = _full(_launch().shipped_config(D, D))
+    return cfg[:11] + ((D > 64), True)
 
 # Correctness cases: (name, D, flags (mask_lmk, expand), kwargs). All bf16, prefill grid.
 BASE = dict(window_size=100, chunk_size=16, kv_start=3)
