@@ -246,18 +246,20 @@ def _decode_build(base: Case, row: dict) -> Case:
                    window=row["W"], chunk=64, nan_slots=row["nan"])
 
 
-#: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64).
-_PACK_RULE = {2: ((True, True), 16), 3: ((True, False), 64), 4: ((False, True), 64),
-              8: ((False, False), 16)}
+#: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64;
+#: mask_lmk with C = 64 at G = 3 and 8, where TileLang zeroes V's landmark rows from
+#: the tile's landmark column, ``lmk_rows_j0``, on both its tiles).
+_PACK_RULE = {2: ((False, False), 16), 3: ((True, False), 64), 4: ((False, True), 64),
+              8: ((True, True), 64)}
 
 
 def _pack_build(base: Case, row: dict) -> Case:
     """Short query blocks of GQA heads: ``G * Lq`` around 64 and 128 rows (the tile
     heights a kernel may pack the G query heads of one key/value head into), one
-    query, and a batch large enough (``B * Hq >= 72`` programs per query block on
-    the GPU) that backends with a split-KV path for small grids keep their
-    prefill grid on a 132-SM H200. NaN in every unseen slot; BHLD in bf16,
-    NaN-padded BLHD views in fp16."""
+    query, and a batch large enough (``B * Hq >= 72`` programs per query block)
+    that TileLang keeps its prefill grid on a 132-SM H200 (Triton, which counts
+    GQA-packed tiles, still takes split-KV for some). NaN in every unseen slot;
+    BHLD in bf16, NaN-padded BLHD views in fp16."""
     Hq, Hkv = row["heads"]
     G = Hq // Hkv
     Lq = {"1": 1, "64/G": 64 // G, "64/G+1": 64 // G + 1, "128/G": 128 // G,
@@ -422,8 +424,8 @@ def _categories() -> list[Category]:
     C.append(Category(
         "gqa_pack", "GQA with short query blocks on the GPU: G = 2, 3, 4, 8 query heads per "
         "key/value head times 1 query or G * Lq at and just past 64 and 128 rows (TileLang packs "
-        "them into one tile where they fit), D 64 / 128 and 96 x 64, BHLD and padded BLHD views, "
-        "NaN in every unseen slot",
+        "them into one tile where they fit, on its prefill grid), D 64 / 128 and 96 x 64, BHLD "
+        "and padded BLHD views, NaN in every unseen slot",
         lambda cuda: {"heads": [(4, 2), (6, 2), (8, 2), (16, 2)],
                       "Lq": ["1", "64/G", "64/G+1", "128/G", "128/G+1"],
                       "D": [(64, 64), (128, 128), (96, 64)], "layout": ["bhld", "padt"]},

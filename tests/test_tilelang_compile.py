@@ -146,6 +146,13 @@ TC_VARIANTS = {
     "d64-short-pack": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (8,)),
     "d64-short-pack3": _tc(64, 64, cfg=launch.SHORT_Q_TILE, knobs=launch.tc_knobs(64, 64) + (3,)),
     "d128-pack": _tc(128, 128, knobs=launch.tc_knobs(128, 128) + (4,)),
+    # G = 8 on the 128-row tile with lmk_rows_j0 acting (Llama-style 32/4 decode at
+    # D = 128), and G = 3 at Dqk = 32 without either flag (failed ThreadSync before the
+    # multi-block rewrite of 2f11a45; launch.pack_lowers now packs it)
+    "d128-pack8": _tc(128, 128, knobs=launch.tc_knobs(128, 128) + (8,)),
+    "d32-short-pack3-noflags": _tc(32, 32, lmk=False, exp=False, cfg=launch.SHORT_Q_TILE,
+                                   knobs=launch.call_knobs(launch.tc_knobs(32, 32), False, 64,
+                                                           128, 0.2)[:7] + (False, 3)),
     "d64-split-pack": _tc(64, 64, split=True, cfg=(128, 64, 2, 256),
                           knobs=("rows", False, False, 1, True, True, True, False, 8)),
     # the first shipped kernel (tile 128x64, whole V tile zeroed): kept reachable for comparison
@@ -246,19 +253,6 @@ def test_split_knobs_without_expand_still_fail_to_lower(tile):
     args = launch.tc_kernel_key(128, 128, "bfloat16", True, False, False, False,
                                 tile + launch.SPLIT_KNOBS, 64,
                                 launch.LOG2E * default_scale(128), split=True)[1]
-    with pytest.raises(Exception, match="ThreadSync"):
-        kernels.fwd_tc(*args)
-
-
-@pytest.mark.parametrize("Dv", [32, 64])
-def test_pack3_at_dqk32_without_flags_still_fails_to_lower(Dv):
-    """TileLang 0.1.15 cannot lower the packed short tile with G = 3 at Dqk = 32 and
-    neither flag (ThreadSync; session 7 CPU sweep), so launch.pack_lowers keeps
-    those calls unpacked. When this starts to pass, widen pack_lowers."""
-    assert not launch.pack_lowers(3, 32) and launch.pack_lowers(4, 32) and launch.pack_lowers(3, 48)
-    args = launch.tc_kernel_key(32, Dv, "bfloat16", False, False, False, False,
-                                launch.shipped_config(32, Dv, 1) + (True,), 64,
-                                launch.LOG2E * default_scale(32), group=3)[1]
     with pytest.raises(Exception, match="ThreadSync"):
         kernels.fwd_tc(*args)
 

@@ -580,8 +580,9 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     assert pack_of(1, 32, 4, 9) == (0, False)            # 72 rows: unpacked
     assert pack_of(1, 32, 32, 1) == (0, False)           # G = 1: nothing to pack
     assert pack_of(1, 24, 8, 21) == (3, False)           # G = 3, 63 rows
-    assert pack_of(1, 24, 8, 1, 32, 32, False, False) == (0, False)  # pack_lowers: unpacked
-    assert pack_of(1, 24, 8, 1, 32, 32) == (0, False)    # G = 3 at Dqk = 32 never packs
+    assert pack_of(1, 24, 8, 1, 32, 32, False, False) == (3, False)  # every G <= 8 lowers
+    assert pack_of(1, 40, 4, 1) == (0, False)            # G = 10: never compiled, unpacked
+    assert pack_of(1, 64, 4, 1) == (16, False)           # powers of two
     assert pack_of(8, 32, 8, 1, 128, 128) == (4, False)  # 256 programs: prefill grid, packed
     assert pack_of(8, 32, 8, 32, 128, 128) == (4, False)  # 128 rows of the 128-row tile
     assert pack_of(8, 32, 8, 33, 128, 128) == (0, False)
@@ -590,22 +591,24 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     assert pack_of(2, 16, 4, 300) == (0, False)          # long prefill
 
 
-def test_pack_config_refused_where_the_heads_do_not_fit(monkeypatch):
-    """The lab knob ``pack`` (GQA-packed rows) is valid only for G * Lq <= block_M:
-    run_cuda refuses a packed config otherwise, before any kernel is fetched."""
+def test_explicit_pack_config_packs_any_lq(monkeypatch):
+    """An explicit config with the ``pack`` permission packs whatever Lq: the kernel
+    tiles G * Lq packed rows in blocks of block_M (since 2f11a45; before, run_cuda
+    refused rows past one tile). The launcher's own choice (launch.packs) still
+    packs only calls whose rows fit one tile."""
     asked = []
-    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append(kind) or (lambda *x: None))
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
     cfg = launch.SHORT_Q_TILE + launch.tc_knobs(64, 64) + (True,)
 
     def call(Hq, Hkv, Lq):
+        asked.clear()
         q = torch.empty((1, Hq, Lq, 64), dtype=torch.bfloat16, device="meta")
         k = torch.empty((1, Hkv, 512, 64), dtype=torch.bfloat16, device="meta")
         p = check_inputs(q, k, k, window_size=100, chunk_size=64)
         o, lse = p.new_outputs()
         launch.run_cuda(p, q, k, k, False, False, o, lse, force_split=1, config=cfg)
+        return asked[0][1][12 + launch._KNOB["pack"]]
 
-    call(32, 4, 8)                                  # 8 heads x 8 queries = 64 rows
-    assert asked == ["fwd_tc"]
-    with pytest.raises(ValueError, match="do not fit"):
-        call(32, 4, 9)                              # 72 rows
-    assert asked == ["fwd_tc"]
+    assert call(32, 4, 8) == 8      # 8 heads x 8 queries = 64 rows: one tile
+    assert call(32, 4, 9) == 8      # 72 rows: two tiles, still packed
+    assert call(6, 2, 300) == 3

@@ -166,31 +166,40 @@ def packs(p, block_M: int) -> bool:
     bench_results/tilelang-lab10-4aae060.json): B=8 GQA 32/4 D=64 Lk=32K 18.8 ->
     10.2 us, B=8 GQA 32/8 D=128 32.6 -> 22.0 us, B=1 GQA 32/4 D=64 10.1 -> 9.8 us.
     Split-KV calls (:func:`split_plan`) do not pack: the packed split tile lost to
-    the packed prefill grid (B=8 13.0 us, B=1 11.4 us at D=64).
+    the packed prefill grid (B=8 13.0 us, B=1 11.4 us at D=64). Longer query
+    blocks do not pack either, although the kernel packs any ``Lq`` (blocks of
+    ``block_M`` packed rows): lab11 at 2f11a45 (bench_results/tilelang-lab11-2f11a45.json)
+    measured GQA prefill D=64 (32/4 and 16/2 at L=8K, 4 x 4K) packed at 97-102
+    TFLOP/s against 124-132 for
+    the same kernel unpacked (both without ``lmk_rows_j0``, which the packed D=64
+    kernel with G=8 cannot lower) and 146-159 shipped.
 
-    ``G``: :func:`pack_lowers`."""
+    ``G``: :func:`pack_lowers`. The launcher's one-tile condition is a choice, not
+    a limit of the kernel (it packs any ``Lq`` when a config asks)."""
     G = p.Hq // p.Hkv
     return (G > 1 and pack_fits(p, block_M) and max(p.Dqk, p.Dv) <= 128
             and pack_lowers(G, p.Dqk))
 
 
 def pack_lowers(G: int, Dqk: int) -> bool:
-    """The group sizes whose packed kernels were compiled for sm_90a (session 7 CPU
-    sweep, every flag pair, Dqk 32..128 and Dqk != Dv, bf16 / fp16, BHLD / BLHD):
-    powers of two, and 3..8 at ``Dqk >= 48``. At ``Dqk = 32`` with ``G = 3`` and
-    neither flag TileLang 0.1.15 fails ThreadSync ("shared-memory sync inside a
-    divergent region", pinned by tests/test_tilelang_compile.py); other group
-    sizes were not compiled. The rest run unpacked."""
-    return G & (G - 1) == 0 or (G <= 8 and Dqk >= 48)
+    """The group sizes whose packed kernels were compiled for sm_90a: powers of
+    two and 3..8 (session 7 CPU sweep of 155 packed kernels at 2f11a45, every
+    flag pair, Dqk 32..128 and Dqk != Dv, lmk_cols 0 / 1 / 2, bf16 / fp16, BHLD /
+    BLHD, G 2..8, 16, 32, 64; none failed). Other group sizes were not compiled
+    and run unpacked. (The packed kernel of f110dcd, before the multi-block
+    rewrite, failed TileLang 0.1.15's ThreadSync at G = 3, Dqk = 32 without
+    either flag; ``Dqk`` stays an argument for such exclusions.)"""
+    return G & (G - 1) == 0 or G <= 8
 
 
 def prefill_config(p) -> tuple:
     """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
     :func:`shipped_config` of its head dims and ``Lq``, with the ``pack`` permission
-    appended where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
+    set where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
     cfg = shipped_config(p.Dqk, p.Dv, p.Lq)
     if packs(p, cfg[0]):
-        cfg = cfg + (True,)
+        knobs = cfg[4:] + tuple(d for _, d in TC_KNOBS[len(cfg) - 4:])
+        cfg = cfg[:4] + knobs[:_KNOB["pack"]] + (True,)
     return cfg
 
 
@@ -209,8 +218,8 @@ def prefill_config(p) -> tuple:
 #: ``lmk_zero="rows"`` and ``lmk_cols > 0``). ``pack`` (GQA-packed rows,
 #: ``kernels._fwd_tc_body``; a permission: the kernel bakes the call's ``G =
 #: Hq / Hkv``, nothing at ``G = 1``) is appended by :func:`prefill_config` where
-#: :func:`packs`; a config that sets it is valid only for calls with ``G * Lq <=
-#: block_M`` (:func:`pack_fits`). Appending it (session 6) moved the optional
+#: :func:`packs` (any ``Lq``: the kernel tiles ``G * Lq`` packed rows in blocks of
+#: ``block_M``; ``G <= block_M``). Appending it (session 6) moved the optional
 #: ``ws`` item of a full config from position 13 to 14.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
@@ -220,7 +229,7 @@ _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> positi
 
 def pack_fits(p, block_M: int) -> bool:
     """Whether a call's query heads of one KV head and their queries fit one tile of
-    ``block_M`` rows (the ``pack`` knob's condition)."""
+    ``block_M`` rows (:func:`packs`' condition: the launcher packs only then)."""
     return (p.Hq // p.Hkv) * p.Lq <= block_M
 
 

@@ -229,7 +229,7 @@ def _row_pos(r, Lk, Lq, q_first, i, pack):
 
 @T.macro
 def row_left_edges(left_row, q_first, block_M, Lq, Lk, r, window_size, chunk_size,
-                   expand_to_chunk, gpu, pack=False):
+                   expand_to_chunk, gpu, pack=0):
     """``left_row[i]`` = relative left edge of the query of row ``i``
     (:func:`_row_pos`; once per block)."""
     for i in _loop(gpu)(block_M):
@@ -247,7 +247,7 @@ def _scaled(x, scale_log2):
 @T.macro
 def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, chunk_size,
                 inv_chunk, mask_lmk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None,
-                pack=False):
+                pack=0):
     """Scale the raw products into base-2 logits (``* scale_log2``) and replace
     the score of every invisible (row, key) pair by ``-inf``.
 

@@ -161,14 +161,17 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         window_size=8, chunk_size=1)
     run("decode public API B=1 H=32", swa, 1, 32, 32, 1, 8192, 128, 128, BF16,
         window_size=512, chunk_size=64)
-    # GQA-packed rows (launch.packs: the prefill grid, G * Lq <= the tile's rows)
-    run("packed decode B=8 GQA 32/4 D=64", swa, 8, 32, 4, 1, 5000, 64, 64, BF16,
+    # GQA-packed rows (launch.packs: the prefill grid, G * Lq <= the tile's rows), the
+    # launcher's own choice on poisoned outputs
+    run("packed decode B=8 GQA 32/4 D=64", P(), 8, 32, 4, 1, 5000, 64, 64, BF16,
         window_size=512, chunk_size=64, kv_start=10**6 + 3, nan_slots=True)
-    run("packed decode B=8 GQA 32/8 D=128", swa, 8, 32, 8, 1, 5000, 128, 128, BF16,
+    run("packed decode B=8 GQA 32/8 D=128", P(), 8, 32, 8, 1, 5000, 128, 128, BF16,
         window_size=512, chunk_size=64, kv_start=7, nan_slots=True)
-    run("packed G=3 Lq=21 (63 rows) D=64 fp16 BLHD", swa, 3, 24, 8, 21, 900, 64, 64, FP16,
+    run("packed G=3 Lq=21 (63 rows) D=64 fp16 BLHD", P(), 3, 24, 8, 21, 900, 64, 64, FP16,
         blhd=True, window_size=100, chunk_size=16, kv_start=5, nan_slots=True)
-    run("packed G=8 Lq=16 (128 rows) D=128", swa, 5, 16, 2, 16, 900, 128, 128, BF16,
+    run("packed G=8 Lq=16 (128 rows) D=128 lmk_rows_j0", P(), 5, 16, 2, 16, 900, 128, 128, BF16,
+        window_size=100, chunk_size=64, nan_slots=True)
+    run("packed G=8 Lq=16 (128 rows) D=128 no landmarks", P(), 5, 16, 2, 16, 900, 128, 128, BF16,
         window_size=100, chunk_size=64, mask_lmk=False, nan_slots=True)
     for seed in (1, 2, 3):  # num_stages=2 (the one depth shipped), several seeds, long range
         run(f"pipeline num_stages=2 seed={seed} W=2000", P(), 1, 4, 2, 3000, 3000, 128, 128, BF16,

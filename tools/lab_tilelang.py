@@ -253,7 +253,11 @@ VARIANTS = {
              "SASS D128 1415 / 1829, D64 1054 / 1542 (edge -1..-4%): within +-3% of shipped; "
              "the unsigned compare pays only once the select has no multiply (sfold)"),
     # session 7, after packed decode shipped: the packed kernel generalised to any Lq
-    # (query blocks of block_M packed rows = block_M / G queries of all G heads)
+    # (query blocks of block_M packed rows = block_M / G queries of all G heads).
+    # Measured at 2f11a45 (tilelang-lab11-2f11a45.json, L2 not flushed): pack 96.6 /
+    # 101.5 / 97.9 TFLOP/s on the three GQA shapes against noj0-64 128.7 / 123.5 /
+    # 132.3 and shipped 154.5 / 146.3 / 159.4 (prediction +10-20%: wrong sign); G=1
+    # shapes unchanged. lmk_rows_j0 alone is worth +20% at D=64 (noj0-64 vs shipped).
     "pack": (lambda D: _pack_prefill(D),
              "shipped + GQA-packed rows on long prefill (128 packed rows = 128 / G queries "
              "of the G heads of a key/value head; each K/V tile read once for them); at "
@@ -767,7 +771,7 @@ def _splits(p, cfg, split):
     if split == "s5":
         split = -(-2 * sms // launch.grid_programs(p, cfg[0]))
     rows = cfg[0]
-    if split == "pack":  # one program per KV head and batch, its queries are 0 .. Lq - 1
+    if split == "pack":  # one program per KV head and batch (the lab's decode rows fit one tile)
         split, rows = sms // (p.B * p.Hkv), p.Lq
     return max(2, min(int(split), launch.key_tiles(p, rows, cfg[1]), 64))
 
