@@ -68,9 +68,9 @@ def tc_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple[int, int, int, 
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
     """Values of :data:`TC_KNOBS` shipped per head dim (eight for D <= 128, all
-    but ``pack``, which :func:`prefill_config` adds per call: ``lmk_zero``, ``mask_split``, ``fold``, the
-    ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``, ``win_u32``,
-    ``lmk_rows_j0``; none above 128). The history
+    but ``pack``, which :func:`prefill_config` sets per call: ``lmk_zero``,
+    ``mask_split``, ``fold``, the ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``,
+    ``win_u32``, ``lmk_rows_j0``; none above 128). The history
     that chose them, oldest first:
 
     Measured on the H200 (bf16, W=512, C=64, kernel-only TFLOP/s, lab run of
@@ -170,9 +170,9 @@ def packs(p, block_M: int) -> bool:
     blocks do not pack either, although the kernel packs any ``Lq`` (blocks of
     ``block_M`` packed rows): lab11 at 2f11a45 (bench_results/tilelang-lab11-2f11a45.json)
     measured GQA prefill D=64 (32/4 and 16/2 at L=8K, 4 x 4K) packed at 97-102
-    TFLOP/s against 124-132 for
-    the same kernel unpacked (both without ``lmk_rows_j0``, which the packed D=64
-    kernel with G=8 cannot lower) and 146-159 shipped.
+    TFLOP/s against 124-132 for the same kernel unpacked (both without
+    ``lmk_rows_j0``: the packed D=64 128-row kernel with G=8 and that knob fails
+    ThreadSync) and 146-159 shipped.
 
     ``G``: :func:`pack_lowers`. The launcher's one-tile condition is a choice, not
     a limit of the kernel (it packs any ``Lq`` when a config asks)."""
