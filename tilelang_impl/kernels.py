@@ -71,7 +71,7 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                 expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0,
-                q_first=None, q_end=None):
+                q_first=None, n_q=None):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
@@ -80,9 +80,11 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
     ``lmk_cols``: ``macros.tile_landmark``; ``win_u32``: ``macros.visible``; ``j0``:
     the tile's first landmark column when the caller holds it (``macros.mask_scores``);
     ``pack``: rows hold several heads' queries (``macros.mask_scores``; ``q0`` is
-    the first packed row), the block's queries are ``q_first .. q_end - 1``."""
-    inside = M.tile_inside_windows(q_first if pack else q0, k0, q_end - q_first if pack else block_M,
-                                   block_N, Lq, Lk, r, W, C, expand_to_chunk)
+    the first row). The tile's queries are ``n_q`` from ``q_first`` (default: its
+    ``block_M`` rows from ``q0``, unpacked)."""
+    inside = M.tile_inside_windows(q0 if q_first is None else q_first, k0,
+                                   block_M if n_q is None else n_q, block_N, Lq, Lk, r, W, C,
+                                   expand_to_chunk)
     if mask_lmk or scale_log2 is not None:
         if inside:
             if mask_lmk:
@@ -235,11 +237,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 kb0 = sp * per
                 n_it = T.max(T.min(per, n_kb - kb0), 0)
 
-            if pack:  # row i: query t // pack of head hk * pack + t % pack, t = q0 + i (zeros past pack * Lq)
+            if pack:  # row i: packed row q0 + i (M.packed_row), zeros past pack * Lq
                 for i, d in T.Parallel(block_M, Dqk):
                     Q_s[i, d] = T.if_then_else(
                         q0 + i < pack * Lq,
-                        _elem(Q, q_blhd, bz, hk * pack + (q0 + i) % pack, (q0 + i) // pack, d),
+                        _elem(Q, q_blhd, bz, *M.packed_row(hk, q0 + i, pack), d),
                         T.Cast(dtype, 0))
             else:
                 T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
@@ -259,7 +261,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 if mask_split:
                     _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
                                 mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                True, lmk_cols, win_u32, j0, pack, q_first, q_end)
+                                True, lmk_cols, win_u32, j0, pack,
+                                *((q_first, q_end - q_first) if pack else ()))
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
                                   inv_c, mask_lmk, None if scale_fold else scale_log2, True,
@@ -285,7 +288,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             if pack:
                 for i in T.Parallel(block_M):
                     if q0 + i < pack * Lq:
-                        h, qi = hk * pack + (q0 + i) % pack, (q0 + i) // pack
+                        h, qi = M.packed_row(hk, q0 + i, pack)
                         if split:
                             LSE[bz, h, sp, qi] = M.row_lse(m[i], l[i])
                         else:
@@ -293,7 +296,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.copy(acc_o, O_s)
                 for i, d in T.Parallel(block_M, Dv):
                     if q0 + i < pack * Lq:
-                        h, qi = hk * pack + (q0 + i) % pack, (q0 + i) // pack
+                        h, qi = M.packed_row(hk, q0 + i, pack)
                         if split:
                             O[bz, h, sp, qi, d] = O_s[i, d]
                         else:

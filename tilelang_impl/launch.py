@@ -197,10 +197,7 @@ def prefill_config(p) -> tuple:
     :func:`shipped_config` of its head dims and ``Lq``, with the ``pack`` permission
     set where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
     cfg = shipped_config(p.Dqk, p.Dv, p.Lq)
-    if packs(p, cfg[0]):
-        knobs = cfg[4:] + tuple(d for _, d in TC_KNOBS[len(cfg) - 4:])
-        cfg = cfg[:4] + knobs[:_KNOB["pack"]] + (True,)
-    return cfg
+    return with_knobs(cfg, pack=True) if packs(p, cfg[0]) else cfg
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
@@ -225,6 +222,15 @@ TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
+
+
+def with_knobs(config, **values) -> tuple:
+    """``config`` (a tile 4-tuple and a prefix of :data:`TC_KNOBS`, without ``ws``)
+    with every knob item present (defaults filled in) and the named ones set."""
+    full = list(config) + [d for _, d in TC_KNOBS[len(config) - 4:]]
+    for name, value in values.items():
+        full[4 + _KNOB[name]] = value
+    return tuple(full)
 
 
 def pack_fits(p, block_M: int) -> bool:

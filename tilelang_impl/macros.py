@@ -217,13 +217,20 @@ def block_key_range(q_first, q_end, Lq, Lk, r, window_size, chunk_size, expand_t
     return lo, T.max(hi, lo)
 
 
+def packed_row(hk, t, G):
+    """``(head, query)`` of packed row ``t`` of key/value head ``hk``: with ``G`` (a
+    baked int) query heads per key/value head packed query by query, row ``t`` is
+    query ``t // G`` of head ``hk * G + t % G`` (a shift or a multiply by a
+    constant, never a runtime division)."""
+    return hk * G + t % G, t // G
+
+
 def _row_pos(r, Lk, Lq, q_first, i, pack):
     """Relative position of tile row ``i``'s query: query ``q_first + i``, or with
-    ``pack = G`` (a baked int: rows hold the ``G`` query heads of one key/value head
-    query by query, ``q_first`` the tile's first packed row) query ``(q_first + i)
-    // G``, a shift or a multiply by a constant, never a runtime division."""
+    ``pack = G`` (``q_first`` the tile's first packed row) the query of packed row
+    ``q_first + i`` (:func:`packed_row`)."""
     if pack:
-        return r + Lk - Lq + (q_first + i) // pack
+        return r + Lk - Lq + packed_row(0, q_first + i, pack)[1]
     return r + Lk - Lq + q_first + i
 
 

@@ -77,9 +77,9 @@ def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=Tr
     return (bM, bN, ns, th, lmk_zero, mask_split, fold, 0)
 
 
-def _full(cfg):
-    """A config with every knob item (defaults filled in)."""
-    return tuple(cfg) + tuple(d for _, d in _launch().TC_KNOBS[len(cfg) - 4:])
+def _full(cfg, **knobs):
+    """A config with every knob item (defaults filled in), ``knobs`` set by name."""
+    return _launch().with_knobs(cfg, **knobs)
 
 
 #: The knobs shipped from dbb5ab4 to 1a0b87e (lmk_zero, mask_split, fold, lmk_cols cap)
@@ -95,11 +95,7 @@ def _session4(D):
 
 def _ship_plus(D, **knobs):
     """The session-4 shipped config of head dim D (all knob items) with ``knobs`` set."""
-    cfg = list(_full(_session4(D)))
-    names = [n for n, _ in _launch().TC_KNOBS]
-    for name, value in knobs.items():
-        cfg[4 + names.index(name)] = value
-    return tuple(cfg)
+    return _full(_session4(D), **knobs)
 
 
 def _s5(D, **knobs):
@@ -265,15 +261,14 @@ VARIANTS = {
              "GQA 32/4 D64: 152 -> 165-185 TFLOP/s (a tile spans 16 queries, not 128: "
              "~5 key tiles of 128 instead of ~6, fewer edge tiles), 16/2 (G=8) and batch "
              "likewise +10-20%; G=1 shapes unchanged (pack dropped)"),
-    "noj0-64": (lambda D: _full(_launch().shipped_config(D, D))[:11] + ((D > 64), False),
+    "noj0-64": (lambda D: _full(_launch().shipped_config(D, D), lmk_rows_j0=D > 64),
                 "shipped without lmk_rows_j0 at D <= 64 (pack's attribution)",
                 "D64: -2-8% vs shipped (j0 gave +18% at D=128 in session 5); D128 = shipped"),
 }
 
 
 def _pack_prefill(D):
-    cfg = _full(_launch().shipped_config(D, D))
-    return cfg[:11] + ((D > 64), True)
+    return _full(_launch().shipped_config(D, D), lmk_rows_j0=D > 64, pack=True)
 
 # Correctness cases: (name, D, flags (mask_lmk, expand), kwargs). All bf16, prefill grid.
 BASE = dict(window_size=100, chunk_size=16, kv_start=3)
@@ -388,7 +383,7 @@ def _dec_shipped(D):
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
-    return _full(launch.shipped_config(D, D, 1))[:-1] + (True,), False  # decode cases: Lq <= 3
+    return _full(launch.shipped_config(D, D, 1), pack=True), False  # decode cases: Lq <= 3
 
 
 def _dec_session5(D):
@@ -504,15 +499,12 @@ def _dec_pack(split):
     tile fails ThreadSync on CPU, and the D = 128 shapes have G = 1). Else the
     prefill grid on the shipped prefill tile (D = 64: launch.SHORT_Q_TILE), packed
     at every D."""
-    def packed(cfg):  # every knob item, pack (the last) on
-        return _full(cfg)[:-1] + (True,)
-
     def cfg(D):
         if split and D > 64:
             return _dec_shipped(D)
         if split:
-            return packed(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5), "pack"
-        return packed(_launch().shipped_config(D, D, 1)), False
+            return _full(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, pack=True), "pack"
+        return _full(_launch().shipped_config(D, D, 1), pack=True), False
     return cfg
 
 
