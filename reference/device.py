@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 _SM_COUNT: dict[int, int] = {}
+_CAPABILITY: dict[int, tuple[int, int]] = {}
 
 
 def sm_count(device: torch.device) -> int:
@@ -17,3 +18,15 @@ def sm_count(device: torch.device) -> int:
     if n is None:
         n = _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return n
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    """Compute capability of a CUDA device (cached per device index); ``(0, 0)``
+    for other devices."""
+    if device.type != "cuda":
+        return (0, 0)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    cc = _CAPABILITY.get(idx)
+    if cc is None:
+        cc = _CAPABILITY[idx] = tuple(torch.cuda.get_device_capability(idx))
+    return cc

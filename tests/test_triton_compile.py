@@ -3,7 +3,9 @@
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 128))`` builds the
 cubin on CPU; for bf16/fp16 the SASS (``cuobjdump`` from the triton wheel)
 must contain Hopper's warpgroup MMA (``HGMMA``), i.e. the kernels really use
-the tensor cores the config table was tuned for. fp32 uses exact fp32
+the tensor cores the config table was tuned for. Split-KV and combine kernels
+are compiled as shipped on Hopper (``launch.SPLIT_PDL``: the split kernel
+triggers, the combine waits) and their PTX must hold ``griddepcontrol``. fp32 uses exact fp32
 products (``input_precision="ieee"``), which have no tensor-core form, so its
 rows are only compiled.
 """
@@ -127,7 +129,7 @@ def variants():
                                                   dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
                                                        BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
                                                        UPCAST=False, IEEE=dt == torch.float32, DIRECT=False,
-                                                       LMK_ONE=dt != torch.float32),
+                                                       LMK_ONE=dt != torch.float32, PDL=L.SPLIT_PDL),
                                                   cfg.num_warps, cfg.num_stages,
                                                   dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
@@ -179,7 +181,8 @@ def variants():
         for t in ("bf16", "fp32"):
             out[f"combine-{t}-D{d}"] = ("prefill-32", "_swa_combine_kernel",
                                         {"OP": "*fp32", "LP": "*fp32", "O": f"*{t}", "LSE": "*fp32"},
-                                        dict(DV=d, BLOCK_DV=bd, BLOCK_S=L.MAX_SPLITS, ROWS=L.COMBINE_ROWS),
+                                        dict(DV=d, BLOCK_DV=bd, BLOCK_S=L.MAX_SPLITS, ROWS=L.COMBINE_ROWS,
+                                             PDL=L.SPLIT_PDL),
                                         L.COMBINE_WARPS, 1, False)
     return out
 
@@ -200,7 +203,8 @@ def _run_group(group: str) -> dict:
                 sass = _sass(ck, Path(tmp))
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
                                  want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
-                                 local_mem=("LDL" in sass) or ("STL" in sass))
+                                 local_mem=("LDL" in sass) or ("STL" in sass),
+                                 griddep="griddepcontrol" in ck.asm["ptx"], want_pdl=bool(consts.get("PDL")))
             except Exception as e:  # reported to the test, which fails on it
                 res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
     return res
@@ -234,6 +238,9 @@ def test_config_table_compiles_for_sm90(group):
             assert not r["local_mem"], f"{name}: register spills (LDL/STL local memory) in the SASS"
         if r["want_hgmma"]:
             assert r["hgmma"], f"{name}: no HGMMA (warpgroup MMA) in the bf16/fp16 SASS"
+        # split-KV / combine with PDL (launch.SPLIT_PDL): the grid-dependency
+        # instructions are there, and nowhere else
+        assert r["griddep"] == r["want_pdl"], f"{name}: griddepcontrol {r['griddep']}, PDL {r['want_pdl']}"
 
 
 def test_groups_cover_every_variant():

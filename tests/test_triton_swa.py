@@ -470,8 +470,8 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __init__(self, fn):
             self.fn = fn
 
-        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static):
-            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static))
+        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static, launch_pdl=False):
+            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static, launch_pdl))
 
     for name in ("_FWD", "_FWD_TMA", "_SPLIT", "_COMBINE"):
         monkeypatch.setattr(L, name, Rec(getattr(L, name).fn))
@@ -489,10 +489,19 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     monkeypatch.setattr(L, "sm_count", lambda device: 132)
     pc = dataclasses.replace(p, device=torch.device("cuda"))
     assert L.launch(pc, q, k, v, o, lse) == "prefill_tma"
+    # split-KV as planned for a Hopper GPU: the combine is a programmatic dependent launch
+    monkeypatch.setattr(L, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(L, "workspace", lambda device, numel: torch.empty(numel))  # a CPU stand-in
+    pdc = dataclasses.replace(pd, device=torch.device("cuda"))
+    assert L.launch(pdc, qd, kd, vd, od, lsed) == "splitkv"
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]
     assert names == ["_swa_fwd_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel",
-                     "_swa_fwd_tma_kernel"]
-    for fn, tensors, ints, floats, cx, warps, stages, static in calls:
+                     "_swa_fwd_tma_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel"]
+    for fn, tensors, ints, floats, cx, warps, stages, static, pdl in calls:
         n = len(tensors) + len(ints) + len(floats)
         assert fn.arg_names[n:] == list(cx), fn.__name__
-        assert static == L.static_key(cx, warps, stages)
+        assert static == L.static_key(cx, warps, stages, pdl)
+    # PDL only on the GPU: the interpreter's split kernels neither trigger nor wait
+    (_, split_cpu, comb_cpu), (split_gpu, comb_gpu) = calls[:3], calls[4:]
+    assert not split_cpu[4]["PDL"] and not comb_cpu[4]["PDL"] and not comb_cpu[8]
+    assert split_gpu[4]["PDL"] and comb_gpu[4]["PDL"] and comb_gpu[8] and not split_gpu[8]

@@ -28,6 +28,9 @@ import time
 import traceback
 
 import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,7 +72,7 @@ def check_case(c, results):
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
     knobs = dict(path=c.get("path"), phases=c.get("phases"), tma=c.get("tma"), config=c.get("config"),
-                 num_splits=c.get("num_splits"), fold=c.get("fold"))
+                 num_splits=c.get("num_splits"), fold=c.get("fold"), pdl=c.get("pdl"))
     path = L.launch(p, q, k, v, o, lse, **knobs)
     # second call: the cached compiled kernel launched directly (host fast path)
     o2, lse2 = p.new_outputs(poison=True)
@@ -226,10 +229,12 @@ def time_shape(s, variants, results, sets=3, reps=10):
             o_, l_ = p.new_outputs()
             path = L.launch(p, *inputs[0], o_, l_, path=knobs.get("_force_path"), config=knobs.get("_config"),
                             num_splits=knobs.get("_num_splits"), phases=knobs.get("_phases"),
-                            tma=knobs.get("_tma"), fold=knobs.get("_fold"))
+                            tma=knobs.get("_tma"), fold=knobs.get("_fold"), pdl=knobs.get("_pdl"))
             row = dict(shape=s["name"], variant=name, path=path, kernel_us=kern_us, eager_us=eager_us,
                        wrapper_us=eager_us - kern_us, host_us=host_us,
                        tflops=flops / (kern_us * 1e-6) / 1e12, flops=flops)
+            if s.get("flushed"):  # the bench's timer: one graph replay per event pair, L2 flushed before
+                row["flushed_us"] = flushed_time(fn, inputs)
         except Exception as e:  # a variant that fails to compile or launch is reported, not fatal
             row = dict(shape=s["name"], variant=name, error=f"{type(e).__name__}: {e}"[:400])
             traceback.print_exc()
@@ -240,11 +245,60 @@ def time_shape(s, variants, results, sets=3, reps=10):
         if "error" in row:
             print(f"  {s['name']:22s} {name:26s} ERROR {row['error'][:120]}", flush=True)
         else:
+            fl = f"  flushed {row['flushed_us']:6.1f} us" if "flushed_us" in row else ""
             print(f"  {s['name']:22s} {name:26s} {row['path']:8s} kern {kern_us:8.1f} us  eager "
-                  f"{eager_us:8.1f} us  host {host_us:6.1f} us  {row['tflops']:6.1f} TFLOP/s", flush=True)
+                  f"{eager_us:8.1f} us  host {host_us:6.1f} us  {row['tflops']:6.1f} TFLOP/s{fl}", flush=True)
     del inputs
     torch.cuda.empty_cache()
     return out
+
+
+def flushed_time(fn, inputs, reps=20):
+    """Microseconds per call by ``tools.bench``'s kernel timer (a CUDA graph per
+    input set, one replay between two events, a 256 MiB memset before each)."""
+    from tools.bench import Timer
+    ms, why = Timer(DEV, reps).graph(fn, inputs)
+    return float("nan") if ms is None else ms * 1e3
+
+
+@triton.jit
+def _floor_kernel(X, TRIGGER: tl.constexpr, WAIT: tl.constexpr):
+    """An empty program (one store from program 0): the launch floor of a timer."""
+    if WAIT:
+        gdc_wait()
+    if TRIGGER:
+        gdc_launch_dependents()
+    if tl.program_id(0) == 0:
+        tl.store(X, 1.0)
+
+
+def floor_times(res):
+    """What the timers measure for nothing: one empty kernel of 256 programs,
+    two in series, and two with the second a programmatic dependent launch
+    (the first triggers at its start), each by the lab's back-to-back graph
+    replay (``graph_time``) and by the bench's flushed single replay
+    (``flushed_time``)."""
+    x = torch.zeros(4, device=DEV)
+
+    def one(_x):
+        _floor_kernel[(256,)](_x, TRIGGER=False, WAIT=False, num_warps=4)
+
+    def two(_x):
+        _floor_kernel[(256,)](_x, TRIGGER=False, WAIT=False, num_warps=4)
+        _floor_kernel[(256,)](_x, TRIGGER=False, WAIT=False, num_warps=4)
+
+    def two_pdl(_x):
+        _floor_kernel[(256,)](_x, TRIGGER=True, WAIT=False, num_warps=4)
+        _floor_kernel[(256,)](_x, TRIGGER=False, WAIT=True, num_warps=4, launch_pdl=True)
+
+    out = {}
+    for name, fn in (("1 kernel", one), ("2 kernels", two), ("2 kernels, 2nd PDL", two_pdl)):
+        try:
+            out[name] = dict(graph_us=graph_time(fn, [(x,)] * 3), flushed_us=flushed_time(fn, [(x,)]))
+        except Exception as e:
+            out[name] = dict(error=f"{type(e).__name__}: {e}"[:300])
+        print(f"  floor {name:20s} {out[name]}", flush=True)
+    res["floor"] = out
 
 
 def pre(bm, bn, w, st, phases, path="prefill"):
@@ -298,32 +352,28 @@ def host_breakdown(res):
 
 
 def lab():
-    """Sweep 3 of session 5 (sweep 2 is this function at 1a0b87e, its results
-    ``bench_results/triton-lab6-1a0b87e.json``; sweep 3 ran at b0a8deb,
-    ``triton-lab7-b0a8deb.json``): the pointer kernel's D=128 tiles for
-    chunked prefill (64x64 w4 s3 stayed best: 20.4 us = 220 TFLOP/s, 256
-    programs, under two waves) and the new D=64 pointer tile (64x32 w4 s4,
-    shipped for small grids) against the old one (128x32 w4 s3) on a large grid
-    with TMA off (strides TMA refuses). Sweep 3 also timed a split-KV combine
-    fused into the split kernel (last-arriving program merges; a private knob
-    of that tree, removed after the run): slower, 7.3 -> 7.9 us at B=1 D=128,
-    6.2 -> 7.6 us at B=8 GQA. Each variant is first checked on cases of its
-    own (NaN in unseen slots, partial blocks, kv_start), then timed."""
+    """Session 8: the split-KV combine as a programmatic dependent launch
+    (``launch.SPLIT_PDL``) against the serial launch, on the decode shapes,
+    timed back to back (``graph_time``) and with the bench's flushed timer;
+    and the timers' floor (``floor_times``). Each variant is first checked on
+    cases of its own (NaN in unseen slots, kv_start, GQA, outputs poisoned).
+    Earlier sweeps: session 5's (chunked D=128 tiles, D=64 pointer tile, a
+    fused combine) ran at b0a8deb, ``bench_results/triton-lab7-b0a8deb.json``;
+    session 5's sweep 2 at 1a0b87e, ``triton-lab6-1a0b87e.json``."""
     bf = torch.bfloat16
-    chunk128 = [pre(64, 32, 4, 4, False), pre(32, 64, 4, 3, False), pre(64, 64, 4, 4, False),
-                pre(128, 64, 8, 3, False), pre(64, 128, 8, 2, False), pre(32, 32, 4, 4, False)]
-    base = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5)
-    cases = [dict(base, Dqk=128, Dv=128, dtype=bf, path="prefill", tma=False, config=kn["_config"],
-                  phases=False) for _, kn in chunk128]
-    cases += [dict(base, Dqk=64, Dv=64, dtype=bf, path="prefill", tma=False)]
+    base = dict(Lq=1, W=200, C=64, nan_invisible=True, kv_start=5, path="splitkv")
+    cases = []
+    for pdl in (True, False):
+        cases += [dict(base, B=2, Hq=4, Hkv=4, Lk=700, Dqk=128, Dv=128, dtype=bf, pdl=pdl),
+                  dict(base, B=3, Hq=8, Hkv=2, Lk=900, Dqk=64, Dv=64, dtype=torch.float16, pdl=pdl),
+                  dict(base, B=1, Hq=6, Hkv=3, Lq=5, Lk=333, Dqk=96, Dv=64, dtype=bf, pdl=pdl,
+                       num_splits=4)]
+    dec = [("table (pdl)", {}), ("serial combine", dict(_pdl=False))]
     plan = [
-        (dict(B=1, Hq=32, Hkv=32, D=128, W=512, C=64, name="chunk Lq512/8K D128", Lq=512, Lk=8192),
-         [("table", {})] + chunk128),
-        (dict(B=1, Hq=32, Hkv=4, D=64, W=512, C=64, name="chunk Lq512/8K gqa32/4 D64", Lq=512, Lk=8192),
-         [("table", {}), pre(128, 32, 4, 3, False)]),
-        (dict(B=1, Hq=32, Hkv=4, D=64, W=512, C=64, name="gqa32/4 D64 L8K no TMA", Lq=8192, Lk=8192),
-         [("table (64x32 w4 s4)", dict(_tma=False)),
-          ("128x32 w4 s3", dict(_tma=False, _config=L.Config(128, 32, 4, 3)))]),
+        (dict(name="decode B1 8K", B=1, Hq=32, Hkv=32, Lq=1, Lk=8192, D=128, W=512, C=64, flushed=True), dec),
+        (dict(name="decode B1 128K", B=1, Hq=32, Hkv=32, Lq=1, Lk=131072, D=128, W=512, C=64, flushed=True), dec),
+        (dict(name="decode B1 gqa 8K", B=1, Hq=32, Hkv=4, Lq=1, Lk=8192, D=64, W=512, C=64, flushed=True), dec),
+        (dict(name="decode B8 gqa 32K", B=8, Hq=32, Hkv=4, Lq=1, Lk=32768, D=64, W=512, C=64, flushed=True), dec),
     ]
     return cases, plan
 
@@ -337,7 +387,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="a few auto-path checks and the table config of four shapes (confirmation run)")
     ap.add_argument("--lab", action="store_true",
-                    help="TMA prefill variants and host-time breakdown: check each, then time them")
+                    help="the current lab (lab()): its own checks, the timers' floor, then its variants")
+    ap.add_argument("--host", action="store_true",
+                    help="host time of one eager call, piece by piece (host_breakdown)")
     ARGS = ap.parse_args(argv)
     os.makedirs(ARGS.out, exist_ok=True)
     import triton
@@ -396,6 +448,9 @@ def main(argv=None):
     ]
     if ARGS.lab:
         plan = lab_plan
+        floor_times(res)
+        dump()
+    if ARGS.host:
         host_breakdown(res)
         dump()
     if ARGS.quick:

@@ -31,7 +31,7 @@ def _check_supported(p) -> None:
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
                              expand_to_chunk=True, kv_start=0, sm_scale=None,
                              _force_path=None, _config=None, _num_splits=None, _phases=None,
-                             _tma=None, _fold=None):
+                             _tma=None, _fold=None, _pdl=None):
     """HiLS sliding-window attention forward (SPEC.md), Triton kernels.
 
     Returns ``(o, lse)``: ``o`` of shape ``(B, Hq, Lq, Dv)`` in ``q.dtype``,
@@ -45,7 +45,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     ``TRITON_INTERPRET=1``. The keyword arguments starting with ``_`` are
     private test/tuning knobs (``"prefill"`` / ``"packed"`` / ``"splitkv"`` path, a
     ``launch.Config``, a split count, the prefill loop structure, the TMA
-    prefill mode, the scale folded into the exponent), not part of the interface.
+    prefill mode, the scale folded into the exponent, the split-KV combine's
+    programmatic dependent launch), not part of the interface.
     """
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
@@ -54,5 +55,5 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     _check_supported(p)
     o, lse = p.new_outputs()  # not empty: Lq >= 1, so Lk >= 1 and Hkv >= 1
     _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits,
-                   phases=_phases, tma=_tma, fold=_fold)
+                   phases=_phases, tma=_tma, fold=_fold, pdl=_pdl)
     return o, lse

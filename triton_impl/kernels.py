@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -465,6 +466,7 @@ def _swa_splitkv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
     DIRECT: tl.constexpr = False, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Partial states: ``OP[s, row, :]`` (fp32, normalised) and ``LP[s, row]``
     (base-2 LSE, -inf when split ``s`` saw nothing), ``row = (b*Hq + h)*Lq + i``;
@@ -472,7 +474,15 @@ def _swa_splitkv_kernel(
 
     ``DIRECT`` (one split only): ``OP``/``LP`` are the final ``o`` (contiguous
     canonical layout) and ``lse``, written with the natural-log LSE; this is
-    the GQA-packed prefill path (one K/V tile serves the ``G`` heads)."""
+    the GQA-packed prefill path (one K/V tile serves the ``G`` heads).
+
+    ``PDL`` (Hopper programmatic dependent launch, ``launch.SPLIT_PDL``): every
+    program tells the GPU at its start that the dependent grid (the combine,
+    launched with ``launch_pdl``) may be scheduled now; the combine waits for
+    this grid's completion and memory flush (``gdc_wait``) before it reads a
+    partial state, so only its launch and start overlap this kernel."""
+    if PDL:
+        gdc_launch_dependents()
     pid_m = tl.program_id(0)
     pid_bk = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -540,10 +550,17 @@ def _swa_splitkv_kernel(
 def _swa_combine_kernel(
     OP, LP, O, LSE, rows_total, num_splits,
     DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """``O[row] = sum_s w_s OP[s, row]``, ``w_s = 2^(LP[s,row] - lse2)``; ``O`` is the
-    contiguous canonical output, so its row ``(b*Hq + h)*Lq + i`` is at ``row * DV``."""
+    contiguous canonical output, so its row ``(b*Hq + h)*Lq + i`` is at ``row * DV``.
+
+    ``PDL``: launched as a programmatic dependent of the split kernel; nothing
+    is read before ``gdc_wait`` returns (the split grid complete, its writes
+    visible)."""
     pid = tl.program_id(0)
+    if PDL:
+        gdc_wait()
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_DV)
     s_ok = offs_s < num_splits

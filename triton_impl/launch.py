@@ -17,7 +17,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference.device import sm_count
+from reference.device import capability, sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import Problem, positive_normal_f32
@@ -150,6 +150,12 @@ FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
 # descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
 # kernel time, +70 us host time): at least this many waves of programs.
 TMA_MIN_WAVES = 4
+# Split-KV on Hopper: the combine kernel is launched as a programmatic dependent
+# of the split kernel (CUDA programmatic dependent launch; kernels._swa_splitkv_kernel
+# PDL): its programs are scheduled while the split programs run and wait on
+# the device for the split grid's completion, instead of being launched after
+# it. The private ``pdl`` knob of :func:`launch` overrides it (tools/gpu_triton.py).
+SPLIT_PDL = True
 SPLIT_BLOCK_M = (16, 32, 64)  # the shipped split-KV row tiles (capped by SPLIT[...].block_m)
 SPLIT_TARGET = 2  # split-KV aims at this many programs per SM
 MAX_SPLITS = 64
@@ -201,13 +207,18 @@ class _Kernel:
         return static, _Kernel._int_spec(ints), align
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int,
-                 static: tuple):
+                 static: tuple, launch_pdl: bool = False):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
-        (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages)``,
-        precomputed by the caller's plan."""
+        (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages,
+        launch_pdl)``, precomputed by the caller's plan. ``launch_pdl``: launch as a
+        programmatic dependent of the previous kernel on the stream (a compile
+        option: the compiled kernel carries it, so the direct launch keeps it)."""
         args = (*tensors, *ints, *floats)
+        opts = dict(num_warps=num_warps, num_stages=num_stages)
+        if launch_pdl:
+            opts["launch_pdl"] = True
         if interpreter_active() or not _Kernel.enabled:
-            self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+            self.fn[grid](*args, **constexprs, **opts)
             return
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
@@ -217,7 +228,7 @@ class _Kernel:
                 return
             except Exception:  # version drift in Triton's private launch API: use the JIT from now on
                 _Kernel.enabled = False
-        ck = self.fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        ck = self.fn[grid](*args, **constexprs, **opts)
         # Cache only when the direct call will pass the arguments in the kernel's own order.
         names = list(getattr(self.fn, "arg_names", ()))
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
@@ -225,9 +236,9 @@ class _Kernel:
             self.cache[key] = ck
 
 
-def static_key(constexprs: dict, num_warps: int, num_stages: int) -> tuple:
+def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False) -> tuple:
     """The static part of :class:`_Kernel`'s cache key."""
-    return tuple(constexprs.items()), num_warps, num_stages
+    return tuple(constexprs.items()), num_warps, num_stages, launch_pdl
 
 
 def _direct_launch(ck, grid, full_args) -> None:
@@ -329,6 +340,7 @@ class _Plan:
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
     combine_static: tuple = ()
+    pdl: bool = False  # the combine is a programmatic dependent launch (SPLIT_PDL)
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
@@ -346,15 +358,17 @@ class _Plan:
 
 
 def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
-              fold: bool) -> tuple[dict, dict]:
+              fold: bool, tail: dict | None = None) -> tuple[dict, dict]:
     """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Where the
     one-landmark test is not used (``lmk_one_ok`` false, see :func:`_make_plan`)
     both ``LMK_ONE`` keys map to the ``LMK_ONE=False`` kernel; without ``fold``
-    both ``FOLD`` keys map to ``FOLD=False``."""
+    both ``FOLD`` keys map to ``FOLD=False``. ``tail``: constexprs the kernel
+    declares after ``FOLD`` (the order is the kernel's: :class:`_Kernel`'s
+    direct launch passes them positionally)."""
     cxs, sts = {}, {}
     for one in (False, True):
         for fo in (False, True):
-            v = dict(cx, LMK_ONE=one and lmk_one_ok, FOLD=fo and fold)
+            v = dict(cx, LMK_ONE=one and lmk_one_ok, FOLD=fo and fold, **(tail or {}))
             cxs[(one, fo)] = v
             sts[(one, fo)] = static_key(v, num_warps, num_stages)
     return cxs, sts
@@ -458,7 +472,15 @@ def _tma_strides_ok(*tensors) -> bool:
     return True
 
 
-def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None) -> _Plan:
+def _pdl_ok(p: Problem, pdl) -> bool:
+    """Whether a split-KV call launches its combine as a programmatic dependent:
+    ``SPLIT_PDL`` (or the private knob ``pdl``) on a Hopper-class GPU (compute
+    capability 9 or more; the interpreter and older GPUs launch in series)."""
+    want = SPLIT_PDL if pdl is None else bool(pdl)
+    return want and not interpreter_active() and capability(p.device)[0] >= 9
+
+
+def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None, pdl=None) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
@@ -510,8 +532,9 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         num_splits = max(1, min(num_splits, n_blocks))
         split_len = _cdiv(n_blocks, num_splits) * block_n
         num_splits = _cdiv(n_blocks * block_n, split_len)
+    pdl_on = not packed and _pdl_ok(p, pdl)
     cx, st = _variants(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-                       lmk_one_ok, base.num_warps, base.num_stages, fold_on)
+                       lmk_one_ok, base.num_warps, base.num_stages, fold_on, dict(PDL=pdl_on))
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
                  (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st,
                  fold=fold_on)
@@ -521,8 +544,9 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan.combine_grid = (_cdiv(rows_total, COMBINE_ROWS),)
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
-                                       ROWS=COMBINE_ROWS)
-        plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1)
+                                       ROWS=COMBINE_ROWS, PDL=pdl_on)
+        plan.pdl = pdl_on
+        plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1, pdl_on)
     return plan
 
 
@@ -545,13 +569,15 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
            num_splits: int | None = None, phases: bool | None = None, tma=None,
-           fold: bool | None = None) -> str:
+           fold: bool | None = None, pdl: bool | None = None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
     ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
     ``tma`` (``None``: the table decides; ``False``: never; a key of
     ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
     ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal
-    scale) are private knobs for tests and tuning (``tools/gpu_triton.py``,
+    scale) and ``pdl`` (``None``: ``SPLIT_PDL``; a bool forces the split-KV
+    combine's programmatic dependent launch on or off, still only on Hopper)
+    are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
 
     ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
@@ -563,10 +589,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     mode, :class:`UnsupportedConfig` is raised.
     """
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold)
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold, pdl)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases, tma, fold)
+        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, pdl)
         if tma and plan.path != "prefill":
             raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
         if len(_PLANS) >= PLANS_MAX:
@@ -603,5 +629,5 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
            (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
-                 COMBINE_WARPS, 1, plan.combine_static)
+                 COMBINE_WARPS, 1, plan.combine_static, plan.pdl)
     return plan.path
