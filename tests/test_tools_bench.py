@@ -30,6 +30,9 @@ def test_smoke_run_writes_json_md_png(tmp_path, capsys):
     text = md.read_text()
     assert "old table" not in text and "keep me" in text and text.startswith("# Benchmarks\n\nintro")
     assert text.count(bench.MD_BEGIN) == 1 and "| smoke-decode | flex |" in text
+    # the timer's floor: a kernel-column figure, so none without CUDA graphs
+    assert data["ceilings"]["floor1_us"] is None and data["ceilings"]["floor2_us"] is None
+    assert "timer floor (kernel column of one / two one-block fill kernels) - / - µs" in text
     assert png.stat().st_size > 10_000
 
 

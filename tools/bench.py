@@ -233,6 +233,19 @@ class Timer:
         ms = self.eager(lambda: call(), [()])
         return 2.0 * n ** 3 / (ms * 1e-3) / 1e12
 
+    def floor_us(self, kernels: int) -> float | None:
+        """The kernel column for (almost) nothing: :meth:`graph` of a call that
+        launches ``kernels`` one-block fill kernels on one float (the timer's
+        fixed cost: graph launch and, after the first, each kernel's launch in
+        the graph); None without CUDA graphs."""
+        x = torch.zeros(1, device=self.device)
+
+        def call():
+            for _ in range(kernels):
+                x.fill_(1.0)
+        ms, _ = self.graph(call, [()])
+        return None if ms is None else ms * 1e3
+
     def copy_gbps(self) -> float:
         n = (1 << 30) if self.cuda else (64 << 20)
         src = torch.empty(n, dtype=torch.int8, device=self.device)
@@ -448,6 +461,12 @@ def _fmt(x, spec=".1f", none="-"):
     return none if x is None else format(x, spec)
 
 
+def _floor_text(ceilings: dict) -> str:
+    """The timer's floor (``Timer.floor_us``) as a sentence fragment."""
+    return (f"timer floor (kernel column of one / two one-block fill kernels) "
+            f"{_fmt(ceilings.get('floor1_us'))} / {_fmt(ceilings.get('floor2_us'))} us")
+
+
 def table(results: list[Result], ceilings: dict) -> str:
     head = (f"{'shape':<26} {'backend':<9} {'kernel us':>10} {'eager us':>10} {'TFLOP/s':>8} {'%mm':>5} "
             f"{'GB/s':>7} {'%copy':>6}  status")
@@ -461,7 +480,8 @@ def table(results: list[Result], ceilings: dict) -> str:
                      f"{_fmt(r.pct_copy, '.3g'):>6}  {status}")
     lines.append("")
     lines.append(f"ceilings measured in this run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
-                 f"{_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, device copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s")
+                 f"{_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, device copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s; "
+                 + _floor_text(ceilings))
     return "\n".join(lines)
 
 
@@ -477,7 +497,8 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         "(`4 * D * sum(reference.visible_counts) * B * Hq`, from the kernel time when there is one); "
         f"ceilings measured in the same run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
         f"{_fmt(ceilings.get('matmul_tflops'))} TFLOP/s, device-to-device copy "
-        f"{_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s. Decode bytes = reachable K/V window + q + o + lse. "
+        f"{_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s; {_floor_text(ceilings).replace(' us', ' µs')}: "
+        "no kernel of a call times below it. Decode bytes = reachable K/V window + q + o + lse. "
         "`sdpa` = dense PyTorch SDPA (flash), a ceiling line: its numbers count the dense work it does. "
         "Every SPEC backend passed a conformance check on each shape before it was timed."
         + (" " + info["workers_note"] if info.get("workers_note") else ""),
@@ -684,10 +705,13 @@ def measure_ceilings(timer: Timer, dtype, t_start: float) -> dict:
     try:
         ceilings["matmul_tflops"] = timer.matmul_tflops(dtype)
         ceilings["copy_gbps"] = timer.copy_gbps()
+        ceilings["floor1_us"] = timer.floor_us(1)
+        ceilings["floor2_us"] = timer.floor_us(2)
     except Exception as e:
         _log(f"  ceiling measurement failed: {type(e).__name__}: {e}")
     _log(f"  ceilings: dense bf16 matmul {_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, "
-         f"copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s  [{time.perf_counter() - t_start:.1f} s]")
+         f"copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s, {_floor_text(ceilings)}  "
+         f"[{time.perf_counter() - t_start:.1f} s]")
     return ceilings
 
 
