@@ -25,6 +25,7 @@ The rule and the softmax come from :mod:`tilelang_impl.macros` in every kernel.
 
 import tilelang
 import tilelang.language as T
+from tilelang.cuda.language import pdl_sync, pdl_trigger
 from tvm.target import Target
 
 from . import macros as M
@@ -125,7 +126,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0):
+                 lmk_rows_j0=False, pack=0, pdl=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -171,7 +172,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     S], Hkv, B)``; valid only for ``G == Hq / Hkv``, which the launcher
     guarantees (``launch.call_knobs``); each K/V tile is read once for the G
     heads; rows past ``G * Lq`` compute on zero
-    queries and are not stored). A
+    queries and are not stored) and ``pdl`` (split kernels only: every program
+    signals at its start that the dependent grid, :func:`combine` with ``pdl``,
+    may be scheduled now: Hopper's programmatic dependent launch; the combine
+    waits for this grid's completion before it reads a partial state). A
     manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
@@ -180,7 +184,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0)
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, pdl=pdl)
+    if pdl and not split:
+        raise ValueError("pdl=True applies to split kernels (their combine is the dependent launch)")
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -221,6 +227,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
 
             if fast_exp2:
                 T.import_source(M.EX2_APPROX_SRC)
+            if pdl:
+                pdl_trigger()
             qb = bx // S if split else bx
             sp = bx % S if split else 0
             G = Hq // Hkv
@@ -323,7 +331,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0):
+           pack: int = 0, pdl: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -348,12 +356,13 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
-    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`).
+    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`)
+    and ``pdl`` (split kernels: the combine as a programmatic dependent launch).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl)
 
 
 @tilelang.jit(target=HOPPER,
@@ -364,7 +373,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: int = 0):
+                pack: int = 0, pdl: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -378,14 +387,17 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl)
 
 
 @tilelang.jit(target=HOPPER)
-def combine(Dv: int, dtype: str, threads: int = 128):
+def combine(Dv: int, dtype: str, threads: int = 128, pdl: bool = False):
     """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
 
-    Baked in: ``Dv``, the output ``dtype``, ``threads``. One program per
+    Baked in: ``Dv``, the output ``dtype``, ``threads`` and ``pdl`` (launched as
+    a programmatic dependent of a split kernel built with ``pdl``: every program
+    waits for that grid's completion, its writes visible, before it reads a
+    partial state). One program per
     (query, head, batch) loops over the ``S`` splits (dynamic):
     ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
     with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
@@ -398,6 +410,8 @@ def combine(Dv: int, dtype: str, threads: int = 128):
     def main(Op: T.Tensor((B, Hq, S, Lq, Dv), accum), LSEp: T.Tensor((B, Hq, S, Lq), accum),
              O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum)):
         with T.Kernel(Lq, Hq, B, threads=threads) as (bx, by, bz):
+            if pdl:
+                pdl_sync()
             acc = T.alloc_fragment([Dv], accum)
             st = T.alloc_local([3], accum)  # max lse, sum of weights, weight
             st[0] = -T.infinity(accum)

@@ -217,10 +217,12 @@ def prefill_config(p) -> tuple:
 #: Hq / Hkv``, nothing at ``G = 1``) is appended by :func:`prefill_config` where
 #: :func:`packs` (any ``Lq``: the kernel tiles ``G * Lq`` packed rows in blocks of
 #: ``block_M``; ``G <= block_M``). Appending it (session 6) moved the optional
-#: ``ws`` item of a full config from position 13 to 14.
+#: ``ws`` item of a full config from position 13 to 14. ``pdl`` (session 8; a
+#: permission: baked only into split kernels, whose combine is then launched as
+#: a programmatic dependent, :func:`combine_args`) moved it to 15.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False))
+            ("lmk_rows_j0", False), ("pack", False), ("pdl", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -277,7 +279,7 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
-               scale_log2: float | None = None, group: int = 1) -> tuple:
+               scale_log2: float | None = None, group: int = 1, split: bool = False) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -285,13 +287,15 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``lmk_rows_j0`` only with ``mask_lmk``, ``lmk_zero="rows"`` and ``lmk_cols > 0``
     (:func:`rows_j0_acts`; one kernel, not two, where it would change nothing),
     ``pack`` (a permission) becomes the call's ``group`` (``Hq / Hkv``) where it is
-    above 1, else 0 (one query head per key/value head: nothing to pack); trailing
+    above 1, else 0 (one query head per key/value head: nothing to pack), ``pdl``
+    (a permission) stays on for ``split`` kernels only; trailing
     defaults are dropped (one cache key per kernel; the default kernel keeps the key
     it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     pk = _KNOB["pack"]
     full[pk] = group if (full[pk] and group > 1) else 0
+    full[_KNOB["pdl"]] = bool(full[_KNOB["pdl"]]) and split
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
     full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
@@ -301,7 +305,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
 
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
-                   scale_log2: float | None = None, group: int = 1) -> tuple[str, tuple, tuple]:
+                   scale_log2: float | None = None, group: int = 1,
+                   split: bool = False) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -316,7 +321,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, split)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
@@ -325,8 +330,22 @@ def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
     cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group)
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, split)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
+
+
+#: Where the knobs start in :func:`tc_kernel_key`'s factory arguments.
+_KNOBS_AT = 12
+
+
+def combine_args(tc_args: tuple) -> tuple:
+    """Factory arguments of :func:`kernels.combine` for the split kernel whose
+    factory arguments (:func:`tc_kernel_key`) are ``tc_args``: ``(Dv, dtype)``,
+    or ``(Dv, dtype, 128, True)`` when that kernel was built with ``pdl`` (the
+    combine then waits on the device for it: a programmatic dependent launch)."""
+    at = _KNOBS_AT + _KNOB["pdl"]
+    pdl = len(tc_args) > at and bool(tc_args[at])
+    return (tc_args[1], tc_args[2]) + ((128, True) if pdl else ())
 
 
 _cache: dict[tuple, object] = {}
@@ -466,7 +485,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)
     lp = torch.empty((p.B, p.Hq, S, p.Lq), dtype=torch.float32, device=p.device)
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
-    _kernel("combine", p.Dv, dt)(op, lp, o, lse)
+    _kernel("combine", *combine_args(args))(op, lp, o, lse)
 
 
 #: Tile of the CPU kernel (:func:`run_cpu`).

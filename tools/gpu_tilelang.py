@@ -379,10 +379,10 @@ def precompile(quick=False):
                 failed.append(f"{kind}{c}")
             else:
                 launch._cache[(kind,) + c] = kk
-    # the split path's combine, (Dv, dtype) of every split kernel (the recording stops at
+    # the split path's combine of every split kernel (launch.combine_args; the recording stops at
     # the split kernel, before its combine is asked for; precompile_configs' split kernels
     # give bf16 Dv 96 and 128)
-    comb = list(dict.fromkeys((a[1], a[2]) for k, a in jobs if k == "fwd_tc" and a[11]))
+    comb = list(dict.fromkeys(launch.combine_args(a) for k, a in jobs if k == "fwd_tc" and a[11]))
     for c, kk in zip(comb, kernels.combine.par_compile(comb, num_workers=4, ignore_error=True)):
         if kk is None:
             failed.append("combine" + str(c))

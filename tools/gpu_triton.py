@@ -369,6 +369,17 @@ def lab():
                   dict(base, B=1, Hq=6, Hkv=3, Lq=5, Lk=333, Dqk=96, Dv=64, dtype=bf, pdl=pdl,
                        num_splits=4)]
     dec = [("table (pdl)", {}), ("serial combine", dict(_pdl=False))]
+    if ARGS.lab == "2":
+        # lab 2 (after lab 1 at 76fd3c9 shipped the PDL combine): the split count and the
+        # key block under the bench's flushed timer, where the window comes from HBM and
+        # more programs in flight may hide more of its latency. Predicted (flushed):
+        # B=1 D=128 S=16 11.0-11.9 us (table 11.9), S=32 11.5-12.5, BLOCK_N=32 11.5-12.5;
+        # B=8 GQA S=16 9.6-10.3 (table 10.1).
+        cases += [dict(base, B=2, Hq=4, Hkv=4, Lk=700, Dqk=128, Dv=128, dtype=bf, num_splits=32),
+                  dict(base, B=2, Hq=4, Hkv=4, Lk=700, Dqk=128, Dv=128, dtype=bf,
+                       config=L.Config(64, 32, 4, 3))]
+        dec = [("table (pdl)", {}), ("S=16", dict(_num_splits=16)), ("S=32", dict(_num_splits=32)),
+               ("BLOCK_N=32", dict(_config=L.Config(64, 32, 4, 3)))]
     plan = [
         (dict(name="decode B1 8K", B=1, Hq=32, Hkv=32, Lq=1, Lk=8192, D=128, W=512, C=64, flushed=True), dec),
         (dict(name="decode B1 128K", B=1, Hq=32, Hkv=32, Lq=1, Lk=131072, D=128, W=512, C=64, flushed=True), dec),
@@ -386,8 +397,9 @@ def main(argv=None):
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="a few auto-path checks and the table config of four shapes (confirmation run)")
-    ap.add_argument("--lab", action="store_true",
-                    help="the current lab (lab()): its own checks, the timers' floor, then its variants")
+    ap.add_argument("--lab", nargs="?", const="1", default=None,
+                    help="the current lab (lab(); --lab 2: its second sweep): its own checks, the "
+                         "timers' floor, then its variants")
     ap.add_argument("--host", action="store_true",
                     help="host time of one eager call, piece by piece (host_breakdown)")
     ARGS = ap.parse_args(argv)

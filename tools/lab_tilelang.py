@@ -536,6 +536,25 @@ DECODE_VARIANTS.update({
                        "(G baked): 8-12 / 7-10 us"),
 })
 
+def _dec_pdl(D):
+    """``dec-shipped`` with the split kernel's combine as a programmatic dependent
+    launch (the ``pdl`` knob, session 8); prefill-grid calls (D = 64) unchanged."""
+    cfg, split = _dec_shipped(D)
+    return (_launch().with_knobs(cfg, pdl=True), split) if split else (cfg, split)
+
+
+# Session 8: Triton's split-KV combine as a programmatic dependent launch took its
+# decode 7.1 -> 6.6 us at B=1 32/32/128 (L2 not flushed; 12.4 -> 11.9 us flushed,
+# bench_results/triton-lab8-76fd3c9.json). The same for TileLang's split path (Dv 96 /
+# 128), predicted before the run:
+DECODE_VARIANTS.update({
+    "dec-pdl": (_dec_pdl,
+                "dec-shipped, the split kernel's combine launched as a programmatic dependent "
+                "(split kernel triggers at its start, combine waits on the device)",
+                "D128 B=1 (split): 12.0 -> 11.2-11.8 us; D64 and D128 B=8 GQA 32/8 "
+                "(prefill grid): = dec-shipped"),
+})
+
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
 # C = Lk + 1; no case with both flags off (session 5's split variants did not lower it).
@@ -622,7 +641,7 @@ def kernel_jobs(variants):
             cfg, split = plan(D)
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
                                               cfg, C, sl2, bool(split), group)
-            todo = [(kind, args)] + ([("combine", (D, "bfloat16"))] if split else [])
+            todo = [(kind, args)] + ([("combine", launch.combine_args(args))] if split else [])
             for job in todo:
                 if job not in seen:
                     seen.add(job)
