@@ -188,6 +188,18 @@ def test_splitkv_any_split_count(num_splits):
     _check(o, lse, q, k, v, **kw)
 
 
+@pytest.mark.parametrize("table", ["SPLIT", "SPLIT_NARROW"])
+def test_split_tiles_of_both_tables(table):
+    """The 16-bit D <= 64 split tiles of both tables (a small grid takes the narrow
+    one by itself: every small CPU case would otherwise skip the wide one), GQA
+    with packed rows, NaN-poisoned outputs."""
+    kw = dict(window_size=150, chunk_size=32, kv_start=7)
+    q, k, v = _inputs(1, 4, 2, 3, 300, 64, 64, torch.float16)
+    o, lse, taken = _run(q, k, v, path="splitkv", config=getattr(L, table)[("16", 64)], **kw)
+    assert taken == "splitkv"
+    _check(o, lse, q, k, v, **kw)
+
+
 def test_workspace_growth_refreshes_cached_plans(monkeypatch):
     """A cached split-KV plan keeps workspace views; a later, larger call grows
     the workspace; the first problem's plan must then move to the new buffer
@@ -274,6 +286,30 @@ def test_choose_path_by_saturation(monkeypatch):
     # Same Lq, different saturation: the choice follows the grid, not Lq.
     assert L.choose_path(problem(1, 2, 2, 64, 8192)) == "splitkv"
     assert L.choose_path(problem(64, 2, 2, 64, 8192)) == "prefill"
+
+
+def test_split_plan_by_saturation(monkeypatch):
+    """The split count aims at SPLIT_TARGET programs per SM, capped by the key blocks;
+    grids that the table's key block leaves under one program per SM even so take
+    SPLIT_NARROW's 32-key blocks (16-bit D <= 64); explicit configs are kept."""
+    monkeypatch.setattr(L, "sm_count", lambda device: 132)
+
+    def plan(B, Hq, Hkv, D, config=None, dtype=torch.bfloat16):
+        q = torch.empty((B, Hq, 1, D), dtype=dtype, device="meta")
+        k = torch.empty((B, Hkv, 8192, D), dtype=dtype, device="meta")
+        p = reference.check_inputs(q, k, k, window_size=512, chunk_size=64)
+        return L._make_plan(p, "splitkv", config, None, None)
+
+    mha = plan(1, 32, 32, 128)  # 32 tiles: S = 4 * 132 / 32 -> 17, capped at 10 blocks of 64
+    assert (mha.block_n, mha.grid[2]) == (64, 10)
+    gqa1 = plan(1, 32, 4, 64)  # 4 tiles x 6 blocks of 128 = 24 programs < 132: 32-key blocks
+    assert (gqa1.block_n, gqa1.grid[2]) == (L.SPLIT_NARROW[("16", 64)].block_n, 19)
+    assert (gqa1.num_warps, gqa1.num_stages) == (4, 3)
+    gqa8 = plan(8, 32, 4, 64)  # 32 tiles x 6 blocks = 192 programs: the table's block
+    assert (gqa8.block_n, gqa8.grid[2]) == (128, 6)
+    own = plan(1, 32, 4, 64, L.Config(64, 128, 4, 2))
+    assert own.block_n == 128
+    assert plan(1, 32, 4, 64, dtype=torch.float32).block_n == L.SPLIT[("32", 64)].block_n
 
 
 def test_empty_dimensions():

@@ -218,8 +218,12 @@ def prefill_config(p) -> tuple:
 #: :func:`packs` (any ``Lq``: the kernel tiles ``G * Lq`` packed rows in blocks of
 #: ``block_M``; ``G <= block_M``). Appending it (session 6) moved the optional
 #: ``ws`` item of a full config from position 13 to 14. ``pdl`` (session 8; a
-#: permission: baked only into split kernels, whose combine is then launched as
-#: a programmatic dependent, :func:`combine_args`) moved it to 15.
+#: permission: baked only into split kernels, whose combine is then built to wait
+#: for them on the device, :func:`combine_args`) moved it to 15. Not shipped:
+#: lab12 (bench_results/tilelang-lab12-ab58094.json, L2 not flushed) measured
+#: B=1 32/32/128 decode 12.0 -> 12.1 us, where Triton's PDL combine gained
+#: 0.5 us; whether TileLang 0.1.15's TVM-FFI launcher sets the programmatic
+#: launch attribute for such a combine is not visible from Python.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False), ("pdl", False))

@@ -552,7 +552,8 @@ DECODE_VARIANTS.update({
                 "dec-shipped, the split kernel's combine launched as a programmatic dependent "
                 "(split kernel triggers at its start, combine waits on the device)",
                 "D128 B=1 (split): 12.0 -> 11.2-11.8 us; D64 and D128 B=8 GQA 32/8 "
-                "(prefill grid): = dec-shipped"),
+                "(prefill grid): = dec-shipped. Measured at ab58094 (lab12): 12.1 / 12.1 us "
+                "against 12.0 / 12.0 (no gain; not shipped)"),
 })
 
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen

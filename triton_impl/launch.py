@@ -156,8 +156,25 @@ TMA_MIN_WAVES = 4
 # the device for the split grid's completion, instead of being launched after
 # it. The private ``pdl`` knob of :func:`launch` overrides it (tools/gpu_triton.py).
 SPLIT_PDL = True
+# Split-KV grids that the table's 128-key blocks leave under one program per SM
+# even with a split per block (tiles x key blocks < SMs: B=1 GQA decode at
+# D <= 64) take 32-key blocks instead, four times the programs. H200, bf16,
+# W=512, C=64, B=1 GQA 32/4 D=64 decode (4 tiles x 6 blocks = 24 programs at
+# BLOCK_N=128, 76 at 32): 5.0 -> 4.2 us back to back, 8.2 -> 7.5 us under the
+# bench's flushed timer (bench_results/triton-lab9-ab58094.json); on saturated
+# grids 32-key blocks lost (B=8 GQA 9.8 -> 10.4 us, B=1 32/32/128 11.8 -> 12.0).
+SPLIT_NARROW: dict[tuple[str, int], Config] = {
+    ("16", 32): Config(64, 32, 4, 3),
+    ("16", 64): Config(64, 32, 4, 3),
+}
 SPLIT_BLOCK_M = (16, 32, 64)  # the shipped split-KV row tiles (capped by SPLIT[...].block_m)
-SPLIT_TARGET = 2  # split-KV aims at this many programs per SM
+# Split-KV aims at this many programs per SM (capped by the key blocks). 4 since
+# session 8: B=1 32/32/128 decode (32 tiles, 10 blocks of 64 keys) runs 10 splits
+# of one block instead of 5 of two; under the flushed timer 11.8 -> 11.5 us at
+# Lk = 8K, 12.0 -> 11.6 us at 128K, equal back to back (6.6 us;
+# triton-lab9-ab58094.json, variants "S=16" / "S=32", both capped at 10). The
+# other decode shapes of the bench are capped by their key blocks and keep theirs.
+SPLIT_TARGET = 4
 MAX_SPLITS = 64
 COMBINE_ROWS = 1
 COMBINE_WARPS = 4
@@ -517,16 +534,20 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
     base = config or (PACKED if packed else SPLIT)[(cls, bucket)]
     rows = p.group * p.Lq
     block_m = min(base.block_m, max(16, _pow2(rows)))
-    block_n = base.block_n
     m_tiles = _cdiv(rows, block_m)
     grid_base = m_tiles * p.B * p.Hkv
     rows_total = p.B * p.Hq * p.Lq
+    narrow = None if (packed or config is not None) else SPLIT_NARROW.get((cls, bucket))
+    if narrow is not None and grid_base * _split_blocks(p, block_m, base.block_n) < sm_count(p.device):
+        base = narrow
+        block_m = min(base.block_m, max(16, _pow2(rows)))
+        m_tiles = _cdiv(rows, block_m)
+        grid_base = m_tiles * p.B * p.Hkv
+    block_n = base.block_n
     if packed:
         num_splits, split_len = 1, _cdiv(p.Lk + block_n, block_n) * block_n
     else:
-        # Keys a tile can need: the window of its first query to its last query.
-        q_per_tile = min(p.Lq, _cdiv(block_m, p.group) + 1)
-        n_blocks = _cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
+        n_blocks = _split_blocks(p, block_m, block_n)
         if num_splits is None:
             num_splits = max(1, min(n_blocks, MAX_SPLITS, _cdiv(SPLIT_TARGET * sm_count(p.device), grid_base)))
         num_splits = max(1, min(num_splits, n_blocks))
@@ -548,6 +569,14 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan.pdl = pdl_on
         plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1, pdl_on)
     return plan
+
+
+def _split_blocks(p: Problem, block_m: int, block_n: int) -> int:
+    """Key blocks of ``block_n`` a split-KV tile of ``block_m`` packed rows can need
+    (the window of its first query to its last, plus one block of misalignment):
+    the most splits it can take."""
+    q_per_tile = min(p.Lq, _cdiv(block_m, p.group) + 1)
+    return _cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
 
 
 def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> None:
