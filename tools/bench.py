@@ -498,7 +498,8 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         f"ceilings measured in the same run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
         f"{_fmt(ceilings.get('matmul_tflops'))} TFLOP/s, device-to-device copy "
         f"{_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s; {_floor_text(ceilings).replace(' us', ' µs')}: "
-        "no kernel of a call times below it. Decode bytes = reachable K/V window + q + o + lse. "
+        "the kernel column of a one-kernel call includes the first, of a two-kernel call (split-KV "
+        "and its combine) the second. Decode bytes = reachable K/V window + q + o + lse. "
         "`sdpa` = dense PyTorch SDPA (flash), a ceiling line: its numbers count the dense work it does. "
         "Every SPEC backend passed a conformance check on each shape before it was timed."
         + (" " + info["workers_note"] if info.get("workers_note") else ""),
