@@ -126,7 +126,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, pdl=False):
+                 lmk_rows_j0=False, pack=0, pdl=False, narrow=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -175,7 +175,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     queries and are not stored) and ``pdl`` (split kernels only: every program
     signals at its start that the dependent grid, :func:`combine` with ``pdl``,
     may be scheduled now: Hopper's programmatic dependent launch; the combine
-    waits for this grid's completion before it reads a partial state). A
+    waits for this grid's completion before it reads a partial state) and
+    ``narrow`` (a decode tile of few rows, ``block_M = 16``: both products
+    split the columns over the warps, ``GemmWarpPolicy.FullCol``, as
+    ``mma.sync`` tiles instead of wgmma; ``P`` reaches the second product
+    through shared memory; with ``split`` the key loop is a plain serial loop,
+    no software pipeline nor warp specialisation, since TileLang 0.1.15 cannot
+    lower the pipelined form there (ThreadSync), and ``O`` is stored from the
+    fragment). A
     manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
@@ -184,9 +191,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, pdl=pdl)
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, pdl=pdl, narrow=narrow)
     if pdl and not split:
         raise ValueError("pdl=True applies to split kernels (their combine is the dependent launch)")
+    if narrow and pack:
+        raise ValueError("narrow=True is a decode tile of unpacked rows (pack=0)")
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -216,7 +225,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             V_s = T.alloc_shared([block_N, Dv], dtype)
             O_s = T.alloc_shared([block_M, Dv], o_dtype)
             acc_s = T.alloc_fragment([block_M, block_N], accum)
-            acc_p = T.alloc_fragment([block_M, block_N], dtype)
+            if narrow:  # P as the shared A operand of the column-split second product
+                acc_p = T.alloc_shared([block_M, block_N], dtype)
+            else:
+                acc_p = T.alloc_fragment([block_M, block_N], dtype)
             acc_o = T.alloc_fragment([block_M, Dv], accum)
             m = T.alloc_fragment([block_M], accum)
             m_prev = T.alloc_fragment([block_M], accum)
@@ -256,13 +268,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
 
-            for kb in T.Pipelined(n_it, num_stages=num_stages):
+            policy = T.GemmWarpPolicy.FullCol if narrow else T.GemmWarpPolicy.FullRow
+            for kb in (T.serial(n_it) if narrow and split
+                       else T.Pipelined(n_it, num_stages=num_stages)):
                 k0 = lo + (kb0 + kb) * block_N
                 T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
                 _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk,
                         ws, lmk_zero, lmk_cols)
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
-                       policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
                 j0 = None
                 if rows_j0:
                     j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
@@ -290,7 +303,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                                 M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
                                 V_s[j, d],
                                 T.Cast(dtype, 0))
-                T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(acc_p, V_s, acc_o, policy=policy)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:
@@ -316,11 +329,16 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                             LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
                         else:
                             LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
-                T.copy(acc_o, O_s)
-                if split:
-                    T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
+                if narrow and split:
+                    for i, d in T.Parallel(block_M, Dv):
+                        if q0 + i < Lq:
+                            O[bz, by, sp, q0 + i, d] = acc_o[i, d]
                 else:
-                    T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
+                    T.copy(acc_o, O_s)
+                    if split:
+                        T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
+                    else:
+                        T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
     return main
 
@@ -331,7 +349,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0, pdl: bool = False):
+           pack: int = 0, pdl: bool = False, narrow: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -357,12 +375,14 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     integer select, static rows without the per-row-group barrier;
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
     ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`)
-    and ``pdl`` (split kernels: the combine as a programmatic dependent launch).
+    and ``pdl`` (split kernels: the combine as a programmatic dependent launch)
+    and ``narrow`` (16-row decode tiles of ``mma.sync``; with ``split`` not
+    pipelined nor warp-specialised: :func:`_fwd_tc_body`).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl, narrow)
 
 
 @tilelang.jit(target=HOPPER,
@@ -373,7 +393,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: int = 0, pdl: bool = False):
+                pack: int = 0, pdl: bool = False, narrow: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -387,7 +407,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl, narrow)
 
 
 @tilelang.jit(target=HOPPER)

@@ -223,10 +223,12 @@ def prefill_config(p) -> tuple:
 #: lab12 (bench_results/tilelang-lab12-ab58094.json, L2 not flushed) measured
 #: B=1 32/32/128 decode 12.0 -> 12.1 us, where Triton's PDL combine gained
 #: 0.5 us; whether TileLang 0.1.15's TVM-FFI launcher sets the programmatic
-#: launch attribute for such a combine is not visible from Python.
+#: launch attribute for such a combine is not visible from Python. ``narrow``
+#: (session 8, lab only: 16-row ``mma.sync`` decode tiles, ``kernels._fwd_tc_body``)
+#: moved ``ws`` to 16.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False), ("pdl", False))
+            ("lmk_rows_j0", False), ("pack", False), ("pdl", False), ("narrow", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 

@@ -556,6 +556,34 @@ DECODE_VARIANTS.update({
                 "against 12.0 / 12.0 (no gain; not shipped)"),
 })
 
+def _dec_narrow(S):
+    """D = 128: split-KV on a 16-row tile of ``mma.sync`` (the ``narrow`` knob: column-split
+    products, P through shared memory, a serial key loop without warp specialisation),
+    ``dec-shipped``'s split knobs, ``S`` splits (True: :func:`launch.splits_by_saturation`;
+    an int: forced, capped by the key tiles); D = 64: ``dec-shipped``."""
+    def cfg(D):
+        if D <= 64:
+            return _dec_shipped(D)
+        return _launch().with_knobs((16, 64, 2, 128) + _launch().SPLIT_KNOBS, narrow=True), S
+    return cfg
+
+
+# Session 8: TileLang's D = 128 decode (dec-shipped, 12.0 us unflushed at B=1 32/32/128)
+# runs a 64x64 wgmma split tile, warp-specialised (one CTA per SM), for one real row per
+# program, in four splits; Triton's split kernel does it in 6.6 us with 16-row mma.sync
+# tiles, ten one-block splits. A 16-row tile lowers in TileLang 0.1.15 for split kernels
+# only as a serial key loop (the pipelined form fails ThreadSync on CPU); predicted:
+DECODE_VARIANTS.update({
+    "dec-m16": (_dec_narrow(True),
+                "D128: split-KV on a 16x64 mma.sync tile, 128 threads, no pipeline, "
+                "splits by saturation (4 at B=1 H=32)",
+                "D128 B=1: 12.0 -> 9-12 us (a quarter of the MMA rows, same program count)"),
+    "dec-m16-s8": (_dec_narrow(8), "dec-m16 with 8 splits",
+                   "D128 B=1: 7-10 us (small CTAs: two or more per SM, one wave)"),
+    "dec-m16-s10": (_dec_narrow(10), "dec-m16 with 10 splits (one 64-key tile each at W=512)",
+                    "D128 B=1: 7-10 us"),
+})
+
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
 # C = Lk + 1; no case with both flags off (session 5's split variants did not lower it).
