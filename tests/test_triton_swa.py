@@ -506,8 +506,9 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __init__(self, fn):
             self.fn = fn
 
-        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static, launch_pdl=False):
-            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static, launch_pdl))
+        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static, launch_pdl=False,
+                     maxnreg=None):
+            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static, launch_pdl, maxnreg))
 
     for name in ("_FWD", "_FWD_TMA", "_SPLIT", "_COMBINE"):
         monkeypatch.setattr(L, name, Rec(getattr(L, name).fn))
@@ -533,11 +534,17 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]
     assert names == ["_swa_fwd_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel",
                      "_swa_fwd_tma_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel"]
-    for fn, tensors, ints, floats, cx, warps, stages, static, pdl in calls:
+    for fn, tensors, ints, floats, cx, warps, stages, static, pdl, maxnreg in calls:
         n = len(tensors) + len(ints) + len(floats)
         assert fn.arg_names[n:] == list(cx), fn.__name__
-        assert static == L.static_key(cx, warps, stages, pdl)
+        assert static == L.static_key(cx, warps, stages, pdl, maxnreg)
     # PDL only on the GPU: the interpreter's split kernels neither trigger nor wait
     (_, split_cpu, comb_cpu), (split_gpu, comb_gpu) = calls[:3], calls[4:]
     assert not split_cpu[4]["PDL"] and not comb_cpu[4]["PDL"] and not comb_cpu[8]
     assert split_gpu[4]["PDL"] and comb_gpu[4]["PDL"] and comb_gpu[8] and not split_gpu[8]
+    # a register cap of a config reaches the compile options and the cache key
+    calls.clear()
+    capped = L.Config(64, 32, 4, 2, maxnreg=128)
+    assert L.launch(p, q, k, v, o, lse, config=capped) == "prefill"
+    (fn, *_, cx, warps, stages, static, pdl, maxnreg), = calls
+    assert maxnreg == 128 and static == L.static_key(cx, 4, 2, False, 128)

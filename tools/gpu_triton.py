@@ -380,6 +380,33 @@ def lab():
                        config=L.Config(64, 32, 4, 3))]
         dec = [("table (pdl)", {}), ("S=16", dict(_num_splits=16)), ("S=32", dict(_num_splits=32)),
                ("BLOCK_N=32", dict(_config=L.Config(64, 32, 4, 3)))]
+    if ARGS.lab == "3":
+        # lab 3: more CTAs per SM for the TMA prefill kernel through a register cap
+        # (Config.maxnreg). CPU compile, sm_90, bf16: D=128 64x64 w4 s3 (the table) 196
+        # registers, 115 KB shared: 2 CTAs per SM; 64x32 w4 s2 capped at 128 registers
+        # (no spills): 49 KB, 4 CTAs; 64x32 w4 s3 at 128: 66 KB, 3 CTAs (shared
+        # memory); D=64 64x64 w4 s3 (the table) 136 registers, 57 KB: 3 CTAs; 64x64 w4
+        # s2 capped at 128: 41 KB, 4 CTAs; 64x32 w4 s2 91 registers, 25 KB: 5 CTAs.
+        # Predicted (L2 not flushed): D=128 L=8K 229 us -> 205-225 us with 4 CTAs;
+        # D=64 GQA 32/4 L=8K 162 us -> 145-160 us with 4 CTAs.
+        C_ = L.Config
+        d128 = [C_(64, 32, 4, 2, 128), C_(64, 32, 4, 3, 128), C_(64, 32, 4, 2), C_(64, 64, 4, 3, 168)]
+        d64 = [C_(64, 64, 4, 2, 128), C_(64, 64, 4, 2), C_(64, 32, 4, 2, 96), C_(64, 32, 4, 3)]
+        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                     path="prefill", tma="v_ptr")
+        cases = ([dict(pbase, Dqk=128, Dv=128, dtype=bf, config=c) for c in d128]
+                 + [dict(pbase, Dqk=64, Dv=64, dtype=bf, config=c) for c in d64])
+
+        def name(c):
+            return f"{c.block_m}x{c.block_n} s{c.num_stages}" + (f" r{c.maxnreg}" if c.maxnreg else "")
+        v128 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d128]
+        v64 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d64]
+        return cases, [
+            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), v128),
+            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
+            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
+            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128),
+        ]
     plan = [
         (dict(name="decode B1 8K", B=1, Hq=32, Hkv=32, Lq=1, Lk=8192, D=128, W=512, C=64, flushed=True), dec),
         (dict(name="decode B1 128K", B=1, Hq=32, Hkv=32, Lq=1, Lk=131072, D=128, W=512, C=64, flushed=True), dec),

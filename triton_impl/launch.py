@@ -55,6 +55,7 @@ class Config:
     block_n: int
     num_warps: int
     num_stages: int
+    maxnreg: int | None = None  # a register cap per thread (Triton's maxnreg option), None: ptxas decides
 
 
 # ---------------------------------------------------------------------------
@@ -224,16 +225,19 @@ class _Kernel:
         return static, _Kernel._int_spec(ints), align
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int,
-                 static: tuple, launch_pdl: bool = False):
+                 static: tuple, launch_pdl: bool = False, maxnreg: int | None = None):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
         (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages,
-        launch_pdl)``, precomputed by the caller's plan. ``launch_pdl``: launch as a
+        launch_pdl, maxnreg)``, precomputed by the caller's plan. ``launch_pdl``: launch as a
         programmatic dependent of the previous kernel on the stream (a compile
-        option: the compiled kernel carries it, so the direct launch keeps it)."""
+        option: the compiled kernel carries it, so the direct launch keeps it);
+        ``maxnreg``: the register cap per thread (``Config.maxnreg``)."""
         args = (*tensors, *ints, *floats)
         opts = dict(num_warps=num_warps, num_stages=num_stages)
         if launch_pdl:
             opts["launch_pdl"] = True
+        if maxnreg is not None:
+            opts["maxnreg"] = maxnreg
         if interpreter_active() or not _Kernel.enabled:
             self.fn[grid](*args, **constexprs, **opts)
             return
@@ -253,9 +257,10 @@ class _Kernel:
             self.cache[key] = ck
 
 
-def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False) -> tuple:
+def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False,
+               maxnreg: int | None = None) -> tuple:
     """The static part of :class:`_Kernel`'s cache key."""
-    return tuple(constexprs.items()), num_warps, num_stages, launch_pdl
+    return tuple(constexprs.items()), num_warps, num_stages, launch_pdl, maxnreg
 
 
 def _direct_launch(ck, grid, full_args) -> None:
@@ -358,6 +363,7 @@ class _Plan:
     combine_constexprs: dict | None = None
     combine_static: tuple = ()
     pdl: bool = False  # the combine is a programmatic dependent launch (SPLIT_PDL)
+    maxnreg: int | None = None  # the attention kernel's register cap (Config.maxnreg)
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
@@ -375,7 +381,7 @@ class _Plan:
 
 
 def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
-              fold: bool, tail: dict | None = None) -> tuple[dict, dict]:
+              fold: bool, tail: dict | None = None, maxnreg: int | None = None) -> tuple[dict, dict]:
     """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Where the
     one-landmark test is not used (``lmk_one_ok`` false, see :func:`_make_plan`)
     both ``LMK_ONE`` keys map to the ``LMK_ONE=False`` kernel; without ``fold``
@@ -387,7 +393,7 @@ def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
         for fo in (False, True):
             v = dict(cx, LMK_ONE=one and lmk_one_ok, FOLD=fo and fold, **(tail or {}))
             cxs[(one, fo)] = v
-            sts[(one, fo)] = static_key(v, num_warps, num_stages)
+            sts[(one, fo)] = static_key(v, num_warps, num_stages, False, maxnreg)
     return cxs, sts
 
 
@@ -515,18 +521,19 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         cx, st = _variants(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-                           lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on)
+                           lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on, maxnreg=cfg.maxnreg)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
-                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on, maxnreg=cfg.maxnreg)
         choice = _tma_choice(p, tma, config)
         if choice is not None:
             tcfg, v_tma = choice
             tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
                                       MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on)
+                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
-                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
+                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on,
+                             maxnreg=tcfg.maxnreg)
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
@@ -555,10 +562,11 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         num_splits = _cdiv(n_blocks * block_n, split_len)
     pdl_on = not packed and _pdl_ok(p, pdl)
     cx, st = _variants(dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **flags, DIRECT=packed),
-                       lmk_one_ok, base.num_warps, base.num_stages, fold_on, dict(PDL=pdl_on))
+                       lmk_one_ok, base.num_warps, base.num_stages, fold_on, dict(PDL=pdl_on),
+                       maxnreg=base.maxnreg)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
                  (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st,
-                 fold=fold_on)
+                 fold=fold_on, maxnreg=base.maxnreg)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
@@ -593,7 +601,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     cx, st = plan.pick(c, qk_scale)
     _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
-             cx, plan.num_warps, plan.num_stages, st)
+             cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -640,7 +648,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
         cx, st = plan.pick(frame[2], qk_scale)
         _FWD(plan.grid, (q, k, v, o, lse),
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
-             (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
+             (qk_scale,), cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -655,7 +663,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     cx, st = plan.pick(frame[2], qk_scale)
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), cx, plan.num_warps, plan.num_stages, st)
+           (qk_scale,), cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
                  COMBINE_WARPS, 1, plan.combine_static, plan.pdl)
