@@ -63,6 +63,8 @@ def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, d
 
 
 def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
+    constexprs = dict(constexprs)
+    maxnreg = constexprs.pop("__maxnreg", None)  # Config.maxnreg: a compile option, not a constexpr
     sig, consts = _signature(fn, ptr_types, constexprs)
     # As the JIT specialises real calls: pointers 16-byte aligned (torch
     # allocations), strides divisible by 16 (any head dim 32..256 in BHLD or BLHD).
@@ -70,7 +72,10 @@ def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
                | {n for n in fn.arg_names if n.startswith("s") and n[1:3] in STRIDE_TENSORS})
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if sig[n] != "constexpr"}
     src = ASTSource(fn, sig, consts, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
+    opts = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg is not None:
+        opts["maxnreg"] = maxnreg
+    return triton.compile(src, target=TARGET, options=opts)
 
 
 def _sass(ck, tmp_path) -> str:  # tmp_path: a pathlib.Path
@@ -163,7 +168,8 @@ def variants():
                  "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
                  "V": f"*{t}", "LSE": "*fp32"},
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                     EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True),
+                     EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True,
+                     **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
                 cfg.num_warps, cfg.num_stages, True)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
@@ -176,7 +182,8 @@ def variants():
              "desc_v": f"tensordesc<bf16[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<bf16[1,1,{bm},{bd}]>",
              "V": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64", "C": "i64"},
             dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                 EXPAND=True, V_TMA=v_tma, LMK_ONE=True),
+                 EXPAND=True, V_TMA=v_tma, LMK_ONE=True,
+                 **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
             cfg.num_warps, cfg.num_stages, True)
     # The modulo landmark test (LMK_ONE=False: chunk_size < BLOCK_N, or the
     # kernel frame's C = Lk + 1 below BLOCK_N) of every 16-bit kernel, D = 128 bucket.
@@ -219,7 +226,9 @@ def _run_group(group: str) -> dict:
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
                                  want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
                                  local_mem=("LDL" in sass) or ("STL" in sass),
-                                 griddep="griddepcontrol" in ck.asm["ptx"], want_pdl=bool(consts.get("PDL")))
+                                 griddep="griddepcontrol" in ck.asm["ptx"], want_pdl=bool(consts.get("PDL")),
+                                 maxnreg=consts.get("__maxnreg"),
+                                 maxnreg_ptx=".maxnreg" in ck.asm["ptx"])
             except Exception as e:  # reported to the test, which fails on it
                 res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
     return res
@@ -256,6 +265,7 @@ def test_config_table_compiles_for_sm90(group):
         # split-KV / combine with PDL (launch.SPLIT_PDL): the grid-dependency
         # instructions are there, and nowhere else
         assert r["griddep"] == r["want_pdl"], f"{name}: griddepcontrol {r['griddep']}, PDL {r['want_pdl']}"
+        assert r["maxnreg_ptx"] == bool(r["maxnreg"]), f"{name}: register cap {r['maxnreg']} not in the PTX"
 
 
 def test_groups_cover_every_variant():

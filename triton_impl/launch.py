@@ -134,8 +134,14 @@ SPLIT: dict[tuple[str, int], Config] = {
 # bench_results/triton-lab5-841e9f7.json) D=64 moved to 64x64 w4 s3: GQA 32/4
 # L=8K 165 vs 178 us (128x32 w4 s4), batch 4 x 4K 310 vs 328 us; D=128 kept
 # 64x64 w4 s3 (229 us; V by TMA 273 us).
+# Session 8 (bench_results/triton-lab10-4f1c99a.json, L2 not flushed): D=64 moved to
+# 64x64 w4 s2 with a 128-register cap (Config.maxnreg; 125 registers, no spills, 41 KB
+# of shared memory: 4 CTAs per SM where s3's 136 registers and 57 KB allow 3): GQA
+# 32/4 L=8K 165.2 -> 158.9 us, 16/2 86.6 -> 82.9 us (s2 without the cap: 168.1 /
+# 88.3). D=128 stays: the same cap for 4 CTAs per SM (64x32 w4 s2 at 128 registers)
+# 232.4 vs 229.6 us, 64x32 w4 s3 at 128 (3 CTAs) 230.7 us.
 PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
-    ("16", 64): (Config(64, 64, 4, 3), False),
+    ("16", 64): (Config(64, 64, 4, 2, maxnreg=128), False),
     ("16", 128): (Config(64, 64, 4, 3), False),
 }
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
