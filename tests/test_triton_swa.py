@@ -475,6 +475,45 @@ def test_cuda_graph_capture_replays_exactly():
 
 @pytest.mark.gpu
 @gpu
+def test_pdl_combine_matches_serial_launches_back_to_back():
+    """The split-KV combine as a programmatic dependent launch (SPLIT_PDL) gives the
+    bits of the serial launch, call after call without a host sync in between (each
+    split reuses the workspace the previous combine read), and under graph replay;
+    D=128 and the narrow D=64 tile (SPLIT_NARROW) of a small GQA grid."""
+    kw = dict(window_size=512, chunk_size=64)
+    for B, Hq, Hkv, D in ((1, 8, 8, 128), (1, 8, 1, 64)):
+        sets = [_inputs(B, Hq, Hkv, 1, 2048, D, D, torch.bfloat16) for _ in range(12)]
+        p = reference.check_inputs(*sets[0], **kw)
+        assert L._make_plan(p, None, None, None, None).path == "splitkv"
+        serial = [sliding_window_attention(*x, **kw, _pdl=False) for x in sets]
+        torch.cuda.synchronize()
+        chained = [sliding_window_attention(*x, **kw) for x in sets]  # PDL, no sync between
+        torch.cuda.synchronize()
+        for (o1, l1), (o2, l2) in zip(serial, chained):
+            assert torch.equal(o1, o2) and torch.equal(l1, l2)
+        _check(*chained[0], *sets[0], **kw)
+        out, _g = _graph_replay(lambda: sliding_window_attention(*sets[1], **kw))
+        assert torch.equal(out[0], serial[1][0]) and torch.equal(out[1], serial[1][1])
+
+
+@pytest.mark.gpu
+@gpu
+def test_tma_prefill_d64_register_cap():
+    """The D=64 TMA tile runs under its register cap (PREFILL_TMA, Config.maxnreg),
+    matches the reference and replays bit-exactly from a graph."""
+    kw = dict(window_size=512, chunk_size=64)
+    assert L.PREFILL_TMA[("16", 64)][0].maxnreg is not None
+    q, k, v = _inputs(1, 16, 2, 4096, 4096, 64, 64, torch.bfloat16)
+    p = reference.check_inputs(q, k, v, **kw)
+    o, lse = p.new_outputs(poison=True)
+    assert L.launch(p, q, k, v, o, lse) == "prefill_tma"
+    _check(o, lse, q, k, v, **kw)
+    out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
+    assert torch.equal(out[0], o) and torch.equal(out[1], lse)
+
+
+@pytest.mark.gpu
+@gpu
 def test_int64_offsets_past_2_to_31_elements():
     """k and v hold more than 2**31 elements; the visible keys sit at the end."""
     Lk, D = (1 << 31) // 128 + 4096, 128
@@ -506,9 +545,8 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __init__(self, fn):
             self.fn = fn
 
-        def __call__(self, grid, tensors, ints, floats, cx, warps, stages, static, launch_pdl=False,
-                     maxnreg=None):
-            calls.append((self.fn, tensors, ints, floats, cx, warps, stages, static, launch_pdl, maxnreg))
+        def __call__(self, grid, tensors, ints, floats, cx, static):
+            calls.append((self.fn, tensors, ints, floats, cx, static))
 
     for name in ("_FWD", "_FWD_TMA", "_SPLIT", "_COMBINE"):
         monkeypatch.setattr(L, name, Rec(getattr(L, name).fn))
@@ -534,17 +572,22 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]
     assert names == ["_swa_fwd_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel",
                      "_swa_fwd_tma_kernel", "_swa_splitkv_kernel", "_swa_combine_kernel"]
-    for fn, tensors, ints, floats, cx, warps, stages, static, pdl, maxnreg in calls:
+    for fn, tensors, ints, floats, cx, static in calls:
         n = len(tensors) + len(ints) + len(floats)
         assert fn.arg_names[n:] == list(cx), fn.__name__
-        assert static == L.static_key(cx, warps, stages, pdl, maxnreg)
+        assert static[0] == tuple(cx.items())  # the options ride in static (launch._options)
     # PDL only on the GPU: the interpreter's split kernels neither trigger nor wait
     (_, split_cpu, comb_cpu), (split_gpu, comb_gpu) = calls[:3], calls[4:]
-    assert not split_cpu[4]["PDL"] and not comb_cpu[4]["PDL"] and not comb_cpu[8]
-    assert split_gpu[4]["PDL"] and comb_gpu[4]["PDL"] and comb_gpu[8] and not split_gpu[8]
+    assert not split_cpu[4]["PDL"] and not comb_cpu[4]["PDL"] and not L._options(comb_cpu[5]).get("launch_pdl")
+    assert split_gpu[4]["PDL"] and comb_gpu[4]["PDL"]
+    assert L._options(comb_gpu[5])["launch_pdl"] and "launch_pdl" not in L._options(split_gpu[5])
     # a register cap of a config reaches the compile options and the cache key
     calls.clear()
     capped = L.Config(64, 32, 4, 2, maxnreg=128)
     assert L.launch(p, q, k, v, o, lse, config=capped) == "prefill"
-    (fn, *_, cx, warps, stages, static, pdl, maxnreg), = calls
-    assert maxnreg == 128 and static == L.static_key(cx, 4, 2, False, 128)
+    (fn, *_, cx, static), = calls
+    assert static == L.static_key(cx, 4, 2, False, 128)
+    assert L._options(static) == dict(num_warps=4, num_stages=2, maxnreg=128)
+    # ... except for the int64 kernel of a frame past 2**31, which keeps ptxas's count
+    assert L._frame_static(static, (2 ** 31, 512, 64)) == L.static_key(cx, 4, 2, False, None)
+    assert L._frame_static(static, (5, 512, 64)) == static

@@ -51,8 +51,10 @@ import traceback
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
 # lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0,
-# pack [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6: a 13-item config
-# written before it would read its ws item as pack); the lmk_cols cap becomes launch.lmk_cols_for of each call
+# pack, pdl, narrow [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6, ``pdl``
+# and ``narrow`` since session 8: a config with a ws item written before them would read
+# it as the next knob; build configs with launch.with_knobs); the lmk_cols cap becomes
+# launch.lmk_cols_for of each call
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
 # ---------------------------------------------------------------------------------------

@@ -161,8 +161,12 @@ TMA_MIN_WAVES = 4
 # of the split kernel (CUDA programmatic dependent launch; kernels._swa_splitkv_kernel
 # PDL): its programs are scheduled while the split programs run and wait on
 # the device for the split grid's completion, instead of being launched after
-# it. The private ``pdl`` knob of :func:`launch` overrides it (tools/gpu_triton.py).
-SPLIT_PDL = True
+# it. Measured (bench_results/triton-lab8-76fd3c9.json): B=1 32/32/128 decode
+# 7.1 -> 6.6 us back to back, 12.4 -> 11.9 us flushed. The private ``pdl`` knob of
+# :func:`launch` overrides it per call (tools/gpu_triton.py); HILS_SWA_TRITON_PDL=0
+# in the environment turns it off for the process (a driver or graph tool without
+# programmatic launches).
+SPLIT_PDL = os.environ.get("HILS_SWA_TRITON_PDL", "1") != "0"  # HILS_SWA_TRITON_PDL=0: serial launches
 # Split-KV grids that the table's 128-key blocks leave under one program per SM
 # even with a split per block (tiles x key blocks < SMs: B=1 GQA decode at
 # D <= 64) take 32-key blocks instead, four times the programs. H200, bf16,
@@ -178,7 +182,8 @@ SPLIT_BLOCK_M = (16, 32, 64)  # the shipped split-KV row tiles (capped by SPLIT[
 # Split-KV aims at this many programs per SM (capped by the key blocks). 4 since
 # session 8: B=1 32/32/128 decode (32 tiles, 10 blocks of 64 keys) runs 10 splits
 # of one block instead of 5 of two; under the flushed timer 11.8 -> 11.5 us at
-# Lk = 8K, 12.0 -> 11.6 us at 128K, equal back to back (6.6 us;
+# Lk = 8K, 12.0 -> 11.6 us at 128K, back to back equal at 8K (6.6 us) and 7.4 -> 6.7
+# at 128K (
 # triton-lab9-ab58094.json, variants "S=16" / "S=32", both capped at 10). The
 # other decode shapes of the bench are capped by their key blocks and keep theirs.
 SPLIT_TARGET = 4
@@ -230,22 +235,17 @@ class _Kernel:
                       else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
         return static, _Kernel._int_spec(ints), align
 
-    def __call__(self, grid, tensors, ints, floats, constexprs: dict, num_warps: int, num_stages: int,
-                 static: tuple, launch_pdl: bool = False, maxnreg: int | None = None):
+    def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
         (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages,
-        launch_pdl, maxnreg)``, precomputed by the caller's plan. ``launch_pdl``: launch as a
-        programmatic dependent of the previous kernel on the stream (a compile
-        option: the compiled kernel carries it, so the direct launch keeps it);
-        ``maxnreg``: the register cap per thread (``Config.maxnreg``)."""
+        launch_pdl, maxnreg)``, precomputed by the caller's plan: the cache key's
+        static part and the only source of the compile options (``launch_pdl``:
+        launch as a programmatic dependent of the previous kernel on the stream,
+        carried by the compiled kernel, so the direct launch keeps it; ``maxnreg``:
+        the register cap per thread, ``Config.maxnreg``)."""
         args = (*tensors, *ints, *floats)
-        opts = dict(num_warps=num_warps, num_stages=num_stages)
-        if launch_pdl:
-            opts["launch_pdl"] = True
-        if maxnreg is not None:
-            opts["maxnreg"] = maxnreg
         if interpreter_active() or not _Kernel.enabled:
-            self.fn[grid](*args, **constexprs, **opts)
+            self.fn[grid](*args, **constexprs, **_options(static))
             return
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
@@ -255,7 +255,7 @@ class _Kernel:
                 return
             except Exception:  # version drift in Triton's private launch API: use the JIT from now on
                 _Kernel.enabled = False
-        ck = self.fn[grid](*args, **constexprs, **opts)
+        ck = self.fn[grid](*args, **constexprs, **_options(static))
         # Cache only when the direct call will pass the arguments in the kernel's own order.
         names = list(getattr(self.fn, "arg_names", ()))
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
@@ -265,8 +265,30 @@ class _Kernel:
 
 def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False,
                maxnreg: int | None = None) -> tuple:
-    """The static part of :class:`_Kernel`'s cache key."""
+    """The static part of :class:`_Kernel`'s cache key, and the compile options
+    of the kernel it names (:func:`_options`)."""
     return tuple(constexprs.items()), num_warps, num_stages, launch_pdl, maxnreg
+
+
+def _frame_static(static: tuple, frame: tuple) -> tuple:
+    """``static`` for a call whose kernel frame ``(kv_start, W, C)`` (:func:`_frame`)
+    has a value past 2**31: Triton then compiles the int64 form of the kernel,
+    which keeps ptxas's own register count (under a ``Config.maxnreg`` cap it
+    spills: 77 local loads/stores for the D=64 TMA tile, sm_90 CPU compile)."""
+    if static[4] is not None and max(frame) >= _I32:
+        return (*static[:4], None)
+    return static
+
+
+def _options(static: tuple) -> dict:
+    """Triton's launch/compile options of a :func:`static_key`."""
+    _, num_warps, num_stages, launch_pdl, maxnreg = static
+    opts = dict(num_warps=num_warps, num_stages=num_stages)
+    if launch_pdl:
+        opts["launch_pdl"] = True
+    if maxnreg is not None:
+        opts["maxnreg"] = maxnreg
+    return opts
 
 
 def _direct_launch(ck, grid, full_args) -> None:
@@ -368,8 +390,6 @@ class _Plan:
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
     combine_static: tuple = ()
-    pdl: bool = False  # the combine is a programmatic dependent launch (SPLIT_PDL)
-    maxnreg: int | None = None  # the attention kernel's register cap (Config.maxnreg)
     views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
@@ -529,7 +549,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         cx, st = _variants(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
                            lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on, maxnreg=cfg.maxnreg)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
-                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on, maxnreg=cfg.maxnreg)
+                     cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
         choice = _tma_choice(p, tma, config)
         if choice is not None:
             tcfg, v_tma = choice
@@ -538,24 +558,25 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                                  lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
-                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on,
-                             maxnreg=tcfg.maxnreg)
+                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
     packed = path == "packed"
     base = config or (PACKED if packed else SPLIT)[(cls, bucket)]
     rows = p.group * p.Lq
-    block_m = min(base.block_m, max(16, _pow2(rows)))
-    m_tiles = _cdiv(rows, block_m)
-    grid_base = m_tiles * p.B * p.Hkv
     rows_total = p.B * p.Hq * p.Lq
-    narrow = None if (packed or config is not None) else SPLIT_NARROW.get((cls, bucket))
+
+    def row_tiles(cfg):  # (block_m, row tiles, tiles x batch x KV heads) of a split/packed config
+        bm = min(cfg.block_m, max(16, _pow2(rows)))
+        return bm, _cdiv(rows, bm), _cdiv(rows, bm) * p.B * p.Hkv
+
+    block_m, m_tiles, grid_base = row_tiles(base)
+    # the narrow tile only where the table decides (no explicit config or split count)
+    narrow = None if (packed or config is not None or num_splits is not None) else SPLIT_NARROW.get((cls, bucket))
     if narrow is not None and grid_base * _split_blocks(p, block_m, base.block_n) < sm_count(p.device):
         base = narrow
-        block_m = min(base.block_m, max(16, _pow2(rows)))
-        m_tiles = _cdiv(rows, block_m)
-        grid_base = m_tiles * p.B * p.Hkv
+        block_m, m_tiles, grid_base = row_tiles(base)
     block_n = base.block_n
     if packed:
         num_splits, split_len = 1, _cdiv(p.Lk + block_n, block_n) * block_n
@@ -572,7 +593,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                        maxnreg=base.maxnreg)
     plan = _Plan(path, (m_tiles, p.B * p.Hkv, num_splits), (p.Hq, p.Hkv, p.group, p.Lq),
                  (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st,
-                 fold=fold_on, maxnreg=base.maxnreg)
+                 fold=fold_on)
     if not packed:
         plan.op_numel = num_splits * rows_total * p.Dv
         plan.ws_numel = plan.op_numel + num_splits * rows_total
@@ -580,7 +601,6 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
                                        ROWS=COMBINE_ROWS, PDL=pdl_on)
-        plan.pdl = pdl_on
         plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1, pdl_on)
     return plan
 
@@ -606,8 +626,9 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     cx, st = plan.pick(c, qk_scale)
+    st = _frame_static(st, (r, w, c))
     _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
-             cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
+             cx, st)
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -652,9 +673,10 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
                 "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
+        st = _frame_static(st, frame)
         _FWD(plan.grid, (q, k, v, o, lse),
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
-             (qk_scale,), cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
+             (qk_scale,), cx, st)
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -667,10 +689,11 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
         op, lp = views[1], views[2]
     frame = _frame(p)
     cx, st = plan.pick(frame[2], qk_scale)
+    st = _frame_static(st, frame)
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), cx, plan.num_warps, plan.num_stages, st, maxnreg=plan.maxnreg)
+           (qk_scale,), cx, st)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
-                 COMBINE_WARPS, 1, plan.combine_static, plan.pdl)
+                 plan.combine_static)
     return plan.path
