@@ -120,38 +120,23 @@ def variants():
                                             IEEE=dt == torch.float32, DIRECT=True,
                                             LMK_ONE=dt != torch.float32),
                                        cfg.num_warps, cfg.num_stages, dt != torch.float32)
-    for (cls, bucket), cfg in L.SPLIT.items():
-        d, bd = _dims(bucket)
-        for dt in _dtypes(cls):
-            t = TYPES[dt]
-            for bm in L.SPLIT_BLOCK_M:
-                if bm > cfg.block_m:
-                    continue
-                grp = f"split-{cls}" if cls == "32" else f"split-{t}"
-                out[f"splitkv-{t}-D{d}-M{bm}"] = (grp, "_swa_splitkv_kernel",
-                                                  {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": "*fp32",
-                                                   "LP": "*fp32"},
-                                                  dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm,
-                                                       BLOCK_N=cfg.block_n, MASK_LMK=True, EXPAND=True,
-                                                       UPCAST=False, IEEE=dt == torch.float32, DIRECT=False,
-                                                       LMK_ONE=dt != torch.float32, PDL=L.SPLIT_PDL),
-                                                  cfg.num_warps, cfg.num_stages,
-                                                  dt != torch.float32 and bm >= 64)
-    # the narrow split tiles of small grids (SPLIT_NARROW), 16-bit, every row tile
-    for (cls, bucket), cfg in L.SPLIT_NARROW.items():
-        d, bd = _dims(bucket)
-        for dt in _dtypes(cls):
-            t = TYPES[dt]
-            for bm in L.SPLIT_BLOCK_M:
-                if bm > cfg.block_m:
-                    continue
-                out[f"splitkv-narrow-{t}-D{d}-M{bm}"] = (
-                    f"split-{t}", "_swa_splitkv_kernel",
-                    {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": "*fp32", "LP": "*fp32"},
-                    dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=cfg.block_n,
-                         MASK_LMK=True, EXPAND=True, UPCAST=False, IEEE=False, DIRECT=False,
-                         LMK_ONE=True, PDL=L.SPLIT_PDL),
-                    cfg.num_warps, cfg.num_stages, bm >= 64)
+    # split-KV: the table (SPLIT) and the narrow tiles of small grids (SPLIT_NARROW), every row tile
+    for table, tag in ((L.SPLIT, ""), (L.SPLIT_NARROW, "narrow-")):
+        for (cls, bucket), cfg in table.items():
+            d, bd = _dims(bucket)
+            for dt in _dtypes(cls):
+                t = TYPES[dt]
+                for bm in L.SPLIT_BLOCK_M:
+                    if bm > cfg.block_m:
+                        continue
+                    grp = f"split-{cls}" if cls == "32" else f"split-{t}"
+                    out[f"splitkv-{tag}{t}-D{d}-M{bm}"] = (
+                        grp, "_swa_splitkv_kernel",
+                        {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "OP": "*fp32", "LP": "*fp32"},
+                        dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=cfg.block_n,
+                             MASK_LMK=True, EXPAND=True, UPCAST=False, IEEE=dt == torch.float32,
+                             DIRECT=False, LMK_ONE=dt != torch.float32, PDL=L.SPLIT_PDL),
+                        cfg.num_warps, cfg.num_stages, dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
     # PREFILL, both V modes (the private tma knob reaches them).
     tma_rows = {(key, mode): cfg for key, cfg in L.PREFILL.items() if key[0] == "16"
