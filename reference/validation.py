@@ -112,6 +112,16 @@ def default_scale(Dqk: int) -> float:
     return 1.0 / math.sqrt(Dqk) if Dqk > 0 else 1.0
 
 
+F32_MAX = 3.4028234663852886e38  # the largest finite float32
+
+
+def fits_f32(x: float) -> bool:
+    """Whether the float ``x`` stays finite as a float32 (``|x| <= F32_MAX``; rounding
+    up to the next power of two past it is not counted: the callers compare scales
+    far from that edge)."""
+    return abs(x) <= F32_MAX
+
+
 def positive_normal_f32(x) -> bool:
     """Whether ``x`` is a positive normal float32 (``2**-126 <= x <= float32 max``).
 
@@ -120,7 +130,7 @@ def positive_normal_f32(x) -> bool:
     exactly this: ``-inf * x == -inf`` and ``s -> s * x`` keeps the order of
     scores. Zero, negative, subnormal (flushed to zero), overflowing and NaN
     scales are not."""
-    return x is not None and 2.0 ** -126 <= x <= 3.4028234663852886e38
+    return x is not None and 2.0 ** -126 <= x <= F32_MAX
 
 
 def _int_arg(name: str, value, minimum: int) -> int:

@@ -129,6 +129,9 @@ def test_unsupported_and_errors():
         swa(q, k, v, window_size=0, chunk_size=2)
     with pytest.raises(UnsupportedConfig, match="2\\*\\*22"):
         swa(q, k, v, window_size=2, chunk_size=1 << 22)
+    # the float32 score scale sm_scale * log2(e) would overflow (it gave a wrong o)
+    with pytest.raises(UnsupportedConfig, match="sm_scale"):
+        swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
 
 
 def test_empty_outputs():

@@ -336,6 +336,17 @@ def test_invalid_input_raises_before_any_kernel(monkeypatch):
         sliding_window_attention(torch.randn(1, 2, 8, 32, device=DEV), k, k, window_size=4, chunk_size=2)
 
 
+@pytest.mark.parametrize("sm_scale", [2.4e38, -1e300])
+def test_score_scale_past_float32_is_unsupported(sm_scale, monkeypatch):
+    """sm_scale * log2(e) is the kernels' float32 score scale: past float32 it is a
+    clear error before any kernel runs (it was NaN in o), not a wrong answer."""
+    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("a kernel ran"))
+    q = torch.randn(1, 1, 4, 32, device=DEV)
+    with pytest.raises(UnsupportedConfig, match="sm_scale"):
+        sliding_window_attention(q, q, q, window_size=4, chunk_size=2, sm_scale=sm_scale)
+    assert L.LOG2E * 2.3586e38 < 3.4028234663852886e38  # the message's bound is inside float32
+
+
 @pytest.mark.parametrize("dqk,dv", [(16, 16), (512, 512), (64, 288)])
 def test_head_dim_out_of_range_is_unsupported(dqk, dv):
     q = torch.randn(1, 1, 4, dqk, device=DEV)

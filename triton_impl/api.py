@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reference.errors import UnsupportedConfig
-from reference.validation import check_inputs
+from reference.validation import check_inputs, fits_f32
 
 from . import launch as _launch
 
@@ -18,6 +18,10 @@ def _check_supported(p) -> None:
         if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
             raise UnsupportedConfig(
                 f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
+    if not fits_f32(p.sm_scale * _launch.LOG2E):
+        raise UnsupportedConfig(
+            f"triton: sm_scale={p.sm_scale!r} is not supported: the kernels scale scores by "
+            "sm_scale * log2(e) in float32, which overflows (|sm_scale| must be at most 2.3586e38)")
     if p.device.type == "cpu":
         if not _launch.interpreter_active():
             raise UnsupportedConfig(
@@ -41,8 +45,11 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     (``input_precision="ieee"``, no tf32).
 
     Raises ``ValueError`` for invalid input (``reference.check_inputs``) and
-    ``UnsupportedConfig`` for head dims outside 32..256 or CPU tensors without
-    ``TRITON_INTERPRET=1``. The keyword arguments starting with ``_`` are
+    ``UnsupportedConfig`` for head dims outside 32..256, ``|sm_scale| >
+    2.3586e38`` (the score scale ``sm_scale * log2(e)`` is float32) or CPU
+    tensors without ``TRITON_INTERPRET=1``. Scores are float32: a score
+    ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32
+    does (data-dependent, not checked). The keyword arguments starting with ``_`` are
     private test/tuning knobs (``"prefill"`` / ``"packed"`` / ``"splitkv"`` path, a
     ``launch.Config``, a split count, the prefill loop structure, the TMA
     prefill mode, the scale folded into the exponent, the split-KV combine's
