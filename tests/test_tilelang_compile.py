@@ -281,8 +281,12 @@ def test_pdl_split_and_combine_compile(tmp_path):
     args = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False, full, 64,
                                 launch.LOG2E * default_scale(128), split=True)[1]
     assert args == _tc(128, 128, split=True) + (False, 0, True)  # lmk_rows_j0, pack defaults
-    assert launch.combine_args(args) == (128, "bfloat16", 128, True)
-    assert launch.combine_args(_tc(128, 128, split=True)) == (128, "bfloat16")
+    assert launch.combine_key(args) == ("combine_pdl", (128, "bfloat16"))
+    assert launch.combine_key(_tc(128, 128, split=True)) == ("combine", (128, "bfloat16"))
+    # the pdl combine comes from the cython backend, whose launcher sets the programmatic
+    # launch attribute for pdl_sync kernels (TileLang's default TVM-FFI launcher does not)
+    assert kernels.combine_pdl.execution_backend == "cython"
+    assert kernels.combine.execution_backend is None
     # permission only: a prefill-grid kernel of the same config bakes no pdl
     key = lambda cfg: launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False,  # noqa: E731
                                            cfg, 64, launch.LOG2E * default_scale(128))
@@ -294,6 +298,13 @@ def test_pdl_split_and_combine_compile(tmp_path):
     comb = kernels.combine(128, "bfloat16", 128, True).get_kernel_source()
     assert comb.index("cudaGridDependencySynchronize()") < comb.index("LSEp[")  # before any read
     assert len(_sass("combine", (128, "bfloat16", 128, True), tmp_path)) > 0
+    func = kernels.combine_pdl.get_tir(128, "bfloat16")
+    assert "pdl_sync" in func.script()
+    try:  # the cython backend's generated launcher
+        host = tilelang.compile(func, target=kernels.HOPPER, execution_backend="cython").get_host_source()
+    except RuntimeError as e:  # no libcuda to link the launcher on a CPU machine: the error carries its source
+        host = str(e)
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in host
     with pytest.raises(ValueError, match="split kernels"):
         kernels.fwd_tc.get_tir(*(args[:11] + (False,) + args[12:]))
 

@@ -410,19 +410,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl, narrow)
 
 
-@tilelang.jit(target=HOPPER)
-def combine(Dv: int, dtype: str, threads: int = 128, pdl: bool = False):
-    """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
-
-    Baked in: ``Dv``, the output ``dtype``, ``threads`` and ``pdl`` (launched as
-    a programmatic dependent of a split kernel built with ``pdl``: every program
-    waits for that grid's completion, its writes visible, before it reads a
-    partial state). One program per
-    (query, head, batch) loops over the ``S`` splits (dynamic):
-    ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
-    with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
-    ``lse = -inf``.
-    """
+def _combine_body(Dv: int, dtype: str, threads: int, pdl: bool):
+    """Body of :func:`combine` / :func:`combine_pdl` (see their docstrings)."""
     B, Hq, S, Lq = T.dynamic("B Hq S Lq")
     accum = "float32"
 
@@ -452,6 +441,34 @@ def combine(Dv: int, dtype: str, threads: int = 128, pdl: bool = False):
 
     return main
 
+
+@tilelang.jit(target=HOPPER)
+def combine(Dv: int, dtype: str, threads: int = 128, pdl: bool = False):
+    """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
+
+    Baked in: ``Dv``, the output ``dtype``, ``threads`` and ``pdl`` (every
+    program waits for the previous grid on the stream, its writes visible,
+    before it reads a partial state; TileLang 0.1.15's default TVM-FFI launcher
+    launches it serially all the same: it sets the programmatic launch attribute
+    only for functions marked ``tirx.use_programtic_dependent_launch``, while
+    TileLang marks ``pdl_sync`` kernels ``has_cuda_pdl_sync``; see
+    :func:`combine_pdl`). One program per
+    (query, head, batch) loops over the ``S`` splits (dynamic):
+    ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
+    with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
+    ``lse = -inf``.
+    """
+    return _combine_body(Dv, dtype, threads, pdl)
+
+
+@tilelang.jit(target=HOPPER, execution_backend="cython")
+def combine_pdl(Dv: int, dtype: str, threads: int = 128):
+    """:func:`combine` with ``pdl``, built by TileLang's cython backend, whose
+    generated launcher calls ``cudaLaunchKernelEx`` with
+    ``cudaLaunchAttributeProgrammaticStreamSerialization`` for ``pdl_sync``
+    kernels: the combine of a split kernel built with ``pdl`` is then really a
+    programmatic dependent launch. Baked in: ``Dv``, ``dtype``, ``threads``."""
+    return _combine_body(Dv, dtype, threads, True)
 
 # --------------------------------------------------------------------------------------
 # Row-per-thread kernels: fp32 on the GPU (CUDA cores) and the CPU kernel (C target)
@@ -601,3 +618,4 @@ def fwd_fp32(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: b
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, gpu=True)
+

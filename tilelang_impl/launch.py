@@ -219,11 +219,15 @@ def prefill_config(p) -> tuple:
 #: ``block_M``; ``G <= block_M``). Appending it (session 6) moved the optional
 #: ``ws`` item of a full config from position 13 to 14. ``pdl`` (session 8; a
 #: permission: baked only into split kernels, whose combine is then built to wait
-#: for them on the device, :func:`combine_args`) moved it to 15. Not shipped:
+#: for them on the device, :func:`combine_key`) moved it to 15. Not shipped:
 #: lab12 (bench_results/tilelang-lab12-ab58094.json, L2 not flushed) measured
 #: B=1 32/32/128 decode 12.0 -> 12.1 us, where Triton's PDL combine gained
-#: 0.5 us; whether TileLang 0.1.15's TVM-FFI launcher sets the programmatic
-#: launch attribute for such a combine is not visible from Python. ``narrow``
+#: 0.5 us: TileLang 0.1.15's TVM-FFI launcher (the default execution backend)
+#: launched that combine serially (it sets the programmatic launch attribute only
+#: for functions marked ``tirx.use_programtic_dependent_launch``; TileLang marks
+#: ``pdl_sync`` kernels ``has_cuda_pdl_sync``, which its cython backend's launcher
+#: honours). Since then the pdl combine is ``kernels.combine_pdl``, built by the
+#: cython backend; not run on a GPU yet. ``narrow``
 #: (session 8, lab only: 16-row ``mma.sync`` decode tiles, ``kernels._fwd_tc_body``)
 #: moved ``ws`` to 16.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
@@ -344,14 +348,15 @@ def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk
 _KNOBS_AT = 12
 
 
-def combine_args(tc_args: tuple) -> tuple:
-    """Factory arguments of :func:`kernels.combine` for the split kernel whose
-    factory arguments (:func:`tc_kernel_key`) are ``tc_args``: ``(Dv, dtype)``,
-    or ``(Dv, dtype, 128, True)`` when that kernel was built with ``pdl`` (the
-    combine then waits on the device for it: a programmatic dependent launch)."""
+def combine_key(tc_args: tuple) -> tuple[str, tuple]:
+    """``(factory name, factory arguments)`` of the combine for the split kernel
+    whose factory arguments (:func:`tc_kernel_key`) are ``tc_args``:
+    ``("combine", (Dv, dtype))``, or ``("combine_pdl", (Dv, dtype))`` when that
+    kernel was built with ``pdl`` (the combine then waits on the device for it
+    and is launched as a programmatic dependent: :func:`kernels.combine_pdl`)."""
     at = _KNOBS_AT + _KNOB["pdl"]
     pdl = len(tc_args) > at and bool(tc_args[at])
-    return (tc_args[1], tc_args[2]) + ((128, True) if pdl else ())
+    return ("combine_pdl" if pdl else "combine"), (tc_args[1], tc_args[2])
 
 
 _cache: dict[tuple, object] = {}
@@ -495,7 +500,8 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)
     lp = torch.empty((p.B, p.Hq, S, p.Lq), dtype=torch.float32, device=p.device)
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
-    _kernel("combine", *combine_args(args))(op, lp, o, lse)
+    ckind, cargs = combine_key(args)
+    _kernel(ckind, *cargs)(op, lp, o, lse)
 
 
 #: Tile of the CPU kernel (:func:`run_cpu`).

@@ -379,15 +379,17 @@ def precompile(quick=False):
                 failed.append(f"{kind}{c}")
             else:
                 launch._cache[(kind,) + c] = kk
-    # the split path's combine of every split kernel (launch.combine_args; the recording stops at
+    # the split path's combine of every split kernel (launch.combine_key; the recording stops at
     # the split kernel, before its combine is asked for; precompile_configs' split kernels
     # give bf16 Dv 96 and 128)
-    comb = list(dict.fromkeys(launch.combine_args(a) for k, a in jobs if k == "fwd_tc" and a[11]))
-    for c, kk in zip(comb, kernels.combine.par_compile(comb, num_workers=4, ignore_error=True)):
-        if kk is None:
-            failed.append("combine" + str(c))
-        else:
-            launch._cache[("combine",) + c] = kk
+    comb = list(dict.fromkeys(launch.combine_key(a) for k, a in jobs if k == "fwd_tc" and a[11]))
+    for ckind in dict.fromkeys(k for k, _ in comb):
+        cargs = [a for k, a in comb if k == ckind]
+        for c, kk in zip(cargs, getattr(kernels, ckind).par_compile(cargs, num_workers=4, ignore_error=True)):
+            if kk is None:
+                failed.append(ckind + str(c))
+            else:
+                launch._cache[(ckind,) + c] = kk
     _log(f"precompiled {len(jobs) + len(comb)} kernels in {time.time() - t0:.1f}s; failed: {failed}")
     return dict(seconds=time.time() - t0, count=len(jobs) + len(comb), failed=failed)
 

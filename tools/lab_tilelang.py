@@ -555,7 +555,9 @@ DECODE_VARIANTS.update({
                 "(split kernel triggers at its start, combine waits on the device)",
                 "D128 B=1 (split): 12.0 -> 11.2-11.8 us; D64 and D128 B=8 GQA 32/8 "
                 "(prefill grid): = dec-shipped. Measured at ab58094 (lab12): 12.1 / 12.1 us "
-                "against 12.0 / 12.0 (no gain; not shipped)"),
+                "against 12.0 / 12.0 (no gain; not shipped): TileLang's default TVM-FFI "
+                "launcher launched that combine serially. Since then the combine comes from "
+                "kernels.combine_pdl (cython backend: a programmatic launch); not run yet"),
 })
 
 def _dec_narrow(S):
@@ -672,7 +674,7 @@ def kernel_jobs(variants):
             cfg, split = plan(D)
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
                                               cfg, C, sl2, bool(split), group)
-            todo = [(kind, args)] + ([("combine", launch.combine_args(args))] if split else [])
+            todo = [(kind, args)] + ([launch.combine_key(args)] if split else [])
             for job in todo:
                 if job not in seen:
                     seen.add(job)
