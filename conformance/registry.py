@@ -108,6 +108,16 @@ def load_backend(spec: str) -> Backend:
     raise ValueError(f"unknown backend {spec!r}; known: {', '.join(known)}; or use 'package.module:function'")
 
 
+def describer(spec: str) -> Callable[..., str] | None:
+    """A built-in backend's ``describe_call`` (same arguments as the canonical
+    call; returns one line saying which kernel and configuration the call would
+    run, planning only), or None: other backends and built-ins without one."""
+    module = _BUILTIN.get(spec) or _OPTIONAL.get(spec)
+    if module is None:
+        return None
+    return getattr(importlib.import_module(module), "describe_call", None)
+
+
 def default_backends() -> list[Backend]:
     """The built-in backends plus every installed entry-point backend."""
     out = [load_backend(name) for name in DEFAULT_BACKENDS]

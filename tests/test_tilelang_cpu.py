@@ -17,6 +17,7 @@ pytest.importorskip("tilelang", reason="tilelang is not installed")
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
 from reference import UnsupportedConfig, check_inputs, visibility_mask  # noqa: E402
+import tilelang_impl  # noqa: E402
 from tilelang_impl import launch, sliding_window_attention as swa  # noqa: E402
 
 def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, seed=0, blhd=False):
@@ -132,6 +133,34 @@ def test_unsupported_and_errors():
     # the float32 score scale sm_scale * log2(e) would overflow (it gave a wrong o)
     with pytest.raises(UnsupportedConfig, match="sm_scale"):
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
+
+
+def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
+    """describe_call / launch.describe plan only: on CPU tensors the C kernel; for a
+    CUDA device (planned on CPU) the factory, tile, split count and combine, and the
+    knobs baked for the call, as run_cuda asks launch._kernel for them."""
+    import dataclasses
+
+    q, k, v = _inputs(1, 2, 2, 4, 40, 32, 32, torch.float32)
+    assert tilelang_impl.describe_call(q, k, v, window_size=8, chunk_size=4).startswith("fwd_cpu 16x16")
+    monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(launch, "_capability", lambda dev: (9, 0))
+    asked = []
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
+    for B, Hq, Hkv, Lq, D in ((1, 32, 32, 1, 128), (8, 32, 4, 1, 64), (1, 4, 4, 512, 128)):
+        q = torch.empty(B, Hq, Lq, D, dtype=torch.bfloat16, device="meta")
+        k = torch.empty(B, Hkv, 4096, D, dtype=torch.bfloat16, device="meta")
+        p = dataclasses.replace(reference.check_inputs(q, k, k, window_size=512, chunk_size=64),
+                                device=torch.device("cuda"))
+        text = launch.describe(p)
+        asked.clear()
+        with monkeypatch.context() as m:  # the split workspace would be a CUDA allocation
+            m.setattr(launch.torch, "empty", lambda *a, **kw: None)
+            launch.run_cuda(p, None, None, None, False, False, None, None)
+        (kind, args), *comb = asked
+        assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
+        assert (" +combine" in text) == bool(comb) == args[11]
+        assert ("pack=" in text) == (B == 8)
 
 
 def test_empty_outputs():

@@ -74,3 +74,14 @@ def test_default_suite_has_the_issue_shapes():
 def test_refuses_full_suite_without_cuda(capsys):
     assert bench.main(["--device", "cpu"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_kernel_line_says_what_each_builtin_backend_runs():
+    """The bench's `kernel run` column: each built-in backend's ``describe_call``
+    (planning only) on the shape's first input set; nothing for backends without one."""
+    shape = next(s for s in bench.SMOKE_SHAPES if s.kind == "decode")
+    inputs = bench._inputs(shape, "cpu", torch.float32, 1)[0]
+    assert bench._kernel_line("reference", shape, inputs) == ""
+    assert bench._kernel_line("flex", shape, inputs) == ""
+    assert bench._kernel_line("triton", shape, inputs).startswith(("splitkv ", "prefill "))
+    assert bench._kernel_line("tilelang", shape, inputs).startswith("fwd_cpu 16x16")

@@ -26,6 +26,7 @@ import pytest  # noqa: E402
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
 from reference.mask import visibility_mask  # noqa: E402
+import triton_impl  # noqa: E402
 from triton_impl import UnsupportedConfig, sliding_window_attention  # noqa: E402
 from triton_impl import api as _api  # noqa: E402
 from triton_impl import launch as L  # noqa: E402
@@ -310,6 +311,28 @@ def test_split_plan_by_saturation(monkeypatch):
     own = plan(1, 32, 4, 64, L.Config(64, 128, 4, 2))
     assert own.block_n == 128
     assert plan(1, 32, 4, 64, dtype=torch.float32).block_n == L.SPLIT[("32", 64)].block_n
+
+
+def test_describe_call_names_the_path_launch_takes(monkeypatch):
+    """describe_call (planning only) names the path, tile and split count the call runs:
+    its first word is what launch returns, its tile the plan's; the TMA-forced module
+    says so or refuses as its call does."""
+    from triton_impl import tma_prefill
+
+    kw = dict(window_size=64, chunk_size=16)
+    for B, Hq, Hkv, Lq, Lk, D in ((1, 4, 4, 1, 300, 64), (1, 8, 1, 1, 300, 32), (1, 2, 2, 200, 200, 64)):
+        q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, torch.float16)
+        text = triton_impl.describe_call(q, k, v, **kw)
+        _, _, taken = _run(q, k, v, **kw)
+        assert text.split()[0] == taken, (text, taken)
+        plan = L._plan(reference.check_inputs(q, k, v, **kw))
+        cx = plan.constexprs[(False, False)]
+        assert f" {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}" in text
+        if taken == "splitkv":
+            assert f"S={plan.grid[2]} +combine" in text
+    assert triton_impl.describe_call(q[:, :, :0], k, v, **kw) == "no kernel (empty output)"
+    with pytest.raises(UnsupportedConfig, match="TMA"):  # CPU tensors: as the call itself
+        tma_prefill.describe_call(q, k, v, **kw)
 
 
 def test_empty_dimensions():

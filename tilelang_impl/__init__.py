@@ -8,6 +8,6 @@
 
 from reference.errors import UnsupportedConfig
 
-from .api import sliding_window_attention
+from .api import describe_call, sliding_window_attention
 
-__all__ = ["sliding_window_attention", "UnsupportedConfig"]
+__all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]

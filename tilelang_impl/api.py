@@ -51,6 +51,32 @@ def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return k_, v_, k_blhd
 
 
+def _blhd(x: torch.Tensor) -> bool:
+    """The layout flag :func:`_order` gives ``x``, without copying anything."""
+    return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
+
+
+def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+                  kv_start=0, sm_scale=None) -> str:
+    """What :func:`sliding_window_attention` runs for these arguments, in one line
+    (``launch.describe``: kernel, tile, stages, threads, splits, baked knobs; and
+    the copies the adapter would make); plans only, builds and launches nothing.
+    Raises what the call would raise before its kernels."""
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    if p.empty:
+        return "no kernel (empty output)"
+    if p.device.type not in ("cuda", "cpu"):
+        raise UnsupportedConfig(
+            f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
+    launch.check_limits(p)
+    q_blhd, kv_blhd = _blhd(q), _blhd(k)
+    text = launch.describe(p, q_blhd, kv_blhd)
+    copies = [n for n, x, flag in (("q", q, q_blhd), ("k", k, kv_blhd), ("v", v, kv_blhd))
+              if not (x.transpose(1, 2) if flag else x).is_contiguous()]
+    return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
+
+
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
                              expand_to_chunk=True, kv_start=0, sm_scale=None):
     """HiLS sliding-window attention forward with TileLang kernels.

@@ -472,15 +472,11 @@ def key_tiles(p, rows: int, block_N: int) -> int:
     return max(1, -(-reach // block_N))
 
 
-def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
-             config: tuple | None = None) -> None:
-    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical)."""
-    W, C, r, inv_c, sl2 = scalars(p)
-    if p.dtype == torch.float32:
-        ker = _kernel("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
-        ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
-        return
-    dt = _TL_DTYPE[p.dtype]
+def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
+               config: tuple | None = None) -> tuple[int, str, tuple]:
+    """``(S, factory name, factory arguments)`` of a bf16/fp16 CUDA call (kernel-frame
+    chunk ``C`` and ``scale_log2`` from :func:`scalars`): the split count (1 = the
+    prefill grid) and the tensor-core kernel :func:`run_cuda` runs."""
     if force_split is None:
         S, split_cfg = split_plan(p)
     else:
@@ -489,8 +485,41 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
                      if S > 1 and config is None else None)
     split = S > 1
     cfg = config or (split_cfg if split else prefill_config(p))
-    kind, args = tc_kernel_key(p.Dqk, p.Dv, dt, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                               cfg, C, sl2, split, p.Hq // p.Hkv)
+    kind, args = tc_kernel_key(p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk, p.expand_to_chunk, q_blhd,
+                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv)
+    return S, kind, args
+
+
+def describe(p, q_blhd: bool = False, kv_blhd: bool = False) -> str:
+    """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
+    in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
+    split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
+    off left out). Plans only; builds and launches nothing."""
+    if p.device.type != "cuda":
+        return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)"
+    if p.dtype == torch.float32:
+        return "fwd_fp32 (one row per thread, CUDA cores)"
+    _, C, _, _, sl2 = scalars(p)
+    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2)
+    bm, bn, stages, threads = args[7:11]
+    knobs = [f"{name}={val}" if not isinstance(val, bool) else name
+             for (name, _), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val not in (False, 0, "tile")]
+    text = f"{kind} {bm}x{bn} s{stages} t{threads}"
+    if S > 1:
+        text += f" S={S} +{combine_key(args)[0]}"
+    return text + (" [" + " ".join(knobs) + "]" if knobs else "")
+
+
+def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
+             config: tuple | None = None) -> None:
+    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical)."""
+    W, C, r, inv_c, sl2 = scalars(p)
+    if p.dtype == torch.float32:
+        ker = _kernel("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+        ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
+        return
+    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config)
+    split = S > 1
     ker = _kernel(kind, *args)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)

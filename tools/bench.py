@@ -420,6 +420,7 @@ def bench_one(shape: Shape, name: str, sets, gate: Gate | None, timer: Timer, ce
         out = runner.call(*sets[0])  # first call: compiles / JIT-builds
         timer.sync()
         res.extra["first_call_s"] = round(time.perf_counter() - t0, 3)
+        res.extra["kernel"] = _kernel_line(name, shape, sets[0])
         if runner.canonical and gate is not None:
             ok, msg = gate.check(out)
             res.gate = msg
@@ -461,6 +462,18 @@ def _fmt(x, spec=".1f", none="-"):
     return none if x is None else format(x, spec)
 
 
+def _kernel_line(name: str, shape: Shape, inputs) -> str:
+    """What a built-in backend runs for the shape (``describe_call`` of its package:
+    kernel, tile, splits), or "" where a backend does not say."""
+    from conformance.registry import describer
+
+    try:
+        fn = describer(name)
+        return fn(*inputs, **shape.rule) if fn is not None else ""
+    except Exception as e:  # a description must never cost a timing
+        return f"(no description: {type(e).__name__})"
+
+
 def _floor_text(ceilings: dict) -> str:
     """The timer's floor (``Timer.floor_us``) as a sentence fragment."""
     return (f"timer floor (kernel column of one / two one-block fill kernels) "
@@ -475,9 +488,10 @@ def table(results: list[Result], ceilings: dict) -> str:
         status = r.status if r.status == "ok" else f"{r.status}: {r.reason[:90]}"
         if r.status == "ok" and r.kernel_us is None and r.graph_note:
             status = f"ok ({r.graph_note[:70]})"
+        kernel = r.extra.get("kernel", "")
         lines.append(f"{r.shape:<26} {r.backend:<9} {_fmt(r.kernel_us):>10} {_fmt(r.eager_us):>10} "
                      f"{_fmt(r.tflops, '.4g'):>8} {_fmt(r.pct_matmul, '.3g'):>5} {_fmt(r.gbps, '.4g'):>7} "
-                     f"{_fmt(r.pct_copy, '.3g'):>6}  {status}")
+                     f"{_fmt(r.pct_copy, '.3g'):>6}  {status}" + (f"  [{kernel}]" if kernel else ""))
     lines.append("")
     lines.append(f"ceilings measured in this run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
                  f"{_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, device copy {_fmt(ceilings.get('copy_gbps'), '.0f')} GB/s; "
@@ -501,19 +515,23 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         "the kernel column of a one-kernel call includes the first, of a two-kernel call (split-KV "
         "and its combine) the second. Decode bytes = reachable K/V window + q + o + lse. "
         "`sdpa` = dense PyTorch SDPA (flash), a ceiling line: its numbers count the dense work it does. "
-        "Every SPEC backend passed a conformance check on each shape before it was timed."
+        "Every SPEC backend passed a conformance check on each shape before it was timed. "
+        "`kernel run`: what the backend says it ran (`describe_call` of its package: kernel, tile "
+        "BLOCK_M x BLOCK_N, warps w / stages s / threads t, register cap r, split count S, knobs)."
         + (" " + info["workers_note"] if info.get("workers_note") else ""),
         "",
-        "| shape | backend | kernel µs | eager µs | TFLOP/s | % matmul | GB/s | % copy | status |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| shape | backend | kernel µs | eager µs | TFLOP/s | % matmul | GB/s | % copy | status | kernel run |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in results:
         status = r.status if r.status == "ok" else f"{r.status}: {r.reason[:120]}"
         if r.status == "ok" and r.kernel_us is None and r.graph_note:
             status = f"ok; {r.graph_note[:100]}"
         status = status.replace("|", "/")
+        kernel = r.extra.get("kernel", "").replace("|", "/")
         lines.append(f"| {r.shape} | {r.backend} | {_fmt(r.kernel_us)} | {_fmt(r.eager_us)} | {_fmt(r.tflops, '.4g')} | "
-                     f"{_fmt(r.pct_matmul, '.3g')} | {_fmt(r.gbps, '.4g')} | {_fmt(r.pct_copy, '.3g')} | {status} |")
+                     f"{_fmt(r.pct_matmul, '.3g')} | {_fmt(r.gbps, '.4g')} | {_fmt(r.pct_copy, '.3g')} | {status} | "
+                     f"{kernel} |")
     lines.append(MD_END)
     return "\n".join(lines)
 

@@ -13,6 +13,6 @@ fp32 arithmetic on bf16 inputs.
 
 from reference.errors import UnsupportedConfig
 
-from .api import sliding_window_attention
+from .api import describe_call, sliding_window_attention
 
-__all__ = ["sliding_window_attention", "UnsupportedConfig"]
+__all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]

@@ -32,6 +32,19 @@ def _check_supported(p) -> None:
                                 "or cpu under TRITON_INTERPRET=1)")
 
 
+def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+                  kv_start=0, sm_scale=None, **knobs) -> str:
+    """What :func:`sliding_window_attention` runs for these arguments, in one line
+    (``launch.describe``: kernel, tile, warps, stages, splits); plans only, launches
+    nothing. Raises what the call would raise before its kernels."""
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    if p.empty:
+        return "no kernel (empty output)"
+    _check_supported(p)
+    return _launch.describe(p, q, k, v, **knobs)
+
+
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
                              expand_to_chunk=True, kv_start=0, sm_scale=None,
                              _force_path=None, _config=None, _num_splits=None, _phases=None,

@@ -631,6 +631,54 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              cx, st)
 
 
+def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=None, fold=None,
+          pdl=None) -> _Plan:
+    """The cached launch plan of a call (:func:`launch`'s knobs; built on a miss)."""
+    key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold, pdl)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, pdl)
+        if tma and plan.path != "prefill":
+            raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
+        if len(_PLANS) >= PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _takes_tma(plan: _Plan, tma, q, k, v) -> bool:
+    """Whether a prefill call runs the TMA kernel: the plan has one and the call's
+    strides and base addresses suit the copy engine (``o``: decided with the
+    plan). When ``tma`` names a mode and the kernel cannot serve the call,
+    :class:`UnsupportedConfig` (asked for explicitly: no other kernel runs)."""
+    if plan.tma is not None and _tma_strides_ok(q, k, v):
+        return True
+    if tma:
+        raise UnsupportedConfig(
+            "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
+            "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
+    return False
+
+
+def describe(p: Problem, q, k, v, **knobs) -> str:
+    """What :func:`launch` runs for this call (same plan, same choice of the TMA
+    kernel), in one line: path, tile ``BLOCK_M x BLOCK_N``, warps, stages, the
+    register cap, split count and the combine's dependent launch. Plans only
+    (cached like a call's); launches nothing."""
+    plan = _plan(p, **knobs)
+    kind = plan.path
+    if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
+        plan, kind = plan.tma, "prefill_tma"
+    cx, st = next(iter(plan.constexprs.values())), next(iter(plan.static.values()))
+    text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
+    if st[4] is not None:
+        text += f" r{st[4]}"
+    if kind == "splitkv":
+        text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
+    return text
+
+
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
            num_splits: int | None = None, phases: bool | None = None, tma=None,
            fold: bool | None = None, pdl: bool | None = None) -> str:
@@ -652,25 +700,12 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
-    key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold, pdl)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, pdl)
-        if tma and plan.path != "prefill":
-            raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
-        if len(_PLANS) >= PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = plan
+    plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
-        if plan.tma is not None and _tma_strides_ok(q, k, v):  # o: decided with the plan
+        if _takes_tma(plan, tma, q, k, v):
             _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
             return "prefill_tma"
-        if tma:  # asked for explicitly: say so rather than run another kernel
-            raise UnsupportedConfig(
-                "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
-                "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
         st = _frame_static(st, frame)

@@ -13,9 +13,10 @@ kernel cannot serve (CPU tensors, fp32, strides the copy engine refuses) raise
 from __future__ import annotations
 
 from .api import UnsupportedConfig
+from .api import describe_call as _describe
 from .api import sliding_window_attention as _swa
 
-__all__ = ["sliding_window_attention", "UnsupportedConfig"]
+__all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]
 
 
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
@@ -24,3 +25,11 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     return _swa(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                 expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale,
                 _force_path="prefill", _tma="v_ptr")
+
+
+def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+                  kv_start=0, sm_scale=None):
+    """What :func:`sliding_window_attention` of this module runs (``api.describe_call``)."""
+    return _describe(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale,
+                     path="prefill", tma="v_ptr")
