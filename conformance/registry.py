@@ -32,6 +32,20 @@ class Backend:
     fn: Callable[..., Any] = field(repr=False)
     supports: Callable[[Any], tuple[bool, str]] = field(default=_always, repr=False)
     origin: str = ""  # where it came from: "builtin", "entry point", "module:function"
+    # (q, k, v, **canonical kwargs) -> one line naming the kernel a call runs (planning
+    # only; shown by `hils-swa bench`), or None: the backend does not say
+    describe: Callable[..., str] | None = field(default=None, repr=False)
+
+
+def _lazy_describe(module: str) -> Callable[..., str]:
+    """A built-in's ``describe_call`` (its package names the kernel a call runs),
+    imported on first call; "" for a package without one."""
+
+    def call(*args, **kwargs):
+        fn = getattr(importlib.import_module(module), "describe_call", None)
+        return fn(*args, **kwargs) if fn is not None else ""
+
+    return call
 
 
 def _lazy(module: str, attr: str = "sliding_window_attention") -> Callable[..., Any]:
@@ -80,7 +94,8 @@ def _as_backend(obj: Any, *, name: str, origin: str) -> Backend:
         return obj
     if not callable(obj):
         raise ValueError(f"backend {name!r} is not callable")
-    return Backend(name=name, fn=obj, supports=getattr(obj, "supports", _always), origin=origin)
+    return Backend(name=name, fn=obj, supports=getattr(obj, "supports", _always), origin=origin,
+                   describe=getattr(obj, "describe", None))
 
 
 def _entry_points() -> dict[str, Any]:
@@ -98,7 +113,8 @@ def load_backend(spec: str) -> Backend:
 
         return mutant(spec)
     if spec in _BUILTIN or spec in _OPTIONAL:
-        return Backend(name=spec, fn=_lazy(_BUILTIN.get(spec) or _OPTIONAL[spec]), origin="builtin")
+        module = _BUILTIN.get(spec) or _OPTIONAL[spec]
+        return Backend(name=spec, fn=_lazy(module), origin="builtin", describe=_lazy_describe(module))
     if ":" in spec:
         return _from_module_spec(spec)
     eps = _entry_points()
@@ -106,16 +122,6 @@ def load_backend(spec: str) -> Backend:
         return _as_backend(eps[spec].load(), name=spec, origin=f"entry point {eps[spec].value}")
     known = sorted(set(_BUILTIN) | set(_OPTIONAL) | set(eps))
     raise ValueError(f"unknown backend {spec!r}; known: {', '.join(known)}; or use 'package.module:function'")
-
-
-def describer(spec: str) -> Callable[..., str] | None:
-    """A built-in backend's ``describe_call`` (same arguments as the canonical
-    call; returns one line saying which kernel and configuration the call would
-    run, planning only), or None: other backends and built-ins without one."""
-    module = _BUILTIN.get(spec) or _OPTIONAL.get(spec)
-    if module is None:
-        return None
-    return getattr(importlib.import_module(module), "describe_call", None)
 
 
 def default_backends() -> list[Backend]:

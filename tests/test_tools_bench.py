@@ -85,3 +85,24 @@ def test_kernel_line_says_what_each_builtin_backend_runs():
     assert bench._kernel_line("flex", shape, inputs) == ""
     assert bench._kernel_line("triton", shape, inputs).startswith(("splitkv ", "prefill "))
     assert bench._kernel_line("tilelang", shape, inputs).startswith("fwd_cpu 16x16")
+
+
+def test_kernel_line_of_an_external_backend(monkeypatch):
+    """A backend function's ``describe`` attribute (docs/porting.md) reaches the column;
+    a describe that fails costs the row nothing but the text."""
+    from conformance import registry
+    from tools import _common
+
+    shape = bench.SMOKE_SHAPES[0]
+    inputs = bench._inputs(shape, "cpu", torch.float32, 1)[0]
+
+    def fn(q, k, v, **kw):
+        return None
+
+    fn.describe = lambda q, k, v, **kw: f"my kernel, window {kw['window_size']}"
+    backend = registry._as_backend(fn, name="ext", origin="test")
+    monkeypatch.setattr(_common, "resolve_backend", lambda name: backend)
+    assert bench._kernel_line("ext", shape, inputs) == f"my kernel, window {shape.rule['window_size']}"
+    fn.describe = lambda *a, **kw: 1 / 0
+    backend = registry._as_backend(fn, name="ext", origin="test")
+    assert bench._kernel_line("ext", shape, inputs) == "(no description: ZeroDivisionError)"

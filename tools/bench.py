@@ -463,12 +463,12 @@ def _fmt(x, spec=".1f", none="-"):
 
 
 def _kernel_line(name: str, shape: Shape, inputs) -> str:
-    """What a built-in backend runs for the shape (``describe_call`` of its package:
-    kernel, tile, splits), or "" where a backend does not say."""
-    from conformance.registry import describer
+    """What a backend runs for the shape (``Backend.describe``: a built-in's
+    ``describe_call``, kernel, tile, splits), or "" where a backend does not say."""
+    from ._common import resolve_backend
 
     try:
-        fn = describer(name)
+        fn = resolve_backend(name).describe
         return fn(*inputs, **shape.rule) if fn is not None else ""
     except Exception as e:  # a description must never cost a timing
         return f"(no description: {type(e).__name__})"
