@@ -670,7 +670,8 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     kind = plan.path
     if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
         plan, kind = plan.tma, "prefill_tma"
-    cx, st = next(iter(plan.constexprs.values())), next(iter(plan.static.values()))
+    cx = next(iter(plan.constexprs.values()))
+    st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
