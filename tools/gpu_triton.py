@@ -355,7 +355,10 @@ def lab():
     """Session 8: the split-KV combine as a programmatic dependent launch
     (``launch.SPLIT_PDL``) against the serial launch, on the decode shapes,
     timed back to back (``graph_time``) and with the bench's flushed timer;
-    and the timers' floor (``floor_times``). Each variant is first checked on
+    and the timers' floor (``floor_times``); ``--lab 2`` the split count and key
+    block, ``--lab 3`` register caps on the TMA prefill tile (results:
+    ``bench_results/triton-lab8-76fd3c9.json``, ``-lab9-ab58094``, ``-lab10-4f1c99a``),
+    ``--lab 4`` (not run yet) 64-key split blocks for GQA decode. Each variant is first checked on
     cases of its own (NaN in unseen slots, kv_start, GQA, outputs poisoned).
     Earlier sweeps: session 5's (chunked D=128 tiles, D=64 pointer tile, a
     fused combine) ran at b0a8deb, ``bench_results/triton-lab7-b0a8deb.json``;
@@ -380,6 +383,22 @@ def lab():
                        config=L.Config(64, 32, 4, 3))]
         dec = [("table (pdl)", {}), ("S=16", dict(_num_splits=16)), ("S=32", dict(_num_splits=32)),
                ("BLOCK_N=32", dict(_config=L.Config(64, 32, 4, 3)))]
+    if ARGS.lab == "4":
+        # lab 4 (written in session 8, not run yet): B=8 GQA 32/4 D=64 decode splits
+        # 6 ways over 128-key blocks (192 programs); 32-key blocks lost there (lab9,
+        # 9.8 -> 10.4 us flushed). 64-key blocks give 11 one-block splits (352
+        # programs). Predicted (flushed): 9.5-10.3 us against the table's 9.8-10.1.
+        C_ = L.Config
+        cases += [dict(base, B=3, Hq=8, Hkv=2, Lk=900, Dqk=64, Dv=64, dtype=torch.float16,
+                       config=C_(64, 64, 4, s)) for s in (2, 3)]
+        dec = [("table", {}), ("BLOCK_N=64 s3", dict(_config=C_(64, 64, 4, 3))),
+               ("BLOCK_N=64 s2", dict(_config=C_(64, 64, 4, 2)))]
+        return cases, [
+            (dict(name="decode B8 gqa 32K", B=8, Hq=32, Hkv=4, Lq=1, Lk=32768, D=64, W=512, C=64,
+                  flushed=True), dec),
+            (dict(name="decode B1 gqa 8K", B=1, Hq=32, Hkv=4, Lq=1, Lk=8192, D=64, W=512, C=64,
+                  flushed=True), dec),
+        ]
     if ARGS.lab == "3":
         # lab 3: more CTAs per SM for the TMA prefill kernel through a register cap
         # (Config.maxnreg). CPU compile, sm_90, bf16: D=128 64x64 w4 s3 (the table) 196
