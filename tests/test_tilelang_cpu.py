@@ -144,7 +144,7 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
     q, k, v = _inputs(1, 2, 2, 4, 40, 32, 32, torch.float32)
     assert tilelang_impl.describe_call(q, k, v, window_size=8, chunk_size=4).startswith("fwd_cpu 16x16")
     monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
-    monkeypatch.setattr(launch, "_capability", lambda dev: (9, 0))
+    monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
     asked = []
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
     for B, Hq, Hkv, Lq, D in ((1, 32, 32, 1, 128), (8, 32, 4, 1, 64), (1, 4, 4, 512, 128)):

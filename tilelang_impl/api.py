@@ -31,14 +31,17 @@ from . import launch
 __all__ = ["sliding_window_attention", "UnsupportedConfig"]
 
 
+def _blhd(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a ``(B, L, H, D)``-stored tensor passed as ``x.transpose(1, 2)``
+    (contiguous ``(B, H, L, D)`` tensors are not)."""
+    return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
+
+
 def _order(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """``(tensor the kernel reads, is_blhd)`` without copying when possible."""
-    if x.is_contiguous():
-        return x, False
-    t = x.transpose(1, 2)
-    if t.is_contiguous():
-        return t, True
-    return x.contiguous(), False
+    if _blhd(x):
+        return x.transpose(1, 2), True
+    return (x if x.is_contiguous() else x.contiguous()), False
 
 
 def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -51,9 +54,18 @@ def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return k_, v_, k_blhd
 
 
-def _blhd(x: torch.Tensor) -> bool:
-    """The layout flag :func:`_order` gives ``x``, without copying anything."""
-    return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
+def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
+    """The call's :class:`reference.validation.Problem` after every check that comes
+    before a kernel: SPEC errors, then, unless the output is empty (no kernel runs),
+    the device and :func:`launch.check_limits`."""
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    if not p.empty:
+        if p.device.type not in ("cuda", "cpu"):
+            raise UnsupportedConfig(
+                f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
+        launch.check_limits(p)
+    return p
 
 
 def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
@@ -62,14 +74,9 @@ def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_
     (``launch.describe``: kernel, tile, stages, threads, splits, baked knobs; and
     the copies the adapter would make); plans only, builds and launches nothing.
     Raises what the call would raise before its kernels."""
-    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
-                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return "no kernel (empty output)"
-    if p.device.type not in ("cuda", "cpu"):
-        raise UnsupportedConfig(
-            f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
-    launch.check_limits(p)
     q_blhd, kv_blhd = _blhd(q), _blhd(k)
     text = launch.describe(p, q_blhd, kv_blhd)
     copies = [n for n, x, flag in (("q", q, q_blhd), ("k", k, kv_blhd), ("v", v, kv_blhd))
@@ -91,16 +98,10 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32
     does (data-dependent, not checked).
     """
-    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
-                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
-    dev = p.device.type
-    if dev not in ("cuda", "cpu"):
-        raise UnsupportedConfig(
-            f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
-    launch.check_limits(p)
-    if dev == "cuda":
+    if p.device.type == "cuda":
         q_, q_blhd = _order(q)
         k_, v_, kv_blhd = _kv_order(k, v)
         o, lse = p.new_outputs()

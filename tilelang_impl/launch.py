@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from reference.device import sm_count
+from reference.device import capability, sm_count
 from reference.errors import UnsupportedConfig
 from reference.validation import fits_f32, positive_normal_f32
 
@@ -372,17 +372,6 @@ def _kernel(kind: str, *args):
     return ker
 
 
-_caps: dict[int, tuple[int, int]] = {}
-
-
-def _capability(device: torch.device) -> tuple[int, int]:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    cap = _caps.get(idx)
-    if cap is None:
-        cap = _caps[idx] = torch.cuda.get_device_capability(idx)
-    return cap
-
-
 def check_limits(p) -> None:
     """Raise :class:`UnsupportedConfig` for valid inputs this backend cannot serve."""
     for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
@@ -399,7 +388,7 @@ def check_limits(p) -> None:
             f"tilelang: Lk + chunk_size = {p.Lk + p.chunk_size} is not supported "
             f"(< 2**22: the in-kernel landmark test divides in float32)")
     if p.device.type == "cuda" and p.dtype != torch.float32:
-        if _capability(p.device)[0] != 9:
+        if capability(p.device)[0] != 9:
             raise UnsupportedConfig(
                 "tilelang: the bf16/fp16 kernels are built for Hopper (sm_90a); "
                 f"device {torch.cuda.get_device_name(p.device)!r} is not supported")

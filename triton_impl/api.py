@@ -32,16 +32,25 @@ def _check_supported(p) -> None:
                                 "or cpu under TRITON_INTERPRET=1)")
 
 
+def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
+    """The call's :class:`reference.validation.Problem` after every check that comes
+    before a kernel: SPEC errors, then, unless the output is empty (no kernel
+    runs), :func:`_check_supported`."""
+    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
+                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    if not p.empty:
+        _check_supported(p)
+    return p
+
+
 def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
                   kv_start=0, sm_scale=None, **knobs) -> str:
     """What :func:`sliding_window_attention` runs for these arguments, in one line
     (``launch.describe``: kernel, tile, warps, stages, splits); plans only, launches
     nothing. Raises what the call would raise before its kernels."""
-    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
-                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return "no kernel (empty output)"
-    _check_supported(p)
     return _launch.describe(p, q, k, v, **knobs)
 
 
@@ -68,11 +77,9 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     prefill mode, the scale folded into the exponent, the split-KV combine's
     programmatic dependent launch), not part of the interface.
     """
-    p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
-                     expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
+    p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
-    _check_supported(p)
     o, lse = p.new_outputs()  # not empty: Lq >= 1, so Lk >= 1 and Hkv >= 1
     _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits,
                    phases=_phases, tma=_tma, fold=_fold, pdl=_pdl)
