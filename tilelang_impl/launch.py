@@ -227,9 +227,12 @@ def prefill_config(p) -> tuple:
 #: for functions marked ``tirx.use_programtic_dependent_launch``; TileLang marks
 #: ``pdl_sync`` kernels ``has_cuda_pdl_sync``, which its cython backend's launcher
 #: honours). Since then the pdl combine is ``kernels.combine_pdl``, built by the
-#: cython backend; not run on a GPU yet. ``narrow``
-#: (session 8, lab only: 16-row ``mma.sync`` decode tiles, ``kernels._fwd_tc_body``)
-#: moved ``ws`` to 16.
+#: cython backend. Run in session 9 (bench_results/tilelang-lab14-92218e9.json,
+#: ``dec-pdl`` against ``dec-shipped``, L2 not flushed): 12.1 vs 12.0 us (B=1
+#: 32/32/128 8K), 12.0 vs 11.9 (128K), 9.3 vs 9.3 (B=1 GQA), 9.4 vs 9.5 (B=8 GQA):
+#: still nothing, so not shipped (both knobs are candidates for removal). ``narrow``
+#: (session 8, lab only: 16-row ``mma.sync`` decode tiles, ``kernels._fwd_tc_body``;
+#: 24-39 us against 12, dropped from every plan) moved ``ws`` to 16.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False), ("pdl", False), ("narrow", False))
