@@ -7,7 +7,8 @@ the tensor cores the config table was tuned for. Split-KV and combine kernels
 are compiled as shipped on Hopper (``launch.SPLIT_PDL``: the split kernel
 triggers, the combine waits) and their PTX must hold ``griddepcontrol``. fp32 uses exact fp32
 products (``input_precision="ieee"``), which have no tensor-core form, so its
-rows are only compiled.
+rows are only compiled. The Gluon prefill kernel (``triton_impl.gluon_prefill``,
+a lab kernel behind a private knob) is compiled for its lab tiles too.
 """
 
 from __future__ import annotations
@@ -182,6 +183,22 @@ def variants():
     for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
+    # The Gluon prefill kernel (a lab kernel behind the private tma="gluon" knob,
+    # triton_impl.gluon_prefill): the lab's default tile and the 8-warp one, both head
+    # dims it serves, both 16-bit dtypes, both landmark tests, no landmarks, Dqk != Dv.
+    gl_rows = [("bf16", 128, 128, L.Config(64, 64, 4, 2), True, True),
+               ("fp16", 64, 64, L.Config(64, 64, 4, 2), True, True),
+               ("bf16", 64, 64, L.Config(128, 64, 8, 2), True, True),
+               ("bf16", 128, 128, L.Config(128, 64, 8, 2), True, False),
+               ("fp16", 128, 64, L.Config(64, 64, 4, 2), True, False),
+               ("bf16", 64, 128, L.Config(64, 64, 4, 3), False, False)]
+    for t, dk, dv, cfg, lmk, one in gl_rows:
+        name = f"gluon-{t}-D{dk}x{dv}-{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}-lmk{int(lmk)}{int(one)}"
+        out[name] = ("gluon", "_swa_fwd_gluon_kernel", dict(t=t, dk=dk, dv=dv, bm=cfg.block_m, bn=cfg.block_n),
+                     dict(DV=dv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_DK=dk, BLOCK_DV=dv,
+                          STAGES=cfg.num_stages, MASK_LMK=lmk, EXPAND=True, LMK_ONE=one,
+                          NUM_WARPS=cfg.num_warps),
+                     cfg.num_warps, 1, True)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):
@@ -191,6 +208,30 @@ def variants():
                                              PDL=L.SPLIT_PDL),
                                         L.COMBINE_WARPS, 1, False)
     return out
+
+
+def _compile_gluon(shape: dict, constexprs: dict, num_warps: int):
+    """The Gluon prefill kernel for sm_90: its descriptors' types carry the NVMMA
+    shared layouts the launcher gives them (``launch._gluon_descs``)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from triton_impl import gluon_prefill
+
+    fn = gluon_prefill._swa_fwd_gluon_kernel
+    t = shape["t"]
+    gdt = gl.bfloat16 if t == "bf16" else gl.float16
+
+    def desc(rows, d):
+        block = [1, 1, rows, d]
+        return f"tensordesc<{t}[1,1,{rows},{d}],{gl.NVMMASharedLayout.get_default_for(block, gdt)!r}>"
+    sig = {n: "i32" for n in fn.arg_names}
+    sig.update(desc_q=desc(shape["bm"], shape["dk"]), desc_k=desc(shape["bn"], shape["dk"]),
+               desc_v=desc(shape["bn"], shape["dv"]), O=f"*{t}", LSE="*fp32", qk_scale="fp32",
+               **{k: "constexpr" for k in constexprs})
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE", "sob", "soh", "sol")}
+    return triton.compile(GluonASTSource(fn, sig, constexprs, attrs), target=TARGET,
+                          options=dict(num_warps=num_warps))
 
 
 def _run_group(group: str) -> dict:
@@ -205,7 +246,10 @@ def _run_group(group: str) -> dict:
                 continue
             t0 = time.time()
             try:
-                ck = _compile(getattr(kernels, fn_name), ptrs, consts, warps, stages)
+                if fn_name == "_swa_fwd_gluon_kernel":
+                    ck = _compile_gluon(ptrs, consts, warps)
+                else:
+                    ck = _compile(getattr(kernels, fn_name), ptrs, consts, warps, stages)
                 sass = _sass(ck, Path(tmp))
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
                                  want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
@@ -220,8 +264,8 @@ def _run_group(group: str) -> dict:
 
 # One subprocess per group (xdist spreads them); _run_group fails a group that
 # compiles nothing, and test_groups_cover_every_variant checks the list.
-GROUPS = ["packed-16", "packed-32", "prefill-16", "prefill-32", "split-32", "split-bf16", "split-fp16",
-          "tma-bf16", "tma-fp16"]
+GROUPS = ["gluon", "packed-16", "packed-32", "prefill-16", "prefill-32", "split-32", "split-bf16",
+          "split-fp16", "tma-bf16", "tma-fp16"]
 
 
 @pytest.mark.parametrize("group", GROUPS)

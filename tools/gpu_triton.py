@@ -183,7 +183,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
     """Kernel-only (graph replay) and eager times of one shape per variant."""
     B, Hq, Hkv, Lq, Lk, D, W, C = (s[k] for k in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "W", "C"))
     dtype = torch.bfloat16
-    kw = dict(window_size=W, chunk_size=C)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=s.get("mask_lmk", True))
     inputs = [make(B, Hq, Hkv, Lq, Lk, D, D, dtype, s.get("blhd", False), seed=100 + i) for i in range(sets)]
     flops = attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
     out = []
@@ -358,7 +358,9 @@ def lab():
     and the timers' floor (``floor_times``); ``--lab 2`` the split count and key
     block, ``--lab 3`` register caps on the TMA prefill tile (results:
     ``bench_results/triton-lab8-76fd3c9.json``, ``-lab9-ab58094``, ``-lab10-4f1c99a``),
-    ``--lab 4`` (not run yet) 64-key split blocks for GQA decode. Each variant is first checked on
+    ``--lab 4`` 64-key split blocks for GQA decode (run in session 9 at 92218e9,
+    ``triton-lab11-92218e9.json``: no gain), ``--lab 5`` the Gluon prefill kernel
+    (``triton-lab12*-gluon-wip.json``: slower). Each variant is first checked on
     cases of its own (NaN in unseen slots, kv_start, GQA, outputs poisoned).
     Earlier sweeps: session 5's (chunked D=128 tiles, D=64 pointer tile, a
     fused combine) ran at b0a8deb, ``bench_results/triton-lab7-b0a8deb.json``;
@@ -384,7 +386,10 @@ def lab():
         dec = [("table (pdl)", {}), ("S=16", dict(_num_splits=16)), ("S=32", dict(_num_splits=32)),
                ("BLOCK_N=32", dict(_config=L.Config(64, 32, 4, 3)))]
     if ARGS.lab == "4":
-        # lab 4 (written in session 8, not run yet): B=8 GQA 32/4 D=64 decode splits
+        # Measured in session 9 at 92218e9 (bench_results/triton-lab11-92218e9.json), flushed:
+        # B=8 10.3 / 10.3 / 10.3 us (table / s3 / s2), B=1 GQA 8.2 / 8.1 / 7.9: within noise,
+        # the table stays.
+        # lab 4 (written in session 8): B=8 GQA 32/4 D=64 decode splits
         # 6 ways over 128-key blocks (192 programs); 32-key blocks lost there (lab9,
         # 9.8 -> 10.4 us flushed). 64-key blocks give 11 one-block splits (352
         # programs). Predicted (flushed): 9.5-10.3 us against the table's 9.8-10.1.
@@ -398,6 +403,56 @@ def lab():
                   flushed=True), dec),
             (dict(name="decode B1 gqa 8K", B=1, Hq=32, Hkv=4, Lq=1, Lk=8192, D=64, W=512, C=64,
                   flushed=True), dec),
+        ]
+    if ARGS.lab == "5":
+        # Run 3 (landmark fix-up of V: the 8-row group holding the landmark instead
+        # of the whole tile through registers: D=128 64x64 w4 s3 229 -> 151 registers):
+        # predicted D=128 L=8K 64x64 s2 220-260 us (run 2: 318, table 229); without
+        # landmarks (mask_lmk=False rows, no fix-up at all) 200-240.
+        # Run 2 (P through shared memory: with P as the register operand of the PV
+        # product ptxas placed the wait for it before the softmax, SASS on CPU):
+        # predicted D=128 L=8K 200-240 us (table 227), D=64 GQA 140-170 us (table 158).
+        # lab 5 (session 9): the Gluon prefill kernel (triton_impl/gluon_prefill.py, the
+        # softmax of key block j overlapped with the PV product of block j - 1) against
+        # the shipped Triton-language TMA kernel ("table"), L2 not flushed. Predicted:
+        # D=128 L=8K table 229 us; Gluon best config 180-230 us; D=64 GQA 32/4 table
+        # 159 us, Gluon 130-165 us. CPU compile (Triton 3.6, sm_90): D=128 64x64 w4 s2
+        # 211 registers, 82 KB shared (2 CTAs per SM); 128x64 w8 s2 173 / 98 KB (1);
+        # D=64 64x64 w4 s2 150 / 41 KB (3); 128x64 w8 s2 128 / 49 KB (2).
+        C_ = L.Config
+        gb = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                  path="prefill", tma="gluon")
+        g128 = [C_(64, 64, 4, 2), C_(64, 64, 4, 3), C_(128, 64, 8, 2), C_(128, 64, 8, 3)]
+        g64 = [C_(64, 64, 4, 2), C_(64, 64, 4, 3), C_(64, 64, 4, 4), C_(128, 64, 8, 2), C_(128, 64, 8, 3)]
+        cases = ([dict(gb, Dqk=128, Dv=128, dtype=bf, config=c) for c in g128]
+                 + [dict(gb, Dqk=64, Dv=64, dtype=torch.float16, config=c) for c in g64]
+                 + [dict(gb, Dqk=128, Dv=64, dtype=bf, config=C_(64, 64, 4, 2), blhd=True),
+                    dict(gb, Dqk=64, Dv=128, dtype=bf, config=C_(128, 64, 8, 2), Lq=333, Lk=1000, W=100,
+                         C=16, Hq=6),
+                    dict(gb, Dqk=128, Dv=128, dtype=bf, config=C_(64, 64, 4, 2), W=300, C=50,
+                         mask_lmk=False, expand=False, sm_scale=-0.3),
+                    dict(gb, Dqk=64, Dv=64, dtype=bf, config=C_(64, 64, 4, 2), W=300, C=50,
+                         expand=False, blhd=True),
+                    dict(gb, Dqk=128, Dv=128, dtype=torch.float16, config=C_(64, 64, 4, 2), Lq=512, Lk=512,
+                         W=37, C=1),
+                    dict(gb, Dqk=64, Dv=64, dtype=bf, config=C_(64, 64, 4, 2), Lq=1000, Lk=1000, W=5000,
+                         C=64, kv_start=10 ** 6 + 7, B=1, Hq=8, Hkv=1),
+                    dict(gb, Dqk=128, Dv=128, dtype=bf, config=C_(64, 64, 4, 2), Lq=1, Lk=700),
+                    dict(gb, Dqk=128, Dv=128, dtype=bf, config=C_(64, 64, 4, 2), Lq=70, Lk=70, W=512)])
+
+        def gname(c):
+            return f"gluon {c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+        v128 = [("table", {})] + [(gname(c), dict(_tma="gluon", _config=c, _force_path="prefill"))
+                                  for c in g128]
+        v64 = [("table", {})] + [(gname(c), dict(_tma="gluon", _config=c, _force_path="prefill"))
+                                 for c in g64]
+        return cases, [
+            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), v128),
+            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
+            (dict(name="mha D128 L8K nolmk", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64,
+                  mask_lmk=False), v128[:2]),
+            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
+            (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
         ]
     if ARGS.lab == "3":
         # lab 3: more CTAs per SM for the TMA prefill kernel through a register cap

@@ -22,7 +22,7 @@ from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import Problem, positive_normal_f32
 
-from . import kernels
+from . import gluon_prefill, kernels
 
 LOG2E = 1.4426950408889634
 
@@ -305,6 +305,7 @@ def _direct_launch(ck, grid, full_args) -> None:
 
 _FWD = _Kernel(kernels._swa_fwd_kernel)
 _FWD_TMA = _Kernel(kernels._swa_fwd_tma_kernel)
+_FWD_GLUON = _Kernel(gluon_prefill._swa_fwd_gluon_kernel) if gluon_prefill.HAVE_GLUON else None
 _SPLIT = _Kernel(kernels._swa_splitkv_kernel)
 _COMBINE = _Kernel(kernels._swa_combine_kernel)
 
@@ -457,7 +458,21 @@ def _lk_key(p: Problem, path) -> int:
 # mode -> V by TMA. Triton 3.6's automatic warp specialisation of this loop
 # (tl.range(warp_specialize=True)) was tried on the H200 and dropped: 2.3x
 # slower at 64x64 and NaN in o at 64x64 w4 s3 (bench_results/triton-lab3-ef576ba.json).
-TMA_MODES = {"v_ptr": False, "v_tma": True}
+TMA_MODES = {"v_ptr": False, "v_tma": True, "gluon": True}
+# The Gluon prefill kernel (gluon_prefill._swa_fwd_gluon_kernel: q, k, v by TMA,
+# the softmax overlapped with the PV product), per (dtype class, head bucket), for
+# head dims whose rows the copy engine and the wgmma tiles take as they are.
+GLUON_PREFILL: dict[tuple[str, int], Config] = {}
+GLUON_HEADS = (64, 128)
+
+
+def _gluon_ok(p: Problem) -> bool:
+    """Whether the Gluon prefill kernel can serve ``p`` (Hopper, 16-bit, head dims of
+    :data:`GLUON_HEADS`, a kernel frame inside int32)."""
+    return (gluon_prefill.HAVE_GLUON and not interpreter_active() and p.device.type == "cuda"
+            and capability(p.device) == (9, 0) and p.dtype != torch.float32
+            and p.Dqk in GLUON_HEADS and p.Dv in GLUON_HEADS and max(_frame(p)) < _I32
+            and p.Lk + max(_frame(p)) + 2 * p.chunk_size < _I32)
 
 
 _I32 = 2 ** 31
@@ -493,6 +508,16 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
     engine accepts it exactly when a row of ``Dv`` elements is a multiple of
     16 bytes, decided here once instead of per call.
     """
+    if tma == "gluon":
+        if cfg is not None and (cfg.num_stages < 2 or cfg.num_warps not in (4, 8) or cfg.block_n % 16
+                                or cfg.block_m % (16 * cfg.num_warps) or cfg.maxnreg is not None):
+            raise ValueError(f"triton: no Gluon prefill tile {cfg}: it needs num_stages >= 2, 4 or 8 warps, "
+                             "block_m a multiple of 16 * num_warps, block_n of 16 and no register cap")
+        if not _gluon_ok(p):
+            raise UnsupportedConfig(
+                "triton: the Gluon prefill kernel needs bf16/fp16 CUDA tensors on a Hopper GPU (sm_90) "
+                f"with head dims in {GLUON_HEADS}")
+        return (cfg or GLUON_PREFILL.get((dtype_class(p.dtype), head_bucket(p))) or Config(64, 64, 4, 2), True)
     if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
         return None
     if (p.Dv * p.dtype.itemsize) % 16:
@@ -551,7 +576,20 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
                      cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
         choice = _tma_choice(p, tma, config)
-        if choice is not None:
+        if choice is not None and tma == "gluon":
+            tcfg = choice[0]
+            gcx = dict(DV=p.Dv, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, BLOCK_DK=bdk, BLOCK_DV=bdv,
+                       STAGES=tcfg.num_stages, MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk)
+            gcxs, gsts = {}, {}
+            for one in (False, True):
+                v = dict(gcx, LMK_ONE=one and lmk_one_ok, NUM_WARPS=tcfg.num_warps)
+                for fo in (False, True):
+                    gcxs[(one, fo)] = v
+                    gsts[(one, fo)] = static_key(v, tcfg.num_warps, 1, False, tcfg.maxnreg)
+            plan.tma = _Plan("prefill_gluon", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
+                             gcxs, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, gsts,
+                             blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
+        elif choice is not None:
             tcfg, v_tma = choice
             tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
                                       MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
@@ -613,6 +651,24 @@ def _split_blocks(p: Problem, block_m: int, block_n: int) -> int:
     return _cdiv(min(p.Lk, _span(p) + q_per_tile) + block_n, block_n)
 
 
+_GLUON_LAYOUTS: dict = {}
+
+
+def _gluon_descs(q, k, v, bm, bn, bdk, bdv):
+    """Gluon TMA descriptors of ``q``, ``k``, ``v`` (4-D, blocks ``[1, 1, rows, D]``,
+    NVMMA-swizzled shared layouts)."""
+    key = (q.dtype, bm, bn, bdk, bdv)
+    lays = _GLUON_LAYOUTS.get(key)
+    if lays is None:
+        gl = gluon_prefill.gl
+        gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+        lays = _GLUON_LAYOUTS[key] = tuple(
+            ([1, 1, rows, d], gl.NVMMASharedLayout.get_default_for([1, 1, rows, d], gdt))
+            for rows, d in ((bm, bdk), (bn, bdk), (bn, bdv)))
+    return tuple(gluon_prefill.GluonDescriptor(t, list(t.shape), list(t.stride()), blk, lay)
+                 for t, (blk, lay) in zip((q, k, v), lays))
+
+
 def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> None:
     """``plan`` is the TMA plan (``prefill_plan.tma``)."""
     bm, bn, bdk, bdv = plan.blocks
@@ -621,6 +677,11 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
                               chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                               kv_start=p.kv_start)[0]  # the first key any query of the call sees
     kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+    if plan.path == "prefill_gluon":
+        cx, st = plan.pick(c, qk_scale)
+        _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
+                   (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
+        return
     descs = (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
@@ -669,7 +730,8 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     plan = _plan(p, **knobs)
     kind = plan.path
     if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
-        plan, kind = plan.tma, "prefill_tma"
+        plan = plan.tma
+        kind = "prefill_gluon" if plan.path == "prefill_gluon" else "prefill_tma"
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
@@ -706,7 +768,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     if plan.path == "prefill":
         if _takes_tma(plan, tma, q, k, v):
             _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
-            return "prefill_tma"
+            return "prefill_gluon" if plan.tma.path == "prefill_gluon" else "prefill_tma"
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
         st = _frame_static(st, frame)
