@@ -72,30 +72,27 @@ if HAVE_GLUON:
     def _zero_landmarks(v_slot, n0, kv_start, C, ph,
                         BLOCK_N: gl.constexpr, BLOCK_DV: gl.constexpr, LMK_ONE: gl.constexpr,
                         NUM_WARPS: gl.constexpr):
-        """Zero the ``v`` rows of landmark keys in a landed tile (shared memory,
-        read and written back through registers), then fence the generic-proxy
-        writes against the wgmma that reads the tile. With ``LMK_ONE`` (at most
-        one landmark per tile, row ``C - 1 - ph``) only the 8-row group holding
-        it makes the round trip; otherwise the whole tile."""
+        """Zero the ``v`` rows of landmark keys in a landed tile, 8 rows at a time
+        (shared memory, read and written back through registers), then fence the
+        generic-proxy writes against the wgmma that reads the tile. With
+        ``LMK_ONE`` (at most one landmark per tile, row ``C - 1 - ph``) only the
+        group holding it makes the round trip."""
         tile = v_slot.reshape([BLOCK_N, BLOCK_DV])
-        if LMK_ONE:
-            TPC: gl.constexpr = BLOCK_DV // 8  # threads per row, 8 elements each
-            blk8: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPC, TPC], [NUM_WARPS, 1], [1, 0])
-            r = gl.minimum(C - 1 - ph, BLOCK_N).to(gl.int32)
-            i8 = gl.arange(0, 8, layout=gl.SliceLayout(1, blk8))
-            for g in gl.static_range(BLOCK_N // 8):  # the group is static in the slice: branch to it
+        TPC: gl.constexpr = BLOCK_DV // 8  # threads per row, 8 elements each
+        blk8: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPC, TPC], [NUM_WARPS, 1], [1, 0])
+        i8 = gl.arange(0, 8, layout=gl.SliceLayout(1, blk8))
+        r = gl.minimum(C - 1 - ph, BLOCK_N).to(gl.int32)
+        for g in gl.static_range(BLOCK_N // 8):  # slices take static offsets: branch to the group
+            if LMK_ONE:
                 if r // 8 == g:
                     grp = tile.slice(g * 8, 8)
                     v = grp.load(blk8)
-                    v = gl.where(gl.expand_dims(i8 != r % 8, 1), v, gl.zeros_like(v))
-                    grp.store(v)
-        else:
-            blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])
-            v = tile.load(blk)
-            rr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blk))
-            keep = _not_lmk(rr, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
-            v = gl.where(gl.expand_dims(keep, 1), v, gl.zeros_like(v))
-            tile.store(v)
+                    grp.store(gl.where(gl.expand_dims(i8 != r % 8, 1), v, gl.zeros_like(v)))
+            else:
+                grp = tile.slice(g * 8, 8)
+                v = grp.load(blk8)
+                keep = _not_lmk(g * 8 + i8, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
+                grp.store(gl.where(gl.expand_dims(keep, 1), v, gl.zeros_like(v)))
         fence_async_shared()
 
     @gluon.jit
@@ -265,3 +262,278 @@ if HAVE_GLUON:
         o_mask = gl.expand_dims(rows_o < Lq, 1) & gl.expand_dims(cols_o < DV, 0)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
         gl.store(LSE + (pid_bh.to(gl.int64) * Lq + rows_o), lse, mask=rows_o < Lq)
+
+    # ------------------------------------------------------------------------------
+    # Warp-specialised variant: a loader warp and two consumer warp groups.
+    # ------------------------------------------------------------------------------
+
+    @gluon.jit
+    def _ws_consumer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                     pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                     HALF: gl.constexpr, DV: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                     BLOCK_DK: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+                     MASK_LMK: gl.constexpr, EXPAND: gl.constexpr, LMK_ONE: gl.constexpr,
+                     CONSUMERS: gl.constexpr):
+        """One consumer warp group: rows ``HALF * HM ..`` of the query tile
+        (``HM = BLOCK_M / CONSUMERS``).
+        Per key block: wait for k, ``S = Q K^T``, mask and soften, rescale ``O``,
+        wait for the fixed-up v, ``O += P V``, release the slot to the loader."""
+        q_ready, k_ready, v_ready, v_fixed, kv_empty, turn = bars
+        dtype: gl.constexpr = desc_q.dtype
+        HM: gl.constexpr = BLOCK_M // CONSUMERS
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_DV, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        r0 = m0 + HALF * HM
+        rows = r0 + gl.arange(0, HM, layout=row_s)
+        qpos = kv_start + Lk - Lq + rows
+        qidx = Lk - Lq + rows
+        span = _span_u32(qpos, _window_left(qpos, W, C, EXPAND))
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        q_tile = q_smem.reshape([BLOCK_M, BLOCK_DK]).slice(HALF * HM, HM)
+
+        m_i = gl.full([HM], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([HM], gl.float32, row_s)
+        acc = gl.zeros([HM, BLOCK_DV], gl.float32, o_layout)
+        ph = _lmk_phase(kv_start, start, C)
+        mbarrier.wait(q_ready, 0)
+        for j in range(n_blocks):
+            slot = j % STAGES
+            bph = (j // STAGES) & 1
+            n0 = start + j * BLOCK_N
+            mbarrier.wait(k_ready.index(slot), bph)
+            s = warpgroup_mma(q_tile, k_smem.index(slot).reshape([BLOCK_N, BLOCK_DK]).permute((1, 0)),
+                              gl.zeros([HM, BLOCK_N], gl.float32, s_layout), use_acc=False)
+            s = _scores(s, n0, cols, qidx, span, kv_start, C, ph, qk_scale, BLOCK_N, MASK_LMK, LMK_ONE)
+            p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_fixed.index(slot), bph)
+            acc = warpgroup_mma(p_op, v_smem.index(slot).reshape([BLOCK_N, BLOCK_DV]), acc)
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
+
+        out, lse2 = _finish(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
+        lse = lse2 * 0.6931471805599453
+        rows_o = r0 + gl.arange(0, HM, layout=row_o)
+        cols_o = gl.arange(0, BLOCK_DV, layout=gl.SliceLayout(0, o_layout))
+        o_ptrs = (O + b.to(gl.int64) * sob + h.to(gl.int64) * soh
+                  + gl.expand_dims(rows_o.to(gl.int64) * sol, 1) + gl.expand_dims(cols_o, 0))
+        gl.store(o_ptrs, out.to(dtype), mask=gl.expand_dims(rows_o < Lq, 1) & gl.expand_dims(cols_o < DV, 0))
+        gl.store(LSE + (pid_bh.to(gl.int64) * Lq + rows_o), lse, mask=rows_o < Lq)
+
+    @gluon.jit
+    def _ws_consumer_pingpong(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                              pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                              HALF: gl.constexpr, DV: gl.constexpr, BLOCK_M: gl.constexpr,
+                              BLOCK_N: gl.constexpr, BLOCK_DK: gl.constexpr, BLOCK_DV: gl.constexpr,
+                              STAGES: gl.constexpr, MASK_LMK: gl.constexpr, EXPAND: gl.constexpr,
+                              LMK_ONE: gl.constexpr, CONSUMERS: gl.constexpr):
+        """One of two consumer warp groups taking turns at the tensor cores (FA3's
+        ping-pong): in its turn a group issues ``O += P_{j-1} V_{j-1}`` and
+        ``S_j = Q K_j^T``, waits for both, hands the turn to the other group
+        (``turn`` barriers) and releases slot ``j - 1``, then masks and softens
+        ``S_j`` while the other group's products run."""
+        q_ready, k_ready, v_ready, v_fixed, kv_empty, turn = bars
+        dtype: gl.constexpr = desc_q.dtype
+        HM: gl.constexpr = BLOCK_M // 2
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_DV, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        r0 = m0 + HALF * HM
+        rows = r0 + gl.arange(0, HM, layout=row_s)
+        qpos = kv_start + Lk - Lq + rows
+        qidx = Lk - Lq + rows
+        span = _span_u32(qpos, _window_left(qpos, W, C, EXPAND))
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        q_tile = q_smem.reshape([BLOCK_M, BLOCK_DK]).slice(HALF * HM, HM)
+        mine = turn.index(HALF)
+        other = turn.index(1 - HALF)
+
+        # Turn t of group 0 waits for parity (t & 1) ^ 1 (a fresh barrier passes
+        # parity 1: group 0 starts), of group 1 for t & 1 (group 0's first hand-over).
+        ph = _lmk_phase(kv_start, start, C)
+        mbarrier.wait(q_ready, 0)
+        mbarrier.wait(mine, HALF ^ 1)
+        mbarrier.wait(k_ready.index(0), 0)
+        s = warpgroup_mma(q_tile, k_smem.index(0).reshape([BLOCK_N, BLOCK_DK]).permute((1, 0)),
+                          gl.zeros([HM, BLOCK_N], gl.float32, s_layout), use_acc=False)
+        mbarrier.arrive(other, count=1)
+        s = _scores(s, start, cols, qidx, span, kv_start, C, ph, qk_scale, BLOCK_N, MASK_LMK, LMK_ONE)
+        m_i = gl.full([HM], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([HM], gl.float32, row_s)
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = gl.zeros([HM, BLOCK_DV], gl.float32, o_layout)
+        for j in range(1, n_blocks):
+            slot = j % STAGES
+            prev = (j - 1) % STAGES
+            n0 = start + j * BLOCK_N
+            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
+            mbarrier.wait(mine, (j & 1) ^ HALF ^ 1)
+            mbarrier.wait(v_fixed.index(prev), ((j - 1) // STAGES) & 1)
+            acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, BLOCK_DV]), acc, is_async=True)
+            mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+            s = warpgroup_mma(q_tile, k_smem.index(slot).reshape([BLOCK_N, BLOCK_DK]).permute((1, 0)),
+                              gl.zeros([HM, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+            acc, s = warpgroup_mma_wait(0, deps=(acc, s))
+            mbarrier.arrive(other, count=1)
+            mbarrier.arrive(kv_empty.index(prev), count=1)
+            s = _scores(s, n0, cols, qidx, span, kv_start, C, ph, qk_scale, BLOCK_N, MASK_LMK, LMK_ONE)
+            p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        last = (n_blocks - 1) % STAGES
+        mbarrier.wait(mine, (n_blocks & 1) ^ HALF ^ 1)
+        mbarrier.wait(v_fixed.index(last), ((n_blocks - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, BLOCK_DV]), acc)
+        mbarrier.arrive(other, count=1)
+        mbarrier.arrive(kv_empty.index(last), count=1)
+
+        out, lse2 = _finish(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
+        lse = lse2 * 0.6931471805599453
+        rows_o = r0 + gl.arange(0, HM, layout=row_o)
+        cols_o = gl.arange(0, BLOCK_DV, layout=gl.SliceLayout(0, o_layout))
+        o_ptrs = (O + b.to(gl.int64) * sob + h.to(gl.int64) * soh
+                  + gl.expand_dims(rows_o.to(gl.int64) * sol, 1) + gl.expand_dims(cols_o, 0))
+        gl.store(o_ptrs, out.to(dtype), mask=gl.expand_dims(rows_o < Lq, 1) & gl.expand_dims(cols_o < DV, 0))
+        gl.store(LSE + (pid_bh.to(gl.int64) * Lq + rows_o), lse, mask=rows_o < Lq)
+
+    @gluon.jit
+    def _ws_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                   pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                   HALF: gl.constexpr, DV: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_DK: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+                   MASK_LMK: gl.constexpr, EXPAND: gl.constexpr, LMK_ONE: gl.constexpr,
+                   CONSUMERS: gl.constexpr):
+        """The loader warp (same signature as :func:`_ws_consumer`, as worker
+        partitions need): q once, then k and v tiles into free slots, each v tile
+        fixed up (landmark rows zeroed) one step behind the loads and handed to
+        the consumers through ``v_fixed``."""
+        q_ready, k_ready, v_ready, v_fixed, kv_empty, turn = bars
+        mbarrier.expect(q_ready, desc_q.block_type.nbytes)
+        _tma_load(desc_q, [b, h, m0, 0], q_ready, q_smem)
+        for j in range(n_blocks):
+            slot = j % STAGES
+            bph = (j // STAGES) & 1
+            mbarrier.wait(kv_empty.index(slot), bph ^ 1)  # a fresh barrier passes phase 1
+            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+            _tma_load(desc_k, [b, kvh, row0 + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+            _tma_load(desc_v, [b, kvh, row0 + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            if j > 0:
+                _ws_fix_v(v_smem, v_ready, v_fixed, j - 1, start, kv_start, C, BLOCK_N, BLOCK_DV, STAGES,
+                          MASK_LMK, LMK_ONE)
+        _ws_fix_v(v_smem, v_ready, v_fixed, n_blocks - 1, start, kv_start, C, BLOCK_N, BLOCK_DV, STAGES,
+                  MASK_LMK, LMK_ONE)
+
+    @gluon.jit
+    def _ws_fix_v(v_smem, v_ready, v_fixed, i, start, kv_start, C,
+                  BLOCK_N: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+                  MASK_LMK: gl.constexpr, LMK_ONE: gl.constexpr):
+        """Wait for v tile ``i``, zero its landmark rows, signal ``v_fixed``."""
+        slot = i % STAGES
+        mbarrier.wait(v_ready.index(slot), (i // STAGES) & 1)
+        if MASK_LMK:
+            n0 = start + i * BLOCK_N
+            _zero_landmarks(v_smem.index(slot), n0, kv_start, C, _lmk_phase(kv_start, n0, C),
+                            BLOCK_N, BLOCK_DV, LMK_ONE, 1)
+        mbarrier.arrive(v_fixed.index(slot), count=1)
+
+    @gluon.jit
+    def _swa_fwd_gluon_ws_kernel(
+        desc_q, desc_k, desc_v, O, LSE,
+        sob, soh, sol,
+        Hq, G, Lq, Lk, kv_start, j_min, W, C, qk_scale,
+        DV: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+        BLOCK_DK: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+        MASK_LMK: gl.constexpr, EXPAND: gl.constexpr, LMK_ONE: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMERS: gl.constexpr = 2,
+        PINGPONG: gl.constexpr = False,
+    ):
+        """Warp-specialised prefill: one program per (query block of ``BLOCK_M``
+        rows, batch x query head), launched with 4 warps (the first consumer warp
+        group); a second consumer warp group (``CONSUMER_REGS`` registers per
+        thread) and a loader warp (``LOADER_REGS``) are worker partitions. The
+        consumers split the rows, share every k/v tile of the ``STAGES``-slot
+        ring and release a slot with one arrival each; the hardware interleaves
+        one group's softmax with the other's products. Same arguments and
+        semantics as :func:`_swa_fwd_gluon_kernel`."""
+        pid_m = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+        b = pid_bh // Hq
+        h = pid_bh % Hq
+        kvh = h // G
+        m0 = pid_m * BLOCK_M
+        m_last = gl.minimum(m0 + BLOCK_M, Lq) - 1
+        j_lo = gl.maximum(_window_left(kv_start + Lk - Lq + m0, W, C, EXPAND) - kv_start, 0)
+        j_hi = Lk - Lq + m_last + 1
+        start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
+        n_blocks = gl.cdiv(j_hi - start, BLOCK_N)
+        row0 = (start - j_min).to(gl.int32)
+
+        dtype: gl.constexpr = desc_q.dtype
+        q_smem = gl.allocate_shared_memory(dtype, desc_q.block_type.shape, desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES] + desc_k.block_type.shape, desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES] + desc_v.block_type.shape, desc_v.layout)
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_fixed = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)
+        mbarrier.init(turn.index(0), count=1)
+        mbarrier.init(turn.index(1), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(v_fixed.index(i), count=1)
+            mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # one arrival per consumer warp group
+        fence_async_shared()
+
+        bars = (q_ready, k_ready, v_ready, v_fixed, kv_empty, turn)
+        # Argument tuples written out: constexprs stay constexprs only as literal items.
+        if CONSUMERS == 2 and PINGPONG:
+            gl.warp_specialize([
+                (_ws_consumer_pingpong, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh,
+                                         sol, pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0,
+                                         n_blocks, 0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK,
+                                         EXPAND, LMK_ONE, 2)),
+                (_ws_consumer_pingpong, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh,
+                                         sol, pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0,
+                                         n_blocks, 1, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK,
+                                         EXPAND, LMK_ONE, 2)),
+                (_ws_loader, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                              pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                              0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 2)),
+            ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        elif CONSUMERS == 2:
+            gl.warp_specialize([
+                (_ws_consumer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                                pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                                0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 2)),
+                (_ws_consumer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                                pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                                1, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 2)),
+                (_ws_loader, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                              pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                              0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 2)),
+            ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        else:
+            gl.warp_specialize([
+                (_ws_consumer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                                pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                                0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 1)),
+                (_ws_loader, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, bars, O, LSE, sob, soh, sol,
+                              pid_bh, b, h, kvh, m0, Lq, Lk, kv_start, W, C, qk_scale, start, row0, n_blocks,
+                              0, DV, BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV, STAGES, MASK_LMK, EXPAND, LMK_ONE, 1)),
+            ], [1], [LOADER_REGS])
