@@ -306,7 +306,6 @@ def _direct_launch(ck, grid, full_args) -> None:
 _FWD = _Kernel(kernels._swa_fwd_kernel)
 _FWD_TMA = _Kernel(kernels._swa_fwd_tma_kernel)
 _FWD_GLUON = _Kernel(gluon_prefill._swa_fwd_gluon_kernel) if gluon_prefill.HAVE_GLUON else None
-_FWD_GLUON_WS = _Kernel(gluon_prefill._swa_fwd_gluon_ws_kernel) if gluon_prefill.HAVE_GLUON else None
 _SPLIT = _Kernel(kernels._swa_splitkv_kernel)
 _COMBINE = _Kernel(kernels._swa_combine_kernel)
 
@@ -459,20 +458,12 @@ def _lk_key(p: Problem, path) -> int:
 # mode -> V by TMA. Triton 3.6's automatic warp specialisation of this loop
 # (tl.range(warp_specialize=True)) was tried on the H200 and dropped: 2.3x
 # slower at 64x64 and NaN in o at 64x64 w4 s3 (bench_results/triton-lab3-ef576ba.json).
-TMA_MODES = {"v_ptr": False, "v_tma": True, "gluon": True, "gluon_ws": True, "gluon_ws_pingpong": True}
-_GLUON_WS = ("gluon_ws", "gluon_ws_pingpong")
+TMA_MODES = {"v_ptr": False, "v_tma": True, "gluon": True}
 # The Gluon prefill kernel (gluon_prefill._swa_fwd_gluon_kernel: q, k, v by TMA,
 # the softmax overlapped with the PV product), per (dtype class, head bucket), for
 # head dims whose rows the copy engine and the wgmma tiles take as they are.
 GLUON_PREFILL: dict[tuple[str, int], Config] = {}
 GLUON_HEADS = (64, 128)
-# The warp-specialised Gluon kernel (gluon_prefill._swa_fwd_gluon_ws_kernel): launched
-# with 4 warps (a consumer warp group of 64 rows) plus a 1-warp loader partition and,
-# for 128-row tiles, a second 4-warp consumer partition (8 or 12 warps of registers
-# at Config.maxnreg each); registers per thread of (second consumer, loader) after the
-# partitions' reallocation (the first consumer gets what is left).
-GLUON_WS_MAXNREG = 168
-GLUON_WS_REGS = (224, 56)
 
 
 def _gluon_ok(p: Problem) -> bool:
@@ -517,24 +508,15 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
     engine accepts it exactly when a row of ``Dv`` elements is a multiple of
     16 bytes, decided here once instead of per call.
     """
-    if tma in _GLUON_WS:
-        if cfg is not None and (cfg.num_stages < 2 or cfg.num_warps != 4 or cfg.block_m not in (64, 128)
-                                or cfg.block_n % 16 or (tma == "gluon_ws_pingpong" and cfg.block_m != 128)):
-            raise ValueError(f"triton: no Gluon prefill tile {cfg}: the warp-specialised kernel needs "
-                             "num_stages >= 2, 4 warps, block_m 64 (one consumer warp group) or 128 (two; "
-                             "the ping-pong needs two) and block_n of 16")
-    elif tma == "gluon":
+    if tma == "gluon":
         if cfg is not None and (cfg.num_stages < 2 or cfg.num_warps not in (4, 8) or cfg.block_n % 16
                                 or cfg.block_m % (16 * cfg.num_warps) or cfg.maxnreg is not None):
             raise ValueError(f"triton: no Gluon prefill tile {cfg}: it needs num_stages >= 2, 4 or 8 warps, "
                              "block_m a multiple of 16 * num_warps, block_n of 16 and no register cap")
-    if tma == "gluon" or tma in _GLUON_WS:
         if not _gluon_ok(p):
             raise UnsupportedConfig(
                 "triton: the Gluon prefill kernel needs bf16/fp16 CUDA tensors on a Hopper GPU (sm_90) "
                 f"with head dims in {GLUON_HEADS}")
-        if tma in _GLUON_WS:
-            return (cfg or Config(64, 64, 4, 2, 128), True)
         return (cfg or GLUON_PREFILL.get((dtype_class(p.dtype), head_bucket(p))) or Config(64, 64, 4, 2), True)
     if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
         return None
@@ -594,22 +576,17 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
                      cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
         choice = _tma_choice(p, tma, config)
-        if choice is not None and (tma == "gluon" or tma in _GLUON_WS):
+        if choice is not None and tma == "gluon":
             tcfg = choice[0]
             gcx = dict(DV=p.Dv, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, BLOCK_DK=bdk, BLOCK_DV=bdv,
                        STAGES=tcfg.num_stages, MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk)
             gcxs, gsts = {}, {}
             for one in (False, True):
-                if tma in _GLUON_WS:
-                    v = dict(gcx, LMK_ONE=one and lmk_one_ok, CONSUMER_REGS=GLUON_WS_REGS[0],
-                             LOADER_REGS=GLUON_WS_REGS[1], CONSUMERS=tcfg.block_m // 64,
-                             PINGPONG=tma == "gluon_ws_pingpong")
-                else:
-                    v = dict(gcx, LMK_ONE=one and lmk_one_ok, NUM_WARPS=tcfg.num_warps)
+                v = dict(gcx, LMK_ONE=one and lmk_one_ok, NUM_WARPS=tcfg.num_warps)
                 for fo in (False, True):
                     gcxs[(one, fo)] = v
                     gsts[(one, fo)] = static_key(v, tcfg.num_warps, 1, False, tcfg.maxnreg)
-            plan.tma = _Plan("prefill_gluon" if tma == "gluon" else "prefill_gluon_ws", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
+            plan.tma = _Plan("prefill_gluon", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              gcxs, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, gsts,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
         elif choice is not None:
@@ -700,11 +677,10 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
                               chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                               kv_start=p.kv_start)[0]  # the first key any query of the call sees
     kk, vv = k[:, :, j_min:], v[:, :, j_min:]
-    if plan.path in ("prefill_gluon", "prefill_gluon_ws"):
+    if plan.path == "prefill_gluon":
         cx, st = plan.pick(c, qk_scale)
-        kern = _FWD_GLUON if plan.path == "prefill_gluon" else _FWD_GLUON_WS
-        kern(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
-             (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
+        _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
+                   (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
         return
     descs = (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
@@ -755,7 +731,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     kind = plan.path
     if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
         plan = plan.tma
-        kind = plan.path if plan.path.startswith("prefill_gluon") else "prefill_tma"
+        kind = "prefill_gluon" if plan.path == "prefill_gluon" else "prefill_tma"
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
@@ -792,7 +768,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     if plan.path == "prefill":
         if _takes_tma(plan, tma, q, k, v):
             _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
-            return plan.tma.path if plan.tma.path.startswith("prefill_gluon") else "prefill_tma"
+            return "prefill_gluon" if plan.tma.path == "prefill_gluon" else "prefill_tma"
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
         st = _frame_static(st, frame)
