@@ -272,43 +272,6 @@ def test_combine_and_fp32_kernels_compile(tmp_path):
     assert "HGMMA" not in sass and "FFMA" in sass
 
 
-def test_pdl_split_and_combine_compile(tmp_path):
-    """The ``pdl`` knob (programmatic dependent launch of the combine, session 8): the
-    split kernel signals its dependents, the combine waits for the split grid before
-    its first read, both lower for sm_90a; the split kernel is otherwise the shipped
-    one (HGMMA, TMA) and ``pdl`` on a prefill-grid kernel is refused."""
-    full = launch.with_knobs(launch.split_config(128, 128), pdl=True)
-    args = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False, full, 64,
-                                launch.LOG2E * default_scale(128), split=True)[1]
-    assert args == _tc(128, 128, split=True) + (False, 0, True)  # lmk_rows_j0, pack defaults
-    assert launch.combine_key(args) == ("combine_pdl", (128, "bfloat16"))
-    assert launch.combine_key(_tc(128, 128, split=True)) == ("combine", (128, "bfloat16"))
-    # the pdl combine comes from the cython backend, whose launcher sets the programmatic
-    # launch attribute for pdl_sync kernels (TileLang's default TVM-FFI launcher does not)
-    assert kernels.combine_pdl.execution_backend == "cython"
-    assert kernels.combine.execution_backend is None
-    # permission only: a prefill-grid kernel of the same config bakes no pdl
-    key = lambda cfg: launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False,  # noqa: E731
-                                           cfg, 64, launch.LOG2E * default_scale(128))
-    assert key(full) == key(launch.split_config(128, 128))
-    src = kernels.fwd_tc.get_tir(*args).script()
-    assert "pdl_trigger" in src
-    sass = _sass("fwd_tc", args, tmp_path)
-    assert "HGMMA" in sass and "UTMALDG" in sass
-    comb = kernels.combine(128, "bfloat16", 128, True).get_kernel_source()
-    assert comb.index("cudaGridDependencySynchronize()") < comb.index("LSEp[")  # before any read
-    assert len(_sass("combine", (128, "bfloat16", 128, True), tmp_path)) > 0
-    func = kernels.combine_pdl.get_tir(128, "bfloat16")
-    assert "pdl_sync" in func.script()
-    try:  # the cython backend's generated launcher
-        host = tilelang.compile(func, target=kernels.HOPPER, execution_backend="cython").get_host_source()
-    except RuntimeError as e:  # no libcuda to link the launcher on a CPU machine: the error carries its source
-        host = str(e)
-    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in host
-    with pytest.raises(ValueError, match="split kernels"):
-        kernels.fwd_tc.get_tir(*(args[:11] + (False,) + args[12:]))
-
-
 def test_landmark_rows_wait_for_the_v_load():
     """``lmk_zero="rows"`` writes only a few rows of ``V_s``; the write must come
     after the consumer waits for the tile's bulk copy (a plain store would not

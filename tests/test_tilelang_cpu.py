@@ -571,10 +571,8 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
-    per-call knobs ``pack`` and ``pdl`` and the lab knob ``narrow`` follow it, default off)
-    so older cache keys stay."""
-    assert launch.TC_KNOBS[-4:] == (("lmk_rows_j0", False), ("pack", False), ("pdl", False),
-                                    ("narrow", False))
+    per-call knob ``pack`` follows it, default off) so older cache keys stay."""
+    assert launch.TC_KNOBS[-2:] == (("lmk_rows_j0", False), ("pack", False))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -25,7 +25,6 @@ The rule and the softmax come from :mod:`tilelang_impl.macros` in every kernel.
 
 import tilelang
 import tilelang.language as T
-from tilelang.cuda.language import pdl_sync, pdl_trigger
 from tvm.target import Target
 
 from . import macros as M
@@ -126,7 +125,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, pdl=False, narrow=False):
+                 lmk_rows_j0=False, pack=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -172,18 +171,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     S], Hkv, B)``; valid only for ``G == Hq / Hkv``, which the launcher
     guarantees (``launch.call_knobs``); each K/V tile is read once for the G
     heads; rows past ``G * Lq`` compute on zero
-    queries and are not stored) and ``pdl`` (split kernels only: every program
-    signals at its start that the dependent grid, :func:`combine` with ``pdl``,
-    may be scheduled now: Hopper's programmatic dependent launch; the combine
-    waits for this grid's completion before it reads a partial state) and
-    ``narrow`` (a decode tile of few rows, ``block_M = 16``: both products
-    split the columns over the warps, ``GemmWarpPolicy.FullCol``, as
-    ``mma.sync`` tiles instead of wgmma; ``P`` reaches the second product
-    through shared memory; with ``split`` the key loop is a plain serial loop,
-    no software pipeline nor warp specialisation, since TileLang 0.1.15 cannot
-    lower the pipelined form there (ThreadSync), and ``O`` is stored from the
-    fragment). A
-    manual FA3-style
+    queries and are not stored). Two lab knobs of session 8 were measured and
+    removed in session 9: ``pdl`` (the combine as a programmatic dependent
+    launch: no gain, with either launcher) and ``narrow`` (16-row ``mma.sync``
+    decode tiles: 2-3x slower); BENCHMARKS.md. A manual FA3-style
     ``T.Pipelined(order=..., stage=...)`` schedule was tried: TileLang 0.1.15
     drops warp specialisation for it and refuses it when the consumer writes
     ``V_s`` (mask_lmk), so it is not offered.
@@ -191,11 +182,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, pdl=pdl, narrow=narrow)
-    if pdl and not split:
-        raise ValueError("pdl=True applies to split kernels (their combine is the dependent launch)")
-    if narrow and pack:
-        raise ValueError("narrow=True is a decode tile of unpacked rows (pack=0)")
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -225,10 +212,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             V_s = T.alloc_shared([block_N, Dv], dtype)
             O_s = T.alloc_shared([block_M, Dv], o_dtype)
             acc_s = T.alloc_fragment([block_M, block_N], accum)
-            if narrow:  # P as the shared A operand of the column-split second product
-                acc_p = T.alloc_shared([block_M, block_N], dtype)
-            else:
-                acc_p = T.alloc_fragment([block_M, block_N], dtype)
+            acc_p = T.alloc_fragment([block_M, block_N], dtype)
             acc_o = T.alloc_fragment([block_M, Dv], accum)
             m = T.alloc_fragment([block_M], accum)
             m_prev = T.alloc_fragment([block_M], accum)
@@ -239,8 +223,6 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
 
             if fast_exp2:
                 T.import_source(M.EX2_APPROX_SRC)
-            if pdl:
-                pdl_trigger()
             qb = bx // S if split else bx
             sp = bx % S if split else 0
             G = Hq // Hkv
@@ -268,9 +250,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
 
-            policy = T.GemmWarpPolicy.FullCol if narrow else T.GemmWarpPolicy.FullRow
-            for kb in (T.serial(n_it) if narrow and split
-                       else T.Pipelined(n_it, num_stages=num_stages)):
+            policy = T.GemmWarpPolicy.FullRow
+            for kb in T.Pipelined(n_it, num_stages=num_stages):
                 k0 = lo + (kb0 + kb) * block_N
                 T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
                 _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk,
@@ -329,16 +310,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                             LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
                         else:
                             LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
-                if narrow and split:
-                    for i, d in T.Parallel(block_M, Dv):
-                        if q0 + i < Lq:
-                            O[bz, by, sp, q0 + i, d] = acc_o[i, d]
+                T.copy(acc_o, O_s)
+                if split:
+                    T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
                 else:
-                    T.copy(acc_o, O_s)
-                    if split:
-                        T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
-                    else:
-                        T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
+                    T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
     return main
 
@@ -349,7 +325,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0, pdl: bool = False, narrow: bool = False):
+           pack: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -374,15 +350,12 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
-    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`)
-    and ``pdl`` (split kernels: the combine as a programmatic dependent launch)
-    and ``narrow`` (16-row decode tiles of ``mma.sync``; with ``split`` not
-    pipelined nor warp-specialised: :func:`_fwd_tc_body`).
+    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl, narrow)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
 
 
 @tilelang.jit(target=HOPPER,
@@ -393,7 +366,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: int = 0, pdl: bool = False, narrow: bool = False):
+                pack: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -407,11 +380,19 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, pdl, narrow)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
 
 
-def _combine_body(Dv: int, dtype: str, threads: int, pdl: bool):
-    """Body of :func:`combine` / :func:`combine_pdl` (see their docstrings)."""
+@tilelang.jit(target=HOPPER)
+def combine(Dv: int, dtype: str, threads: int = 128):
+    """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
+
+    Baked in: ``Dv``, the output ``dtype`` and ``threads``. One program per
+    (query, head, batch) loops over the ``S`` splits (dynamic):
+    ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
+    with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
+    ``lse = -inf``.
+    """
     B, Hq, S, Lq = T.dynamic("B Hq S Lq")
     accum = "float32"
 
@@ -419,8 +400,6 @@ def _combine_body(Dv: int, dtype: str, threads: int, pdl: bool):
     def main(Op: T.Tensor((B, Hq, S, Lq, Dv), accum), LSEp: T.Tensor((B, Hq, S, Lq), accum),
              O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum)):
         with T.Kernel(Lq, Hq, B, threads=threads) as (bx, by, bz):
-            if pdl:
-                pdl_sync()
             acc = T.alloc_fragment([Dv], accum)
             st = T.alloc_local([3], accum)  # max lse, sum of weights, weight
             st[0] = -T.infinity(accum)
@@ -441,34 +420,6 @@ def _combine_body(Dv: int, dtype: str, threads: int, pdl: bool):
 
     return main
 
-
-@tilelang.jit(target=HOPPER)
-def combine(Dv: int, dtype: str, threads: int = 128, pdl: bool = False):
-    """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
-
-    Baked in: ``Dv``, the output ``dtype``, ``threads`` and ``pdl`` (every
-    program waits for the previous grid on the stream, its writes visible,
-    before it reads a partial state; TileLang 0.1.15's default TVM-FFI launcher
-    launches it serially all the same: it sets the programmatic launch attribute
-    only for functions marked ``tirx.use_programtic_dependent_launch``, while
-    TileLang marks ``pdl_sync`` kernels ``has_cuda_pdl_sync``; see
-    :func:`combine_pdl`). One program per
-    (query, head, batch) loops over the ``S`` splits (dynamic):
-    ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
-    with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
-    ``lse = -inf``.
-    """
-    return _combine_body(Dv, dtype, threads, pdl)
-
-
-@tilelang.jit(target=HOPPER, execution_backend="cython")
-def combine_pdl(Dv: int, dtype: str, threads: int = 128):
-    """:func:`combine` with ``pdl``, built by TileLang's cython backend, whose
-    generated launcher calls ``cudaLaunchKernelEx`` with
-    ``cudaLaunchAttributeProgrammaticStreamSerialization`` for ``pdl_sync``
-    kernels: the combine of a split kernel built with ``pdl`` is then really a
-    programmatic dependent launch. Baked in: ``Dv``, ``dtype``, ``threads``."""
-    return _combine_body(Dv, dtype, threads, True)
 
 # --------------------------------------------------------------------------------------
 # Row-per-thread kernels: fp32 on the GPU (CUDA cores) and the CPU kernel (C target)

@@ -217,25 +217,19 @@ def prefill_config(p) -> tuple:
 #: Hq / Hkv``, nothing at ``G = 1``) is appended by :func:`prefill_config` where
 #: :func:`packs` (any ``Lq``: the kernel tiles ``G * Lq`` packed rows in blocks of
 #: ``block_M``; ``G <= block_M``). Appending it (session 6) moved the optional
-#: ``ws`` item of a full config from position 13 to 14. ``pdl`` (session 8; a
-#: permission: baked only into split kernels, whose combine is then built to wait
-#: for them on the device, :func:`combine_key`) moved it to 15. Not shipped:
-#: lab12 (bench_results/tilelang-lab12-ab58094.json, L2 not flushed) measured
-#: B=1 32/32/128 decode 12.0 -> 12.1 us, where Triton's PDL combine gained
-#: 0.5 us: TileLang 0.1.15's TVM-FFI launcher (the default execution backend)
-#: launched that combine serially (it sets the programmatic launch attribute only
-#: for functions marked ``tirx.use_programtic_dependent_launch``; TileLang marks
-#: ``pdl_sync`` kernels ``has_cuda_pdl_sync``, which its cython backend's launcher
-#: honours). Since then the pdl combine is ``kernels.combine_pdl``, built by the
-#: cython backend. Run in session 9 (bench_results/tilelang-lab14-92218e9.json,
-#: ``dec-pdl`` against ``dec-shipped``, L2 not flushed): 12.1 vs 12.0 us (B=1
-#: 32/32/128 8K), 12.0 vs 11.9 (128K), 9.3 vs 9.3 (B=1 GQA), 9.4 vs 9.5 (B=8 GQA):
-#: still nothing, so not shipped (both knobs are candidates for removal). ``narrow``
-#: (session 8, lab only: 16-row ``mma.sync`` decode tiles, ``kernels._fwd_tc_body``;
-#: 24-39 us against 12, dropped from every plan) moved ``ws`` to 16.
+#: ``ws`` item of a full config from position 13 to 14. Session 8 appended two lab
+#: knobs, ``pdl`` (the combine as a programmatic dependent launch of the split
+#: kernel) and ``narrow`` (16-row ``mma.sync`` decode tiles); session 9 removed
+#: both after measuring them (``ws`` is back at 14): ``narrow`` ran 24-39 us
+#: against 12 (bench_results/tilelang-lab13-c5b4012.json) and ``pdl`` gave nothing
+#: with TileLang's default launcher (which launched the combine serially) nor
+#: with its cython launcher (which launches it as a programmatic dependent):
+#: 12.1 vs 12.0 us (B=1 32/32/128 8K), 12.0 vs 11.9 (128K), 9.3 vs 9.3 (B=1 GQA),
+#: 9.4 vs 9.5 (B=8 GQA), L2 not flushed (tilelang-lab12-ab58094.json,
+#: tilelang-lab14-92218e9.json).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False), ("pdl", False), ("narrow", False))
+            ("lmk_rows_j0", False), ("pack", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -292,7 +286,7 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
-               scale_log2: float | None = None, group: int = 1, split: bool = False) -> tuple:
+               scale_log2: float | None = None, group: int = 1) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -300,15 +294,13 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``lmk_rows_j0`` only with ``mask_lmk``, ``lmk_zero="rows"`` and ``lmk_cols > 0``
     (:func:`rows_j0_acts`; one kernel, not two, where it would change nothing),
     ``pack`` (a permission) becomes the call's ``group`` (``Hq / Hkv``) where it is
-    above 1, else 0 (one query head per key/value head: nothing to pack), ``pdl``
-    (a permission) stays on for ``split`` kernels only; trailing
+    above 1, else 0 (one query head per key/value head: nothing to pack); trailing
     defaults are dropped (one cache key per kernel; the default kernel keeps the key
     it always had)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     pk = _KNOB["pack"]
     full[pk] = group if (full[pk] and group > 1) else 0
-    full[_KNOB["pdl"]] = bool(full[_KNOB["pdl"]]) and split
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
     full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
@@ -318,8 +310,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
 
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
-                   scale_log2: float | None = None, group: int = 1,
-                   split: bool = False) -> tuple[str, tuple, tuple]:
+                   scale_log2: float | None = None, group: int = 1) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -334,7 +325,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, split)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
@@ -343,7 +334,7 @@ def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
     cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, split)
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
@@ -354,12 +345,8 @@ _KNOBS_AT = 12
 def combine_key(tc_args: tuple) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the combine for the split kernel
     whose factory arguments (:func:`tc_kernel_key`) are ``tc_args``:
-    ``("combine", (Dv, dtype))``, or ``("combine_pdl", (Dv, dtype))`` when that
-    kernel was built with ``pdl`` (the combine then waits on the device for it
-    and is launched as a programmatic dependent: :func:`kernels.combine_pdl`)."""
-    at = _KNOBS_AT + _KNOB["pdl"]
-    pdl = len(tc_args) > at and bool(tc_args[at])
-    return ("combine_pdl" if pdl else "combine"), (tc_args[1], tc_args[2])
+    ``("combine", (Dv, dtype))``."""
+    return "combine", (tc_args[1], tc_args[2])
 
 
 _cache: dict[tuple, object] = {}

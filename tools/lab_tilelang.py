@@ -51,9 +51,9 @@ import traceback
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
 # lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0,
-# pack, pdl, narrow [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6, ``pdl``
-# and ``narrow`` since session 8: a config with a ws item written before them would read
-# it as the next knob; build configs with launch.with_knobs); the lmk_cols cap becomes
+# pack [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6; session 8's ``pdl``
+# and ``narrow`` were removed in session 9: a config written with a ws item at another
+# position reads it as a knob; build configs with launch.with_knobs); the lmk_cols cap becomes
 # launch.lmk_cols_for of each call
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
@@ -538,56 +538,11 @@ DECODE_VARIANTS.update({
                        "(G baked): 8-12 / 7-10 us"),
 })
 
-def _dec_pdl(D):
-    """``dec-shipped`` with the split kernel's combine as a programmatic dependent
-    launch (the ``pdl`` knob, session 8); prefill-grid calls (D = 64) unchanged."""
-    cfg, split = _dec_shipped(D)
-    return (_launch().with_knobs(cfg, pdl=True), split) if split else (cfg, split)
-
-
-# Session 8: Triton's split-KV combine as a programmatic dependent launch took its
-# decode 7.1 -> 6.6 us at B=1 32/32/128 (L2 not flushed; 12.4 -> 11.9 us flushed,
-# bench_results/triton-lab8-76fd3c9.json). The same for TileLang's split path (Dv 96 /
-# 128), predicted before the run:
-DECODE_VARIANTS.update({
-    "dec-pdl": (_dec_pdl,
-                "dec-shipped, the split kernel's combine launched as a programmatic dependent "
-                "(split kernel triggers at its start, combine waits on the device)",
-                "D128 B=1 (split): 12.0 -> 11.2-11.8 us; D64 and D128 B=8 GQA 32/8 "
-                "(prefill grid): = dec-shipped. Measured at ab58094 (lab12): 12.1 / 12.1 us "
-                "against 12.0 / 12.0 (no gain; not shipped): TileLang's default TVM-FFI "
-                "launcher launched that combine serially. Since then the combine comes from "
-                "kernels.combine_pdl (cython backend: a programmatic launch); run at 92218e9 "
-                "(lab14): 12.1 / 12.0 / 9.3 / 9.4 us against 12.0 / 11.9 / 9.3 / 9.5: still no gain"),
-})
-
-def _dec_narrow(S):
-    """D = 128: split-KV on a 16-row tile of ``mma.sync`` (the ``narrow`` knob: column-split
-    products, P through shared memory, a serial key loop without warp specialisation),
-    ``dec-shipped``'s split knobs, ``S`` splits (True: :func:`launch.splits_by_saturation`;
-    an int: forced, capped by the key tiles); D = 64: ``dec-shipped``."""
-    def cfg(D):
-        if D <= 64:
-            return _dec_shipped(D)
-        return _launch().with_knobs((16, 64, 2, 128) + _launch().SPLIT_KNOBS, narrow=True), S
-    return cfg
-
-
-# Session 8: TileLang's D = 128 decode (dec-shipped, 12.0 us unflushed at B=1 32/32/128)
-# runs a 64x64 wgmma split tile, warp-specialised (one CTA per SM), for one real row per
-# program, in four splits; Triton's split kernel does it in 6.6 us with 16-row mma.sync
-# tiles, ten one-block splits. A 16-row tile lowers in TileLang 0.1.15 for split kernels
-# only as a serial key loop (the pipelined form fails ThreadSync on CPU); predicted:
-DECODE_VARIANTS.update({
-    "dec-m16": (_dec_narrow(True),
-                "D128: split-KV on a 16x64 mma.sync tile, 128 threads, no pipeline, "
-                "splits by saturation (4 at B=1 H=32)",
-                "D128 B=1: 12.0 -> 9-12 us (a quarter of the MMA rows, same program count)"),
-    "dec-m16-s8": (_dec_narrow(8), "dec-m16 with 8 splits",
-                   "D128 B=1: 7-10 us (small CTAs: two or more per SM, one wave)"),
-    "dec-m16-s10": (_dec_narrow(10), "dec-m16 with 10 splits (one 64-key tile each at W=512)",
-                    "D128 B=1: 7-10 us"),
-})
+# Session 8's decode variants "dec-pdl" (the combine as a programmatic dependent launch:
+# 12.1 / 12.1 us against 12.0 / 12.0 at ab58094, lab12; with the cython launcher 12.1 /
+# 12.0 / 9.3 / 9.4 against 12.0 / 11.9 / 9.3 / 9.5 at 92218e9, lab14) and "dec-m16"
+# (16-row mma.sync split tiles: 38.7 / 24.3 / 25.1 us against 12.0 at c5b4012, lab13) were
+# removed with their kernel knobs in session 9; their code is in 92218e9.
 
 # Decode correctness cases (name, D, flags, kwargs): split-KV paths, NaN in every unseen
 # slot, kernel-frame chunks giving lmk_cols 0, 1 (C=64 on 64-key tiles) and the frame's
