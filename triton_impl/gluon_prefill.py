@@ -52,7 +52,7 @@ try:  # Gluon: Triton 3.5+ (the H200 image: 3.6; CI: 3.9)
 except ImportError:  # pragma: no cover - older Triton: the launcher never picks this kernel
     HAVE_GLUON = False
 
-from .kernels import _finish, _in_window, _lmk_phase, _next_phase, _not_lmk, _span_u32, _window_left
+from .kernels import _finish, _in_window, _lmk_phase, _next_phase, _not_lmk, _rows
 
 if HAVE_GLUON:
     # A CTA-wide barrier: gl.thread_barrier up to Triton 3.6, gl.barrier later.
@@ -190,17 +190,11 @@ if HAVE_GLUON:
         kvh = h // G
         m0 = pid_m * BLOCK_M
         m_last = gl.minimum(m0 + BLOCK_M, Lq) - 1
-        q_off = kv_start + Lk - Lq  # absolute position of query 0
-        j_lo = gl.maximum(_window_left(q_off + m0, W, C, EXPAND) - kv_start, 0)
-        j_hi = Lk - Lq + m_last + 1
+        rows = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        qidx, span, j_lo, j_hi = _rows(rows, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
         start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
         n_blocks = gl.cdiv(j_hi - start, BLOCK_N)
         row0 = (start - j_min).to(gl.int32)  # key row of the first tile inside the descriptors
-
-        rows = m0 + gl.arange(0, BLOCK_M, layout=row_s)
-        qpos = q_off + rows
-        qidx = Lk - Lq + rows
-        span = _span_u32(qpos, _window_left(qpos, W, C, EXPAND))
         cols = gl.arange(0, BLOCK_N, layout=col_s)
 
         q_smem = gl.allocate_shared_memory(dtype, desc_q.block_type.shape, desc_q.layout)
