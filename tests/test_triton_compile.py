@@ -199,6 +199,13 @@ def variants():
                           STAGES=cfg.num_stages, MASK_LMK=lmk, EXPAND=True, LMK_ONE=one,
                           NUM_WARPS=cfg.num_warps),
                      cfg.num_warps, 1, True)
+    # an int64 kernel frame (launch._frame past 2**31): positions int64, indices int32
+    for one in (True, False):
+        out[f"gluon-i64-bf16-D128-lmk1{int(one)}"] = (
+            "gluon", "_swa_fwd_gluon_kernel", dict(t="bf16", dk=128, dv=128, bm=64, bn=64, i64=True),
+            dict(DV=128, BLOCK_M=64, BLOCK_N=64, BLOCK_DK=128, BLOCK_DV=128, STAGES=2, MASK_LMK=True,
+                 EXPAND=True, LMK_ONE=one, NUM_WARPS=4),
+            4, 1, True)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):
@@ -229,6 +236,8 @@ def _compile_gluon(shape: dict, constexprs: dict, num_warps: int):
     sig.update(desc_q=desc(shape["bm"], shape["dk"]), desc_k=desc(shape["bn"], shape["dk"]),
                desc_v=desc(shape["bn"], shape["dv"]), O=f"*{t}", LSE="*fp32", qk_scale="fp32",
                **{k: "constexpr" for k in constexprs})
+    if shape.get("i64"):
+        sig.update(kv_start="i64", W="i64", C="i64")
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE", "sob", "soh", "sol")}
     return triton.compile(GluonASTSource(fn, sig, constexprs, attrs), target=TARGET,
                           options=dict(num_warps=num_warps))

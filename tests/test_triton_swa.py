@@ -453,7 +453,6 @@ def test_tma_stride_rules():
         sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="splitkv", _tma="v_ptr")
 
 
-
 def test_gluon_knob_refuses_what_it_cannot_run():
     """The Gluon lab kernel (``_tma="gluon"``, never chosen by the table): a tile it
     has no form for is a ValueError, and a call it cannot serve (here: CPU tensors
@@ -462,7 +461,8 @@ def test_gluon_knob_refuses_what_it_cannot_run():
     of silently running another kernel."""
     x = torch.randn(1, 2, 40, 64, dtype=torch.float16)
     kw = dict(window_size=8, chunk_size=4, _force_path="prefill", _tma="gluon")
-    for bad in (L.Config(64, 64, 4, 1), L.Config(64, 64, 2, 2), L.Config(96, 64, 8, 2), L.Config(64, 64, 4, 2, 128)):
+    for bad in (L.Config(64, 64, 4, 1), L.Config(64, 64, 2, 2), L.Config(96, 64, 8, 2), L.Config(64, 64, 4, 2, 128),
+                L.Config(512, 64, 8, 2), L.Config(64, 512, 4, 2)):
         with pytest.raises(ValueError, match="Gluon prefill tile"):
             sliding_window_attention(x, x, x, _config=bad, **kw)
     with pytest.raises(UnsupportedConfig, match="Gluon"):
@@ -470,6 +470,7 @@ def test_gluon_knob_refuses_what_it_cannot_run():
     with pytest.raises(UnsupportedConfig, match="Gluon"):
         sliding_window_attention(x, x, x, _config=L.Config(128, 64, 8, 2), **kw)
     assert L.GLUON_PREFILL == {}  # shipped nowhere: slower than the TMA kernel (BENCHMARKS.md, session 9)
+
 
 # ---------------------------------------------------------------- GPU tier
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -418,9 +418,11 @@ def lab():
         # softmax of key block j overlapped with the PV product of block j - 1) against
         # the shipped Triton-language TMA kernel ("table"), L2 not flushed. Predicted:
         # D=128 L=8K table 229 us; Gluon best config 180-230 us; D=64 GQA 32/4 table
-        # 159 us, Gluon 130-165 us. CPU compile (Triton 3.6, sm_90): D=128 64x64 w4 s2
-        # 211 registers, 82 KB shared (2 CTAs per SM); 128x64 w8 s2 173 / 98 KB (1);
-        # D=64 64x64 w4 s2 150 / 41 KB (3); 128x64 w8 s2 128 / 49 KB (2).
+        # 159 us, Gluon 130-165 us. CPU compile of run 1's kernel (Triton 3.6, sm_90):
+        # D=128 64x64 w4 s2 211 registers, 82 KB shared (2 CTAs per SM); 128x64 w8 s2
+        # 173 / 98 KB (1); D=64 64x64 w4 s2 150 / 41 KB (3); 128x64 w8 s2 128 / 49 KB (2).
+        # The committed kernel (run 3: P's two shared buffers, 8-row fix-up): D=128 64x64
+        # w4 s2 150 registers, 98 KB (still 2 CTAs per SM).
         C_ = L.Config
         gb = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
                   path="prefill", tma="gluon")

@@ -170,8 +170,9 @@ if HAVE_GLUON:
         Baked in: tile ``BLOCK_M x BLOCK_N``, padded head dims, ``STAGES`` k/v
         slots (>= 2), the mask flags and ``NUM_WARPS`` (``BLOCK_M`` rows over
         ``NUM_WARPS // 4`` warp groups; launched with ``num_warps=NUM_WARPS``).
-        Runtime: every length, ``kv_start``, the window frame (int32: the
-        launcher's ``_gluon_ok``) and the scale.
+        Runtime: every length, ``kv_start``, the window frame (int32 or int64:
+        positions follow the frame's width, block and slot indices stay int32)
+        and the scale.
         """
         dtype: gl.constexpr = desc_q.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -193,7 +194,7 @@ if HAVE_GLUON:
         rows = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         qidx, span, j_lo, j_hi = _rows(rows, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
         start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
-        n_blocks = gl.cdiv(j_hi - start, BLOCK_N)
+        n_blocks = gl.cdiv(j_hi - start, BLOCK_N).to(gl.int32)  # int32 loop and slot indices, any frame
         row0 = (start - j_min).to(gl.int32)  # key row of the first tile inside the descriptors
         cols = gl.arange(0, BLOCK_N, layout=col_s)
 

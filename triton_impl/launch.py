@@ -468,11 +468,11 @@ GLUON_HEADS = (64, 128)
 
 def _gluon_ok(p: Problem) -> bool:
     """Whether the Gluon prefill kernel can serve ``p`` (Hopper, 16-bit, head dims of
-    :data:`GLUON_HEADS`, a kernel frame inside int32)."""
+    :data:`GLUON_HEADS`). Static in the problem (the plan cache's key): the kernel
+    serves int32 and int64 kernel frames alike."""
     return (gluon_prefill.HAVE_GLUON and not interpreter_active() and p.device.type == "cuda"
             and capability(p.device) == (9, 0) and p.dtype != torch.float32
-            and p.Dqk in GLUON_HEADS and p.Dv in GLUON_HEADS and max(_frame(p)) < _I32
-            and p.Lk + max(_frame(p)) + 2 * p.chunk_size < _I32)
+            and p.Dqk in GLUON_HEADS and p.Dv in GLUON_HEADS)
 
 
 _I32 = 2 ** 31
@@ -510,9 +510,11 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
     """
     if tma == "gluon":
         if cfg is not None and (cfg.num_stages < 2 or cfg.num_warps not in (4, 8) or cfg.block_n % 16
-                                or cfg.block_m % (16 * cfg.num_warps) or cfg.maxnreg is not None):
+                                or cfg.block_m % (16 * cfg.num_warps) or cfg.maxnreg is not None
+                                or cfg.block_m > 256 or cfg.block_n > 256):
             raise ValueError(f"triton: no Gluon prefill tile {cfg}: it needs num_stages >= 2, 4 or 8 warps, "
-                             "block_m a multiple of 16 * num_warps, block_n of 16 and no register cap")
+                             "block_m a multiple of 16 * num_warps, block_n a multiple of 16, both at most "
+                             "256 (a TMA box), and no register cap")
         if not _gluon_ok(p):
             raise UnsupportedConfig(
                 "triton: the Gluon prefill kernel needs bf16/fp16 CUDA tensors on a Hopper GPU (sm_90) "
