@@ -8,6 +8,8 @@ the Triton-language TMA kernel it was written to beat (H200, bf16, 32/32/128,
 W=512, C=64, L=8K, kernel only: 275 us at 64x64 w4 s2 against 229 us;
 without landmarks 248 against 212 us; D=64 GQA 32/4 185 against 159 us;
 ``bench_results/triton-lab12*-gluon-wip.json``, BENCHMARKS.md session 9).
+Warp-specialised versions (a loader warp, one or two consumer warp groups,
+FA3's ping-pong) did no better at D=128 and are kept only in commit 2935924.
 
 Why a second prefill kernel: the Triton-language TMA kernel
 (:func:`kernels._swa_fwd_tma_kernel`) runs QK^T -> mask and softmax -> PV in
