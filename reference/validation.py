@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CANONICAL_DTYPES", "Problem", "check_inputs", "default_scale", "positive_normal_f32"]
+from .errors import UnsupportedConfig
+
+__all__ = ["CANONICAL_DTYPES", "LOG2E", "Problem", "check_f32_score_scale", "check_inputs", "default_scale",
+           "positive_normal_f32"]
 
 #: dtypes of the canonical interface (SPEC.md).
 CANONICAL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -115,11 +118,24 @@ def default_scale(Dqk: int) -> float:
 F32_MAX = 3.4028234663852886e38  # the largest finite float32
 
 
+#: log2(e): the kernels work in base 2 and scale scores by ``sm_scale * LOG2E``.
+LOG2E = 1.4426950408889634
+
+
 def fits_f32(x: float) -> bool:
     """Whether the float ``x`` stays finite as a float32 (``|x| <= F32_MAX``; rounding
     up to the next power of two past it is not counted: the callers compare scales
     far from that edge)."""
     return abs(x) <= F32_MAX
+
+
+def check_f32_score_scale(sm_scale: float, backend: str) -> None:
+    """Raise :class:`UnsupportedConfig` (message prefixed ``backend``) when a kernel's
+    float32 score scale ``sm_scale * log2(e)`` overflows: ``|sm_scale| > 2.3586e38``."""
+    if not fits_f32(sm_scale * LOG2E):
+        raise UnsupportedConfig(
+            f"{backend}: sm_scale={sm_scale!r} is not supported: the kernels scale scores by "
+            "sm_scale * log2(e) in float32, which overflows (|sm_scale| must be at most 2.3586e38)")
 
 
 def positive_normal_f32(x) -> bool:

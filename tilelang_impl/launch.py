@@ -13,9 +13,8 @@ import torch
 
 from reference.device import capability, sm_count
 from reference.errors import UnsupportedConfig
-from reference.validation import fits_f32, positive_normal_f32
+from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f32
 
-LOG2E = 1.4426950408889634
 
 # Head dims served (both Dqk and Dv): the wgmma K step is 16.
 MIN_D, MAX_D, D_STEP = 32, 256, 16
@@ -369,10 +368,7 @@ def check_limits(p) -> None:
             raise UnsupportedConfig(
                 f"tilelang: head dim {name}={d} is not supported "
                 f"({MIN_D}..{MAX_D}, a multiple of {D_STEP})")
-    if not fits_f32(p.sm_scale * LOG2E):
-        raise UnsupportedConfig(
-            f"tilelang: sm_scale={p.sm_scale!r} is not supported: the kernels scale scores by "
-            "sm_scale * log2(e) in float32, which overflows (|sm_scale| must be at most 2.3586e38)")
+    check_f32_score_scale(p.sm_scale, "tilelang")
     if p.Lk + p.chunk_size >= MAX_POSITIONS:
         raise UnsupportedConfig(
             f"tilelang: Lk + chunk_size = {p.Lk + p.chunk_size} is not supported "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reference.errors import UnsupportedConfig
-from reference.validation import check_inputs, fits_f32
+from reference.validation import check_f32_score_scale, check_inputs
 
 from . import launch as _launch
 
@@ -18,10 +18,7 @@ def _check_supported(p) -> None:
         if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
             raise UnsupportedConfig(
                 f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
-    if not fits_f32(p.sm_scale * _launch.LOG2E):
-        raise UnsupportedConfig(
-            f"triton: sm_scale={p.sm_scale!r} is not supported: the kernels scale scores by "
-            "sm_scale * log2(e) in float32, which overflows (|sm_scale| must be at most 2.3586e38)")
+    check_f32_score_scale(p.sm_scale, "triton")
     if p.device.type == "cpu":
         if not _launch.interpreter_active():
             raise UnsupportedConfig(

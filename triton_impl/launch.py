@@ -20,11 +20,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from reference.device import capability, sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
-from reference.validation import Problem, positive_normal_f32
+from reference.validation import LOG2E, Problem, positive_normal_f32
 
 from . import gluon_prefill, kernels
-
-LOG2E = 1.4426950408889634
 
 
 def interpreter_active() -> bool:
