@@ -37,21 +37,14 @@ def _blhd(x: torch.Tensor) -> bool:
     return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
 
 
-def _order(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """``(tensor the kernel reads, is_blhd)`` without copying when possible."""
-    if _blhd(x):
-        return x.transpose(1, 2), True
-    return (x if x.is_contiguous() else x.contiguous()), False
-
-
-def _kv_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """``k`` decides the layout flag (one flag for both); ``v`` is read in that
-    layout, copied once only when its strides do not already match."""
-    k_, k_blhd = _order(k)
-    v_ = v.transpose(1, 2) if k_blhd else v
-    if not v_.is_contiguous():
-        v_ = v_.contiguous()
-    return k_, v_, k_blhd
+def _views(q, k, v):
+    """``((q, k, v) as the kernels read them, q_blhd, kv_blhd)``: ``q`` in its own
+    layout, ``k`` and ``v`` in ``k``'s (one flag for both); ``(B, L, H, D)``-stored
+    tensors passed as ``x.transpose(1, 2)`` are read in place. A view that is not
+    contiguous (strides matching neither layout) is what the call copies once."""
+    q_blhd, kv_blhd = _blhd(q), _blhd(k)
+    return ((q.transpose(1, 2) if q_blhd else q, k.transpose(1, 2) if kv_blhd else k,
+             v.transpose(1, 2) if kv_blhd else v), q_blhd, kv_blhd)
 
 
 def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
@@ -77,10 +70,9 @@ def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return "no kernel (empty output)"
-    q_blhd, kv_blhd = _blhd(q), _blhd(k)
+    views, q_blhd, kv_blhd = _views(q, k, v)
     text = launch.describe(p, q_blhd, kv_blhd)
-    copies = [n for n, x, flag in (("q", q, q_blhd), ("k", k, kv_blhd), ("v", v, kv_blhd))
-              if not (x.transpose(1, 2) if flag else x).is_contiguous()]
+    copies = [n for n, x in zip("qkv", views) if not x.is_contiguous()]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
 
@@ -102,14 +94,12 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     if p.empty:
         return p.new_outputs()
     if p.device.type == "cuda":
-        q_, q_blhd = _order(q)
-        k_, v_, kv_blhd = _kv_order(k, v)
+        (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
         o, lse = p.new_outputs()
-        launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse)
+        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse)
         return o, lse
-    q_, q_blhd = _order(q.float())
-    k_, v_, kv_blhd = _kv_order(k.float(), v.float())
+    (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
-    launch.run_cpu(p, q_, k_, v_, q_blhd, kv_blhd, o32, lse)
+    launch.run_cpu(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o32, lse)
     return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse

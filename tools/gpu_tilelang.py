@@ -94,10 +94,10 @@ def _poisoned_call(p_override=None, split=None, config=None):
 
     def fn(q, k, v, **kw):
         p = check_inputs(q, k, v, **kw)
-        q_, qb = api._order(q)
-        k_, v_, kb = api._kv_order(k, v)
+        (q_, k_, v_), qb, kb = api._views(q, k, v)
         o, lse = p.new_outputs(poison=True)
-        launch.run_cuda(p, q_, k_, v_, qb, kb, o, lse, force_split=split, config=config)
+        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), qb, kb, o, lse,
+                        force_split=split, config=config)
         return o, lse
     return fn
 
