@@ -406,17 +406,21 @@ class _Plan:
 
 
 def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
-              fold: bool, tail: dict | None = None, maxnreg: int | None = None) -> tuple[dict, dict]:
+              fold: bool | None, tail: dict | None = None, maxnreg: int | None = None) -> tuple[dict, dict]:
     """``(constexprs, static keys)`` keyed by ``(LMK_ONE, FOLD)``. Where the
     one-landmark test is not used (``lmk_one_ok`` false, see :func:`_make_plan`)
     both ``LMK_ONE`` keys map to the ``LMK_ONE=False`` kernel; without ``fold``
-    both ``FOLD`` keys map to ``FOLD=False``. ``tail``: constexprs the kernel
-    declares after ``FOLD`` (the order is the kernel's: :class:`_Kernel`'s
-    direct launch passes them positionally)."""
+    both ``FOLD`` keys map to ``FOLD=False`` (``fold=None``: a kernel without a
+    ``FOLD`` constexpr). ``tail``: constexprs the kernel declares after ``FOLD``
+    (the order is the kernel's: :class:`_Kernel`'s direct launch passes them
+    positionally)."""
     cxs, sts = {}, {}
     for one in (False, True):
         for fo in (False, True):
-            v = dict(cx, LMK_ONE=one and lmk_one_ok, FOLD=fo and fold, **(tail or {}))
+            v = dict(cx, LMK_ONE=one and lmk_one_ok)
+            if fold is not None:
+                v["FOLD"] = fo and fold
+            v.update(tail or {})
             cxs[(one, fo)] = v
             sts[(one, fo)] = static_key(v, num_warps, num_stages, False, maxnreg)
     return cxs, sts
@@ -578,14 +582,11 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         choice = _tma_choice(p, tma, config)
         if choice is not None and tma == "gluon":
             tcfg = choice[0]
-            gcx = dict(DV=p.Dv, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, BLOCK_DK=bdk, BLOCK_DV=bdv,
-                       STAGES=tcfg.num_stages, MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk)
-            gcxs, gsts = {}, {}
-            for one in (False, True):
-                v = dict(gcx, LMK_ONE=one and lmk_one_ok, NUM_WARPS=tcfg.num_warps)
-                for fo in (False, True):
-                    gcxs[(one, fo)] = v
-                    gsts[(one, fo)] = static_key(v, tcfg.num_warps, 1, False, tcfg.maxnreg)
+            gcxs, gsts = _variants(dict(DV=p.Dv, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, BLOCK_DK=bdk,
+                                        BLOCK_DV=bdv, STAGES=tcfg.num_stages, MASK_LMK=p.mask_lmk,
+                                        EXPAND=p.expand_to_chunk),
+                                   lmk_one_ok, tcfg.num_warps, 1, None, dict(NUM_WARPS=tcfg.num_warps),
+                                   maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_gluon", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              gcxs, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, gsts,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
@@ -677,8 +678,8 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
                               chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                               kv_start=p.kv_start)[0]  # the first key any query of the call sees
     kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+    cx, st = plan.pick(c, qk_scale)
     if plan.path == "prefill_gluon":
-        cx, st = plan.pick(c, qk_scale)
         _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
                    (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
         return
@@ -686,7 +687,6 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
-    cx, st = plan.pick(c, qk_scale)
     st = _frame_static(st, (r, w, c))
     _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
              cx, st)
@@ -731,7 +731,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     kind = plan.path
     if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
         plan = plan.tma
-        kind = "prefill_gluon" if plan.path == "prefill_gluon" else "prefill_tma"
+        kind = plan.path  # "prefill_tma" or "prefill_gluon"
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
@@ -768,7 +768,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     if plan.path == "prefill":
         if _takes_tma(plan, tma, q, k, v):
             _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
-            return "prefill_gluon" if plan.tma.path == "prefill_gluon" else "prefill_tma"
+            return plan.tma.path  # "prefill_tma" or "prefill_gluon"
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
         st = _frame_static(st, frame)
