@@ -66,7 +66,7 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
 
 def _lmk_cols(args):
     """The ``lmk_cols`` value baked into fwd_tc factory arguments (0 when left at its default)."""
-    knobs = args[12:]
+    knobs = args[launch._KNOBS_AT:]
     i = launch._KNOB["lmk_cols"]
     return knobs[i] if i < len(knobs) else 0
 

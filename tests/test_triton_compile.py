@@ -185,27 +185,25 @@ def variants():
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
     # The Gluon prefill kernel (a lab kernel behind the private tma="gluon" knob,
     # triton_impl.gluon_prefill): the lab's default tile and the 8-warp one, both head
-    # dims it serves, both 16-bit dtypes, both landmark tests, no landmarks, Dqk != Dv.
-    gl_rows = [("bf16", 128, 128, L.Config(64, 64, 4, 2), True, True),
-               ("fp16", 64, 64, L.Config(64, 64, 4, 2), True, True),
-               ("bf16", 64, 64, L.Config(128, 64, 8, 2), True, True),
-               ("bf16", 128, 128, L.Config(128, 64, 8, 2), True, False),
-               ("fp16", 128, 64, L.Config(64, 64, 4, 2), True, False),
-               ("bf16", 64, 128, L.Config(64, 64, 4, 3), False, False)]
-    for t, dk, dv, cfg, lmk, one in gl_rows:
-        name = f"gluon-{t}-D{dk}x{dv}-{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}-lmk{int(lmk)}{int(one)}"
-        out[name] = ("gluon", "_swa_fwd_gluon_kernel", dict(t=t, dk=dk, dv=dv, bm=cfg.block_m, bn=cfg.block_n),
+    # dims it serves, both 16-bit dtypes, both landmark tests, no landmarks, Dqk != Dv,
+    # and an int64 kernel frame (launch._frame past 2**31: positions int64, indices int32).
+    gl_rows = [("bf16", 128, 128, L.Config(64, 64, 4, 2), True, True, False),
+               ("fp16", 64, 64, L.Config(64, 64, 4, 2), True, True, False),
+               ("bf16", 64, 64, L.Config(128, 64, 8, 2), True, True, False),
+               ("bf16", 128, 128, L.Config(128, 64, 8, 2), True, False, False),
+               ("fp16", 128, 64, L.Config(64, 64, 4, 2), True, False, False),
+               ("bf16", 64, 128, L.Config(64, 64, 4, 3), False, False, False),
+               ("bf16", 128, 128, L.Config(64, 64, 4, 2), True, True, True),
+               ("bf16", 128, 128, L.Config(64, 64, 4, 2), True, False, True)]
+    for t, dk, dv, cfg, lmk, one, i64 in gl_rows:
+        name = (f"gluon-{'i64-' if i64 else ''}{t}-D{dk}x{dv}-{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}"
+                f"s{cfg.num_stages}-lmk{int(lmk)}{int(one)}")
+        out[name] = ("gluon", "_swa_fwd_gluon_kernel",
+                     dict(t=t, dk=dk, dv=dv, bm=cfg.block_m, bn=cfg.block_n, i64=i64),
                      dict(DV=dv, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_DK=dk, BLOCK_DV=dv,
                           STAGES=cfg.num_stages, MASK_LMK=lmk, EXPAND=True, LMK_ONE=one,
                           NUM_WARPS=cfg.num_warps),
                      cfg.num_warps, 1, True)
-    # an int64 kernel frame (launch._frame past 2**31): positions int64, indices int32
-    for one in (True, False):
-        out[f"gluon-i64-bf16-D128-lmk1{int(one)}"] = (
-            "gluon", "_swa_fwd_gluon_kernel", dict(t="bf16", dk=128, dv=128, bm=64, bn=64, i64=True),
-            dict(DV=128, BLOCK_M=64, BLOCK_N=64, BLOCK_DK=128, BLOCK_DV=128, STAGES=2, MASK_LMK=True,
-                 EXPAND=True, LMK_ONE=one, NUM_WARPS=4),
-            4, 1, True)
     for bucket in (32, 64, 128, 256):
         d, bd = _dims(bucket)
         for t in ("bf16", "fp32"):
