@@ -266,6 +266,31 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
 
 
 @triton.jit
+def _attend_range(acc, m_i, l_i, q, k_base, v_base, lo, hi, j_lo, j_hi, qidx, span, kv_start, C,
+                  qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok, dv_ok,
+                  BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr,
+                  LMK_ONE: tl.constexpr, PAD_DK: tl.constexpr, PAD_DV: tl.constexpr,
+                  UPCAST: tl.constexpr, IEEE: tl.constexpr, FOLD: tl.constexpr):
+    """The key blocks ``lo, lo + BLOCK_N, ...`` below ``hi`` through :func:`_attend`
+    (pointers into the ``k`` / ``v`` rows of one batch and key/value head), the
+    landmark phase carried from block to block. Every pointer-kernel key loop is
+    this one (the prefill kernel's one or three ranges, the split-KV kernel's
+    split)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    k_ptrs = k_base + (lo + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+    v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    ph = _lmk_phase(kv_start, lo, C)
+    for n0 in range(lo, hi, BLOCK_N):
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, MASK_WINDOW,
+                                MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
+        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
+        k_ptrs += BLOCK_N * skl
+        v_ptrs += BLOCK_N * svl
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _swa_fwd_kernel(
     Q, K, V, O, LSE,
     sqb, sqh, sql, sqd,
@@ -319,45 +344,24 @@ def _swa_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    offs_n = tl.arange(0, BLOCK_N)
-
     if PHASES:
-        # Phase 1: left edge, masked.
-        k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-        v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-        ph = _lmk_phase(kv_start, start, C)
-        for n0 in range(start, b_, BLOCK_N):
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
-                                    kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-            k_ptrs += BLOCK_N * skl
-            v_ptrs += BLOCK_N * svl
-        # Phase 2: inside every row's window: landmark test only.
-        k_ptrs = k_base + (b_ + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-        v_ptrs = v_base + (b_ + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-        ph = _lmk_phase(kv_start, b_, C)
-        for n0 in range(b_, c_, BLOCK_N):
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
-                                    kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK,
-                                    LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-            ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-            k_ptrs += BLOCK_N * skl
-            v_ptrs += BLOCK_N * svl
+        # Left edge, masked; then inside every row's window (landmark test only).
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, start, b_, j_lo, j_hi, qidx,
+                                      span, kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk,
+                                      offs_dv, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE,
+                                      PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
+        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, b_, c_, j_lo, j_hi, qidx,
+                                      span, kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk,
+                                      offs_dv, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK, LMK_ONE,
+                                      PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
         c0 = c_
     else:
         c0 = start  # one loop, every block masked
-    # Phase 3: diagonal, masked.
-    k_ptrs = k_base + (c0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-    v_ptrs = v_base + (c0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-    ph = _lmk_phase(kv_start, c0, C)
-    for n0 in range(c0, end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
-                                kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-        k_ptrs += BLOCK_N * skl
-        v_ptrs += BLOCK_N * svl
+    # The diagonal, masked (without PHASES: every block).
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, c0, end, j_lo, j_hi, qidx, span,
+                                  kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok,
+                                  dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
+                                  IEEE, FOLD)
 
     out, lse2 = _finish(acc, m_i, l_i)
     lse = lse2 * 0.6931471805599453
@@ -516,19 +520,12 @@ def _swa_splitkv_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    offs_n = tl.arange(0, BLOCK_N)
     k_base = K + b64 * skb + kvh.to(tl.int64) * skh
     v_base = V + b64 * svb + kvh.to(tl.int64) * svh
-    k_ptrs = k_base + (start + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
-    v_ptrs = v_base + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-    ph = _lmk_phase(kv_start, start, C)
-    for n0 in range(start, end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
-                                kv_start, C, ph, qk_scale, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK,
-                                LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-        ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-        k_ptrs += BLOCK_N * skl
-        v_ptrs += BLOCK_N * svl
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, start, end, j_lo, j_hi, qidx, span,
+                                  kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok,
+                                  dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
+                                  IEEE, FOLD)
 
     out, lse2 = _finish(acc, m_i, l_i)
     row = (b64 * Hq + h_row) * Lq + i_row  # int64
