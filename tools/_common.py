@@ -1,4 +1,4 @@
-"""Small helpers shared by ``hils-swa probe``, ``diff`` and ``bench``."""
+"""Small helpers shared by ``hils-swa probe``, ``diff``, ``bench`` and the GPU labs."""
 
 from __future__ import annotations
 
@@ -47,3 +47,21 @@ def attention_flops(B: int, Hq: int, Lq: int, Lk: int, D: int, **rule) -> float:
     matrix products over visible pairs only)."""
     return 4.0 * D * visible_pairs(Lq, Lk, **rule) * B * Hq
 
+
+
+def capture_graph(capture, warmup=None):
+    """``(graph, result)``: a CUDA graph of ``capture()`` and what the captured
+    call returned (tensors the graph writes on each replay). ``warmup()``
+    (default: ``capture``) runs once first on a side stream, as CUDA-graph
+    capture of code that allocates or compiles needs; the caller synchronises
+    or replays after."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (warmup or capture)()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = capture()
+    return graph, result

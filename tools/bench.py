@@ -63,7 +63,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ._common import attention_flops, visible_pairs
+from ._common import attention_flops, capture_graph, visible_pairs
 
 __all__ = ["Shape", "SHAPES", "SMOKE_SHAPES", "bench_shape", "measure_ceilings", "run_info", "write_outputs",
            "main"]
@@ -190,19 +190,7 @@ class Timer:
         if not self.cuda:
             return None, "CUDA graphs skipped: device is CPU (kernel-only time needs CUDA graph replay)"
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for inp in sets:
-                    call(*inp)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            graphs = []
-            for inp in sets:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    out = call(*inp)
-                graphs.append((g, out))
+            graphs = [capture_graph(lambda inp=inp: call(*inp)) for inp in sets]
             torch.cuda.synchronize()
         except Exception as e:  # reported in the table, the eager time still stands
             torch.cuda.synchronize()

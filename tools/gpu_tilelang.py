@@ -35,7 +35,7 @@ import traceback
 import torch
 
 from reference.validation import default_scale
-from tools._common import attention_flops, visible_pairs
+from tools._common import attention_flops, capture_graph, visible_pairs
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -209,17 +209,9 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
 
 
 def _bench_graph(fn, reps=50):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10):
-            fn()
+    def calls_of(n):
+        return lambda: [fn() for _ in range(n)]
+    g, _ = capture_graph(calls_of(10), warmup=calls_of(3))
     g.replay(); torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []

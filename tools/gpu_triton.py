@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
 from reference.mask import visibility_mask  # noqa: E402
-from tools._common import attention_flops  # noqa: E402
+from tools._common import attention_flops, capture_graph  # noqa: E402
 from triton_impl import launch as L  # noqa: E402
 from triton_impl import sliding_window_attention as swa  # noqa: E402
 
@@ -142,17 +142,15 @@ def graph_time(fn, inputs, reps=10):
     for x in inputs:
         fn(*x)
     torch.cuda.synchronize()
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
+
+    def one_round():
         for x in inputs:
             fn(*x)
-    torch.cuda.current_stream().wait_stream(st)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def rounds():
         for _ in range(reps):
-            for x in inputs:
-                fn(*x)
+            one_round()
+    graph, _ = capture_graph(rounds, warmup=one_round)
     graph.replay()
     torch.cuda.synchronize()
     ts = []

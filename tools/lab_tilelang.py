@@ -793,17 +793,12 @@ def _runner(cfg, split=False):
 
 def bench_graph(fn, calls=10, replays=5):
     import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+
+    from tools._common import capture_graph
+
+    def calls_of(n):
+        return lambda: [fn() for _ in range(n)]
+    g, _ = capture_graph(calls_of(calls), warmup=calls_of(3))
     g.replay()
     torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
