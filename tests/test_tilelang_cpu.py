@@ -163,6 +163,41 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         assert ("pack=" in text) == (B == 8)
 
 
+def test_describe_call_reports_the_copies_of_a_cuda_call(monkeypatch):
+    """describe_call names the inputs a CUDA call copies (api._views: a tensor whose
+    strides match neither layout; v when it arrives in another order than k) and no
+    others: BHLD and BLHD-as-transposed views are read in place."""
+    import dataclasses
+
+    from tilelang_impl import api
+
+    monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
+    real = api.check_inputs
+    monkeypatch.setattr(api, "check_inputs", lambda *a, **kw: dataclasses.replace(
+        real(*a, **kw), device=torch.device("cuda")))
+    B, H, L, D = 2, 4, 256, 64
+
+    def bhld():
+        return torch.empty(B, H, L, D, dtype=torch.bfloat16, device="meta")
+
+    def blhd():
+        return torch.empty(B, L, H, D, dtype=torch.bfloat16, device="meta").transpose(1, 2)
+
+    def strided():  # every row of a wider tensor: matches neither layout
+        return torch.empty(B, H, L, 2 * D, dtype=torch.bfloat16, device="meta")[..., :D]
+
+    cases = [((bhld(), bhld(), bhld()), ""), ((blhd(), blhd(), blhd()), ""),
+             ((blhd(), bhld(), bhld()), ""), ((strided(), bhld(), bhld()), "q"),
+             ((bhld(), blhd(), bhld()), "v"), ((bhld(), bhld(), blhd()), "v"),
+             ((bhld(), strided(), strided()), "k, v"), ((strided(), blhd(), strided()), "q, v")]
+    for (q, k, v), copies in cases:
+        text = tilelang_impl.describe_call(q, k, v, window_size=64, chunk_size=16)
+        assert text.startswith("fwd_tc"), text
+        assert ("copies" in text) == bool(copies) and (
+            not copies or text.endswith(f" (copies {copies})")), (copies, text)
+
+
 def test_empty_outputs():
     q, k, v = _inputs(0, 2, 2, 4, 4, 32, 32, torch.float32)
     o, lse = swa(q, k, v, window_size=2, chunk_size=2)
