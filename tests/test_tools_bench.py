@@ -25,6 +25,8 @@ def test_smoke_run_writes_json_md_png(tmp_path, capsys):
     assert len(res) == len(bench.SMOKE_SHAPES) * 3
     assert all(r["status"] == "ok" for r in res), [r for r in res if r["status"] != "ok"]
     assert all(r["eager_us"] > 0 and r["kernel_us"] is None for r in res)
+    # on CPU the eager time is the host time of the same call (one repetition here)
+    assert all(r["host_us"] > 0 and r["host_us"] == pytest.approx(r["eager_us"]) for r in res)
     assert all(r["gate"].startswith("pass") for r in res if r["backend"] != "sdpa")
     assert all(r["gbps"] is not None for r in res if r["kind"] == "decode")
     text = md.read_text()
@@ -32,7 +34,9 @@ def test_smoke_run_writes_json_md_png(tmp_path, capsys):
     assert text.count(bench.MD_BEGIN) == 1 and "| smoke-decode | flex |" in text
     # the timer's floor: a kernel-column figure, so none without CUDA graphs
     assert data["ceilings"]["floor1_us"] is None and data["ceilings"]["floor2_us"] is None
-    assert "timer floor (kernel column of one / two one-block fill kernels) - / - µs" in text
+    assert "timer floor (kernel column of one / two one-block fill kernels) - / - µs, eager / host " \
+        "columns of one fill kernel - / - µs" in text
+    assert "| kernel µs | eager µs | host µs |" in text
     assert png.stat().st_size > 10_000
 
 

@@ -167,7 +167,15 @@ class Timer:
 
     def eager(self, call, sets) -> float:
         """Median milliseconds of ``call(*inputs)``, host work included."""
-        times = []
+        return self.eager_host(call, sets)[0]
+
+    def eager_host(self, call, sets) -> tuple[float, float]:
+        """``(eager ms, host us)``, medians over the repetitions: the eager time of
+        ``call(*inputs)`` (CUDA events around it, the device idle and L2 flushed
+        before it), and the host time the call takes to return (``perf_counter``
+        around the same call: the Python wrapper and its launches, without
+        waiting for the device)."""
+        times, host = [], []
         for r in range(self.reps):
             inp = sets[r % len(sets)]
             if self.cuda:
@@ -175,15 +183,18 @@ class Timer:
                 torch.cuda.synchronize(self.device)
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
+                t0 = time.perf_counter()
                 call(*inp)
+                host.append((time.perf_counter() - t0) * 1e6)
                 e.record()
                 e.synchronize()
                 times.append(s.elapsed_time(e))
             else:
                 t0 = time.perf_counter()
                 call(*inp)
-                times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+                host.append((time.perf_counter() - t0) * 1e6)
+                times.append(host[-1] * 1e-3)
+        return statistics.median(times), statistics.median(host)
 
     def graph(self, call, sets) -> tuple[float | None, str]:
         """Median milliseconds of CUDA-graph replays (kernel only), or (None, reason)."""
@@ -226,13 +237,25 @@ class Timer:
         launches ``kernels`` one-block fill kernels on one float (the timer's
         fixed cost: graph launch and, after the first, each kernel's launch in
         the graph); None without CUDA graphs."""
+        ms, _ = self.graph(self._fills(kernels), [()])
+        return None if ms is None else ms * 1e3
+
+    def _fills(self, kernels: int):
         x = torch.zeros(1, device=self.device)
 
         def call():
             for _ in range(kernels):
                 x.fill_(1.0)
-        ms, _ = self.graph(call, [()])
-        return None if ms is None else ms * 1e3
+        return call
+
+    def eager_floor_us(self) -> tuple[float, float] | None:
+        """``(eager us, host us)`` of one one-block fill kernel (:meth:`eager_host`):
+        what the eager column costs for a call that launches one kernel and
+        does nothing else; None without CUDA."""
+        if not self.cuda:
+            return None
+        ms, host = self.eager_host(self._fills(1), [()])
+        return ms * 1e3, host
 
     def copy_gbps(self) -> float:
         n = (1 << 30) if self.cuda else (64 << 20)
@@ -352,6 +375,7 @@ class Result:
     gate: str = ""
     kernel_us: float | None = None
     eager_us: float | None = None
+    host_us: float | None = None
     graph_note: str = ""
     tflops: float | None = None
     pct_matmul: float | None = None
@@ -419,7 +443,8 @@ def bench_one(shape: Shape, name: str, sets, gate: Gate | None, timer: Timer, ce
         for inp in sets[1:]:  # warm every input set (compiled peers: no compile inside timing)
             runner.call(*inp)
         timer.sync()
-        res.eager_us = timer.eager(runner.call, sets) * 1e3
+        eager_ms, res.host_us = timer.eager_host(runner.call, sets)
+        res.eager_us = eager_ms * 1e3
         k_ms, why = timer.graph(runner.call, sets)
         res.graph_note = why if timer.cuda else ""  # on CPU the reason is printed once, up front
         if k_ms is not None:
@@ -465,11 +490,13 @@ def _kernel_line(name: str, shape: Shape, inputs) -> str:
 def _floor_text(ceilings: dict) -> str:
     """The timer's floor (``Timer.floor_us``) as a sentence fragment."""
     return (f"timer floor (kernel column of one / two one-block fill kernels) "
-            f"{_fmt(ceilings.get('floor1_us'))} / {_fmt(ceilings.get('floor2_us'))} us")
+            f"{_fmt(ceilings.get('floor1_us'))} / {_fmt(ceilings.get('floor2_us'))} us, "
+            f"eager / host columns of one fill kernel {_fmt(ceilings.get('eager_floor_us'))} / "
+            f"{_fmt(ceilings.get('host_floor_us'))} us")
 
 
 def table(results: list[Result], ceilings: dict) -> str:
-    head = (f"{'shape':<26} {'backend':<9} {'kernel us':>10} {'eager us':>10} {'TFLOP/s':>8} {'%mm':>5} "
+    head = (f"{'shape':<26} {'backend':<9} {'kernel us':>10} {'eager us':>10} {'host us':>8} {'TFLOP/s':>8} {'%mm':>5} "
             f"{'GB/s':>7} {'%copy':>6}  status")
     lines = [head, "-" * len(head)]
     for r in results:
@@ -478,7 +505,7 @@ def table(results: list[Result], ceilings: dict) -> str:
             status = f"ok ({r.graph_note[:70]})"
         kernel = r.extra.get("kernel", "")
         lines.append(f"{r.shape:<26} {r.backend:<9} {_fmt(r.kernel_us):>10} {_fmt(r.eager_us):>10} "
-                     f"{_fmt(r.tflops, '.4g'):>8} {_fmt(r.pct_matmul, '.3g'):>5} {_fmt(r.gbps, '.4g'):>7} "
+                     f"{_fmt(r.host_us):>8} {_fmt(r.tflops, '.4g'):>8} {_fmt(r.pct_matmul, '.3g'):>5} {_fmt(r.gbps, '.4g'):>7} "
                      f"{_fmt(r.pct_copy, '.3g'):>6}  {status}" + (f"  [{kernel}]" if kernel else ""))
     lines.append("")
     lines.append(f"ceilings measured in this run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
@@ -495,7 +522,9 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         f"{info['device_name']}, torch {info['torch']}, triton {info.get('triton', '?')}, commit "
         f"{info.get('commit', 'unknown')}, {info['date']}. {info['reps']} repetitions, median. Kernel = "
         "CUDA-graph replay with L2 flushed before each replay, input sets rotated; eager = the public "
-        "function end to end (CUDA events, device idle at start). TFLOP/s over visible pairs "
+        "function end to end (CUDA events, device idle and L2 flushed at start); host = the host time "
+        "of that call until it returns (`perf_counter`: validation, allocation, launches; the device "
+        "not waited for). TFLOP/s over visible pairs "
         "(`4 * D * sum(reference.visible_counts) * B * Hq`, from the kernel time when there is one); "
         f"ceilings measured in the same run: dense {ceilings.get('matmul_dtype', 'bf16')} matmul "
         f"{_fmt(ceilings.get('matmul_tflops'))} TFLOP/s, device-to-device copy "
@@ -508,8 +537,8 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
         "BLOCK_M x BLOCK_N, warps w / stages s / threads t, register cap r, split count S, knobs)."
         + (" " + info["workers_note"] if info.get("workers_note") else ""),
         "",
-        "| shape | backend | kernel µs | eager µs | TFLOP/s | % matmul | GB/s | % copy | status | kernel run |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| shape | backend | kernel µs | eager µs | host µs | TFLOP/s | % matmul | GB/s | % copy | status | kernel run |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in results:
         status = r.status if r.status == "ok" else f"{r.status}: {r.reason[:120]}"
@@ -517,7 +546,8 @@ def markdown(results: list[Result], info: dict, ceilings: dict) -> str:
             status = f"ok; {r.graph_note[:100]}"
         status = status.replace("|", "/")
         kernel = r.extra.get("kernel", "").replace("|", "/")
-        lines.append(f"| {r.shape} | {r.backend} | {_fmt(r.kernel_us)} | {_fmt(r.eager_us)} | {_fmt(r.tflops, '.4g')} | "
+        lines.append(f"| {r.shape} | {r.backend} | {_fmt(r.kernel_us)} | {_fmt(r.eager_us)} | {_fmt(r.host_us)} | "
+                     f"{_fmt(r.tflops, '.4g')} | "
                      f"{_fmt(r.pct_matmul, '.3g')} | {_fmt(r.gbps, '.4g')} | {_fmt(r.pct_copy, '.3g')} | {status} | "
                      f"{kernel} |")
     lines.append(MD_END)
@@ -714,6 +744,9 @@ def measure_ceilings(timer: Timer, dtype, t_start: float) -> dict:
         ceilings["copy_gbps"] = timer.copy_gbps()
         ceilings["floor1_us"] = timer.floor_us(1)
         ceilings["floor2_us"] = timer.floor_us(2)
+        eager_floor = timer.eager_floor_us()
+        if eager_floor is not None:
+            ceilings["eager_floor_us"], ceilings["host_floor_us"] = eager_floor
     except Exception as e:
         _log(f"  ceiling measurement failed: {type(e).__name__}: {e}")
     _log(f"  ceilings: dense bf16 matmul {_fmt(ceilings.get('matmul_tflops'), '.4g')} TFLOP/s, "
@@ -751,6 +784,7 @@ def bench_shape(shape: Shape, backends: list[str], device: str, dtype, timer: Ti
         r = bench_one(shape, b, sets, gate, timer, ceilings, device)
         results.append(r)
         _log(f"  {b:<9} {r.status:<8} kernel {_fmt(r.kernel_us)} us, eager {_fmt(r.eager_us)} us, "
+             f"host {_fmt(r.host_us)} us, "
              f"{_fmt(r.tflops, '.4g')} TFLOP/s{'' if r.gbps is None else f', {r.gbps:.4g} GB/s'}"
              f"{'' if not r.reason else '  (' + r.reason[:150] + ')'}"
              f"{'' if not r.graph_note else '  [' + r.graph_note[:100] + ']'}"
