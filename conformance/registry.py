@@ -70,7 +70,8 @@ _BUILTIN: dict[str, str] = {
 }
 _OPTIONAL: dict[str, str] = {
     "flex": "tools.flex_backend",
-    # Triton with its TMA prefill kernel forced (unsupported off CUDA / for fp32)
+    # Triton with its TMA prefill kernel forced (unsupported for fp32, and on CPU
+    # except fp16 under the Triton interpreter)
     "triton-tma": "triton_impl.tma_prefill",
 }
 DEFAULT_BACKENDS = ("reference", "triton", "tilelang")

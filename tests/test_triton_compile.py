@@ -183,6 +183,11 @@ def variants():
     for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
+    # The TMA kernel's two-phase key loop (PHASES, launch.TMA_PHASES / the _phases knob):
+    # every shipped TMA tile, both V modes at D = 128's bucket, and the int64 frame.
+    for name in [n for n in out if n in shipped_tma or n.startswith(("tma-v_tma-bf16-D96", "tma-i64"))]:
+        grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
+        out[name + "-phases"] = (grp, fn, ptrs, dict(consts, PHASES=True), warps, stages, hgmma)
     # The Gluon prefill kernel (a lab kernel behind the private tma="gluon" knob,
     # triton_impl.gluon_prefill): the lab's default tile and the 8-warp one, both head
     # dims it serves, both 16-bit dtypes, both landmark tests, no landmarks, Dqk != Dv,

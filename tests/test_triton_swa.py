@@ -49,12 +49,12 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False):
             _rand((B, Hkv, Lk, Dv), dtype, blhd))
 
 
-def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=None, **kw):
+def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=None, tma=None, **kw):
     """One call through the launcher into NaN-poisoned outputs."""
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
     taken = L.launch(p, q, k, v, o, lse, path=path, phases=phases, num_splits=num_splits,
-                     config=config, fold=fold)
+                     config=config, fold=fold, tma=tma)
     return o, lse, taken
 
 
@@ -331,8 +331,16 @@ def test_describe_call_names_the_path_launch_takes(monkeypatch):
         if taken == "splitkv":
             assert f"S={plan.grid[2]} +combine" in text
     assert triton_impl.describe_call(q[:, :, :0], k, v, **kw) == "no kernel (empty output)"
-    with pytest.raises(UnsupportedConfig, match="TMA"):  # CPU tensors: as the call itself
-        tma_prefill.describe_call(q, k, v, **kw)
+    # the TMA-forced module: fp16 runs the TMA kernel (under the interpreter too) ...
+    text = tma_prefill.describe_call(q, k, v, **kw)
+    assert text.startswith("prefill_tma 64x64 w4 s2 r128"), text
+    assert _run(q, k, v, path="prefill", tma="v_ptr", **kw)[2] == "prefill_tma"
+    if DEV == "cpu":  # ... bf16 CPU tensors are refused, by describe_call as by the call itself
+        qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))
+        with pytest.raises(UnsupportedConfig, match="TMA"):
+            tma_prefill.describe_call(qb, kb, vb, **kw)
+        with pytest.raises(UnsupportedConfig, match="TMA"):
+            tma_prefill.sliding_window_attention(qb, kb, vb, **kw)
 
 
 def test_empty_dimensions():
@@ -447,10 +455,53 @@ def test_tma_stride_rules():
     assert not L._tma_strides_ok(torch.randn(2, 3, 40, 4, dtype=torch.bfloat16))  # 8-byte rows
     assert not L._tma_strides_ok(x[:, :1].expand(2, 3, 40, 64))  # broadcast head: stride 0
     assert not L._tma_strides_ok(x.transpose(2, 3))  # innermost stride not 1
-    with pytest.raises(UnsupportedConfig, match="TMA"):  # the interpreter has no TMA: forced -> refused
+    # forced on bf16 CPU tensors -> refused (the interpreter runs the TMA kernel in fp16 only;
+    # without the interpreter CPU tensors have no TMA)
+    with pytest.raises(UnsupportedConfig, match="TMA"):
         sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
     with pytest.raises(ValueError, match="prefill path"):  # a TMA mode on another path is a mistake
         sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="splitkv", _tma="v_ptr")
+
+
+# (B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra kwargs): GQA with Lq < Lk, with kv_start and with
+# each tile's first position 2 keys before a block boundary and no landmark mask (an interior
+# range one key too long then takes the key after it unmasked); a
+# padded head dim (96 -> 128-wide boxes); Dqk != Dv with positions past 10^6; every key a
+# landmark (empty rows); no landmark mask, no chunk expansion, negative scale.
+TMA_CASES = [(1, 2, 1, 150, 300, 64, 64, 50, 16, dict(kv_start=7)),
+             (1, 2, 1, 142, 300, 64, 64, 50, 16, dict(mask_lmk=False)),
+             (1, 2, 2, 130, 130, 96, 96, 40, 64, {}),
+             (2, 4, 2, 77, 77, 128, 64, 33, 64, dict(kv_start=10 ** 6 + 5)),
+             (1, 2, 2, 60, 60, 32, 32, 1, 1, {}),
+             (1, 2, 1, 64, 64, 64, 64, 300, 50, dict(mask_lmk=False, expand_to_chunk=False, sm_scale=-0.3))]
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="the interpreter path: on a GPU the same kernel is "
+                    "test_tma_prefill_path_choice_and_graph_replay's and the suite's triton-tma backend")
+@pytest.mark.parametrize("mode", ["v_ptr", "v_tma"])
+@pytest.mark.parametrize("phases", [False, True], ids=["one-loop", "phases"])
+def test_tma_kernel_under_the_interpreter(phases, mode):
+    """The TMA prefill kernel, forced (fp16 under the interpreter; ``launch._tma_choice``):
+    both loop forms (``PHASES``: edge blocks first, then the blocks inside every row's
+    window without the window test), V by pointers and by TMA, two tiles, against
+    float64 golden; NaN in every slot no query sees changes nothing (bitwise)."""
+    for B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra in TMA_CASES:
+        kw = dict(window_size=W, chunk_size=C, **extra)
+        q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, torch.float16)
+        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+        unseen = ~visibility_mask(Lq, Lk, device=DEV, **rule).any(0)
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
+        for cfg in (L.Config(32, 16, 4, 2), L.Config(16, 32, 4, 2)):
+            p = reference.check_inputs(q, k, v, **kw)
+            outs = []
+            for kk, vv in ((k, v), (k2, v2)):
+                o, lse = p.new_outputs(poison=True)
+                taken = L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, phases=phases, config=cfg)
+                assert taken == "prefill_tma"
+                outs.append((o, lse))
+            _check(*outs[0], q, k, v, **kw)
+            assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
 def test_gluon_knob_refuses_what_it_cannot_run():
@@ -480,14 +531,9 @@ def _graph_replay(call):
     """Capture ``call`` in a CUDA graph (after a warm-up on a side stream),
     replay it once; returns what the captured call returned and the graph
     (kept alive by the caller while it reads those outputs)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = call()
+    from tools._common import capture_graph
+
+    g, out = capture_graph(call)
     g.replay()
     torch.cuda.synchronize()
     return out, g

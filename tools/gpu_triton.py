@@ -456,6 +456,44 @@ def lab():
             (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
             (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
         ]
+    if ARGS.lab == "7":
+        # lab 7 (session 10): the TMA kernel's two-phase key loop (kernels._swa_fwd_tma_kernel
+        # PHASES: edge blocks first with the window test, then the blocks inside every
+        # row's window with the landmark test only). SASS (Triton 3.6, sm_90, bf16, CPU),
+        # instructions per key block of the steady loop: D=128 64x64 w4 s3 704 -> 481
+        # inside the window (752 on edge blocks), D=64 64x64 w4 s2 r128 606 -> 400 (644);
+        # a 64-row tile at W=512, C=64 has 7 of its 9 blocks inside, at W=4096 63 of 65.
+        # Predicted (L2 not flushed; table: D=128 L=8K 229-232 us, GQA 32/4 159 us):
+        # D=128 L=8K/16K -5..-15%; D=64 GQA 32/4, 16/2, batch 4 x 4K -8..-20%;
+        # W=4096 GQA D=64 -15..-30%.
+        C_ = L.Config
+        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                     path="prefill", tma="v_ptr", phases=True)
+        cases = [dict(pbase, Dqk=128, Dv=128, dtype=bf),
+                 dict(pbase, Dqk=64, Dv=64, dtype=torch.float16, config=C_(64, 64, 4, 2, 128)),
+                 dict(pbase, Dqk=128, Dv=64, dtype=bf, blhd=True, Lq=333, Lk=1000, W=100, C=16, Hq=6),
+                 dict(pbase, Dqk=64, Dv=64, dtype=bf, Lq=1000, Lk=1000, W=5000, C=64,
+                      kv_start=10 ** 6 + 7, B=1, Hq=8, Hkv=1),
+                 dict(pbase, Dqk=128, Dv=128, dtype=torch.float16, Lq=512, Lk=512, W=37, C=1),
+                 dict(pbase, Dqk=64, Dv=64, dtype=bf, W=300, C=50, mask_lmk=False, expand=False,
+                      sm_scale=-0.3),
+                 dict(pbase, Dqk=128, Dv=128, dtype=bf, tma="v_tma"),
+                 dict(pbase, Dqk=128, Dv=128, dtype=bf, Lq=70, Lk=70, W=512)]
+        ph = [("table", {}), ("phases", dict(_phases=True))]
+        return cases, [
+            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64),
+             ph + [("phases 64x64 s2", dict(_phases=True, _tma="v_ptr", _config=C_(64, 64, 4, 2)))]),
+            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64),
+             ph + [("phases 64x64 s3 r128", dict(_phases=True, _tma="v_ptr", _config=C_(64, 64, 4, 3, 128)))]),
+            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), ph),
+            (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), ph),
+            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), ph),
+            (dict(name="gqa32/4 D64 W4096", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=4096, C=64), ph),
+            (dict(name="mha D128 L8K flushed", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64,
+                  flushed=True), ph),
+            (dict(name="gqa32/4 D64 L8K flushed", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64,
+                  flushed=True), ph),
+        ]
     if ARGS.lab == "3":
         # lab 3: more CTAs per SM for the TMA prefill kernel through a register cap
         # (Config.maxnreg). CPU compile, sm_90, bf16: D=128 64x64 w4 s3 (the table) 196

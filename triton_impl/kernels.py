@@ -18,7 +18,10 @@ Four kernels:
 - :func:`_swa_combine_kernel`: merges the partial states of one row.
 - :func:`_swa_fwd_tma_kernel`: the prefill kernel with ``q``/``k``/``o`` (and
   optionally ``v``) through TMA tensor descriptors, bf16/fp16 on Hopper; the
-  launcher takes it for long prefills (``launch.PREFILL_TMA``).
+  launcher takes it for long prefills (``launch.PREFILL_TMA``). ``PHASES``
+  runs the partly visible edge blocks first, then the blocks inside every
+  row's window without the window test (``launch.TMA_PHASES``). The Triton
+  interpreter runs it too (fp16, when forced: ``tests/test_triton_swa.py``).
 
 The three attention kernels work in base 2 (``exp2``; scores pre-multiplied by
 ``sm_scale * log2(e)``) and write the natural-log LSE ``(m + log2 l) * ln 2``
@@ -377,6 +380,62 @@ def _swa_fwd_kernel(
 
 
 @triton.jit
+def _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min, j_lo, j_hi,
+                qidx, span, kv_start, C, ph, qk_scale, DV: tl.constexpr, BLOCK_DK: tl.constexpr,
+                BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr,
+                MASK_LMK: tl.constexpr, V_TMA: tl.constexpr, LMK_ONE: tl.constexpr,
+                FOLD: tl.constexpr):
+    """One key block ``[n0, n0 + BLOCK_N)`` of :func:`_swa_fwd_tma_kernel`: ``k`` by
+    TMA, ``v`` by TMA (landmark rows zeroed) or by masked pointer loads through
+    ``v_ptrs`` (the block's ``(BLOCK_N, BLOCK_DV)`` pointers); the window test only
+    with ``MASK_WINDOW`` (otherwise every key of the block is inside every real
+    row's window)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
+    s = tl.dot(q, k.T)
+    if not FOLD:
+        s = s * qk_scale
+    if MASK_LMK:
+        keep = _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
+    if MASK_WINDOW:
+        vis = _in_window(qidx, n0, offs_n, span)
+        if MASK_LMK:
+            vis = vis & keep[None, :]
+        s = tl.where(vis, s, float("-inf"))
+    elif MASK_LMK:
+        s = tl.where(keep[None, :], s, float("-inf"))
+    p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if V_TMA:
+        v = desc_v.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
+        if MASK_LMK:
+            v = tl.where(keep[:, None], v, 0.0)
+    else:
+        offs_dv = tl.arange(0, BLOCK_DV)
+        if MASK_WINDOW:
+            vrow = (n0 + offs_n >= j_lo) & (n0 + offs_n < j_hi)  # keys some row of the block sees
+            if MASK_LMK:
+                vrow = vrow & keep
+            HAS_ROW: tl.constexpr = True
+        else:
+            vrow = keep if MASK_LMK else offs_n >= 0
+            HAS_ROW: tl.constexpr = MASK_LMK
+        if HAS_ROW:
+            if BLOCK_DV != DV:
+                v = tl.load(v_ptrs, mask=vrow[:, None] & (offs_dv < DV)[None, :], other=0.0)
+            else:
+                v = tl.load(v_ptrs, mask=vrow[:, None], other=0.0)
+        else:
+            if BLOCK_DV != DV:
+                v = tl.load(v_ptrs, mask=(offs_dv < DV)[None, :], other=0.0)
+            else:
+                v = tl.load(v_ptrs)
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
 def _swa_fwd_tma_kernel(
     desc_q, desc_k, desc_v, desc_o, V, LSE,
     svb, svh, svl, svd,
@@ -384,7 +443,7 @@ def _swa_fwd_tma_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
-    LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
+    LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False, PHASES: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -400,6 +459,13 @@ def _swa_fwd_tma_kernel(
     all (``V_TMA=False``: ``v`` by masked pointer loads), so ``0 * NaN``
     cannot reach ``o``. The store of ``o`` through ``desc_o`` clips rows past
     ``Lq`` and columns past ``Dv``.
+
+    ``PHASES`` (a tuning mode, :data:`launch.TMA_PHASES`): the key blocks some
+    row sees only in part (the left edge and the diagonal) run first, with the
+    window test, then the blocks inside every real row's window run without it
+    (only the landmark column test). Online softmax does not depend on the
+    order of its blocks; rows past ``Lq`` are never stored. Otherwise one loop
+    masks every block.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -409,49 +475,50 @@ def _swa_fwd_tma_kernel(
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
     qidx, span, j_lo, j_hi = _rows(offs_m, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
     start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
+    n_all = tl.cdiv(j_hi - start, BLOCK_N)
 
     q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    if not V_TMA:
-        offs_dv = tl.arange(0, BLOCK_DV)
-        v_ptrs = (V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
-                  + (start + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd)
-    ph = _lmk_phase(kv_start, start, C)
-    for n0 in range(start, j_hi, BLOCK_N):
-        k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
-        s = tl.dot(q, k.T)
-        if not FOLD:
-            s = s * qk_scale
-        vis = _in_window(qidx, n0, offs_n, span)
-        if MASK_LMK:
-            keep = _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
-            vis = vis & keep[None, :]
-        s = tl.where(vis, s, float("-inf"))
-        p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if V_TMA:
-            v = desc_v.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
-            if MASK_LMK:
-                v = tl.where(keep[:, None], v, 0.0)
-        else:
-            vrow = (n0 + offs_n >= j_lo) & (n0 + offs_n < j_hi)  # keys some row of the block sees
-            if MASK_LMK:
-                vrow = vrow & keep
-            if BLOCK_DV != DV:
-                v = tl.load(v_ptrs, mask=vrow[:, None] & (offs_dv < DV)[None, :], other=0.0)
-            else:
-                v = tl.load(v_ptrs, mask=vrow[:, None], other=0.0)
-            v_ptrs += BLOCK_N * svl
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    v_base = V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
+    if PHASES:
+        # Blocks inside every real row's window: [mid_lo, mid_hi) on the block grid
+        # from start (keys from the last row's left edge to the first row's own).
+        full_lo = _window_left(kv_start + Lk - Lq + m_last, W, C, EXPAND) - kv_start
+        full_hi = Lk - Lq + m0 + 1
+        n_left = tl.minimum(tl.cdiv(tl.maximum(full_lo - start, 0), BLOCK_N), n_all)
+        n_mid = tl.maximum(tl.minimum((full_hi - start) // BLOCK_N, n_all) - n_left, 0)
+        mid_lo = start + n_left * BLOCK_N
+        mid_hi = mid_lo + n_mid * BLOCK_N
+        # The edge blocks, masked: [start, mid_lo), then [mid_hi, j_hi).
+        for i in range(0, n_all - n_mid):
+            n0 = tl.where(i < n_left, start + i * BLOCK_N, mid_hi + (i - n_left) * BLOCK_N)
+            v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+            acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
+                                        n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
+                                        _lmk_phase(kv_start, n0, C), qk_scale, DV, BLOCK_DK, BLOCK_DV,
+                                        BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD)
+        lo = mid_lo
+        hi = mid_hi
+        MASK_MID: tl.constexpr = False
+    else:
+        lo = start
+        hi = j_hi
+        MASK_MID: tl.constexpr = True
+    ph = _lmk_phase(kv_start, lo, C)
+    v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+    for n0 in range(lo, hi, BLOCK_N):
+        acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min,
+                                    j_lo, j_hi, qidx, span, kv_start, C, ph, qk_scale, DV, BLOCK_DK,
+                                    BLOCK_DV, BLOCK_N, MASK_MID, MASK_LMK, V_TMA, LMK_ONE, FOLD)
         ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+        v_ptrs += BLOCK_N * svl
 
     out, lse2 = _finish(acc, m_i, l_i)
     lse = lse2 * 0.6931471805599453

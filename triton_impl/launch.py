@@ -142,6 +142,14 @@ PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
     ("16", 64): (Config(64, 64, 4, 2, maxnreg=128), False),
     ("16", 128): (Config(64, 64, 4, 3), False),
 }
+# The TMA kernel's key loop in two phases (kernels._swa_fwd_tma_kernel PHASES): the
+# blocks some row sees only in part (left edge, diagonal) first, with the window
+# test, then the blocks inside every row's window with the landmark test only.
+# SASS (Triton 3.6, sm_90, bf16, on CPU), instructions per key block of the
+# steady loop: D=128 64x64 w4 s3 704 -> 481 inside the window (752 on the edge
+# blocks), D=64 64x64 w4 s2 606 -> 400 (644); at W=512, C=64 seven of a 64-row
+# tile's nine blocks are inside. The private _phases knob forces it (both kernels).
+TMA_PHASES: dict[tuple[str, int], bool] = {key: False for key in PREFILL_TMA}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
@@ -522,7 +530,18 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
                 "triton: the Gluon prefill kernel needs bf16/fp16 CUDA tensors on a Hopper GPU (sm_90) "
                 f"with head dims in {GLUON_HEADS}")
         return (cfg or GLUON_PREFILL.get((dtype_class(p.dtype), head_bucket(p))) or Config(64, 64, 4, 2), True)
-    if tma is False or interpreter_active() or p.device.type != "cuda" or p.dtype == torch.float32:
+    if tma is False or p.dtype == torch.float32:
+        return None
+    if interpreter_active():
+        # CPU tests: the TMA kernel runs under the interpreter when a mode names it,
+        # for fp16 only (the kernel has no upcast path, and the interpreter's bf16
+        # arithmetic is wrong: triton-lang/triton#11584).
+        if tma is None:
+            return None
+        if p.dtype != torch.float16:
+            raise UnsupportedConfig("triton: under TRITON_INTERPRET=1 the TMA prefill kernel runs fp16 "
+                                    "only (the interpreter computes bf16 wrongly, triton-lang/triton#11584)")
+    elif p.device.type != "cuda":
         return None
     if (p.Dv * p.dtype.itemsize) % 16:
         return None
@@ -592,9 +611,11 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
         elif choice is not None:
             tcfg, v_tma = choice
+            tph = TMA_PHASES.get((cls, bucket), False) if phases is None else phases
             tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
                                       MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, maxnreg=tcfg.maxnreg)
+                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, dict(PHASES=tph),
+                                 maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
@@ -737,6 +758,8 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
+    if kind == "prefill_tma" and cx.get("PHASES"):
+        text += " phases"
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
     return text
@@ -746,7 +769,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
            num_splits: int | None = None, phases: bool | None = None, tma=None,
            fold: bool | None = None, pdl: bool | None = None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
-    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases``,
+    ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases`` (the
+    key loop in phases: the pointer kernel's ``PHASES`` table, the TMA kernel's
+    ``TMA_PHASES``; a bool forces both),
     ``tma`` (``None``: the table decides; ``False``: never; a key of
     ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
     ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal

@@ -6,8 +6,10 @@ the suite's cases, which are small, would rarely reach it. This module exposes
 the same canonical function with the prefill path and the TMA kernel (K by
 TMA, V by pointers) forced for every call, registered as the optional backend
 ``triton-tma`` (``hils-swa conform --backend triton-tma``). Calls the TMA
-kernel cannot serve (CPU tensors, fp32, strides the copy engine refuses) raise
-:class:`UnsupportedConfig` instead of silently running another kernel.
+kernel cannot serve (fp32, strides the copy engine refuses, CPU tensors
+without the interpreter, and under it bf16: the kernel has no upcast path)
+raise :class:`UnsupportedConfig` instead of silently running another kernel;
+under ``TRITON_INTERPRET=1`` fp16 CPU calls run the kernel itself.
 """
 
 from __future__ import annotations
