@@ -209,9 +209,9 @@ def test_workspace_growth_refreshes_cached_plans(monkeypatch):
     monkeypatch.setattr(L, "_WORKSPACE", {})
     monkeypatch.setattr(L, "_PLANS", {})
     kw = dict(window_size=100, chunk_size=8)
-    wkey = (torch.device(DEV).type, torch.device(DEV).index)
     small = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
     big = _inputs(2, 4, 2, 64, 200, 32, 32, torch.float32)
+    wkey = (small[0].device.type, small[0].device.index)  # launch.workspace's key (cuda: cuda:0, not cuda)
     o1, l1, _ = _run(*small, path="splitkv", num_splits=4, **kw)
     before = L._WORKSPACE[wkey]
     o2, l2, _ = _run(*big, path="splitkv", num_splits=8, **kw)  # 5 splits x 512 rows x 33 floats > 2**16

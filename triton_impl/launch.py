@@ -148,8 +148,12 @@ PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
 # SASS (Triton 3.6, sm_90, bf16, on CPU), instructions per key block of the
 # steady loop: D=128 64x64 w4 s3 704 -> 481 inside the window (752 on the edge
 # blocks), D=64 64x64 w4 s2 606 -> 400 (644); at W=512, C=64 seven of a 64-row
-# tile's nine blocks are inside. The private _phases knob forces it (both kernels).
-TMA_PHASES: dict[tuple[str, int], bool] = {key: False for key in PREFILL_TMA}
+# tile's nine blocks are inside. Measured on the H200 (tools/gpu_triton.py --lab 7
+# at ba4666d, bench_results/triton-lab14-ba4666d.json, L2 not flushed, one loop ->
+# phases): 32/32/128 L=8K 228.2 -> 220.0 us, L=16K 483.3 -> 479.9; GQA 32/4 D=64
+# 158.3 -> 133.3, 16/2 83.6 -> 70.8, batch 4 x 4K 298.4 -> 251.4, W=4096 843.3 ->
+# 630.3 us. The private _phases knob forces it either way (both kernels).
+TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
