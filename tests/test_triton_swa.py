@@ -455,12 +455,16 @@ def test_tma_stride_rules():
     assert not L._tma_strides_ok(torch.randn(2, 3, 40, 4, dtype=torch.bfloat16))  # 8-byte rows
     assert not L._tma_strides_ok(x[:, :1].expand(2, 3, 40, 64))  # broadcast head: stride 0
     assert not L._tma_strides_ok(x.transpose(2, 3))  # innermost stride not 1
-    # forced on bf16 CPU tensors -> refused (the interpreter runs the TMA kernel in fp16 only;
-    # without the interpreter CPU tensors have no TMA)
-    with pytest.raises(UnsupportedConfig, match="TMA"):
-        sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
+    # forced where the copy engine cannot read the call -> refused, on CPU (interpreter) and GPU
+    y = torch.randn(2, 3, 64, 40, dtype=torch.float16, device=DEV).transpose(2, 3)  # innermost stride 40
+    with pytest.raises(UnsupportedConfig, match="TMA prefill kernel needs"):
+        sliding_window_attention(y, y, y, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
+    if DEV == "cpu":  # under the interpreter the TMA kernel runs fp16 only: bf16 forced -> refused
+        with pytest.raises(UnsupportedConfig, match="TMA prefill kernel runs fp16 only"):
+            sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
     with pytest.raises(ValueError, match="prefill path"):  # a TMA mode on another path is a mistake
-        sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="splitkv", _tma="v_ptr")
+        sliding_window_attention(x.to(DEV), x.to(DEV), x.to(DEV), window_size=8, chunk_size=4,
+                                 _force_path="splitkv", _tma="v_ptr")
 
 
 # (B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra kwargs): GQA with Lq < Lk, with kv_start and with
@@ -506,20 +510,21 @@ def test_tma_kernel_under_the_interpreter(phases, mode):
 
 def test_gluon_knob_refuses_what_it_cannot_run():
     """The Gluon lab kernel (``_tma="gluon"``, never chosen by the table): a tile it
-    has no form for is a ValueError, and a call it cannot serve (here: CPU tensors
-    under the interpreter; elsewhere fp32, head dims outside 64/128, GPUs other
+    has no form for is a ValueError, and a call it cannot serve (fp32, head dims
+    outside 64/128; on CPU every call, the interpreter has no Gluon; GPUs other
     than sm_90) is refused with UnsupportedConfig before any kernel runs, instead
-    of silently running another kernel."""
-    x = torch.randn(1, 2, 40, 64, dtype=torch.float16)
+    of silently running another kernel. On CPU and GPU alike."""
+    x = torch.randn(1, 2, 40, 64, dtype=torch.float16, device=DEV)
     kw = dict(window_size=8, chunk_size=4, _force_path="prefill", _tma="gluon")
     for bad in (L.Config(64, 64, 4, 1), L.Config(64, 64, 2, 2), L.Config(96, 64, 8, 2), L.Config(64, 64, 4, 2, 128),
                 L.Config(512, 64, 8, 2), L.Config(64, 512, 4, 2)):
         with pytest.raises(ValueError, match="Gluon prefill tile"):
             sliding_window_attention(x, x, x, _config=bad, **kw)
-    with pytest.raises(UnsupportedConfig, match="Gluon"):
-        sliding_window_attention(x, x, x, **kw)
-    with pytest.raises(UnsupportedConfig, match="Gluon"):
-        sliding_window_attention(x, x, x, _config=L.Config(128, 64, 8, 2), **kw)
+    for y in (x.float(), torch.randn(1, 2, 40, 96, dtype=torch.float16, device=DEV)):
+        with pytest.raises(UnsupportedConfig, match="Gluon"):
+            sliding_window_attention(y, y, y, **kw)
+        with pytest.raises(UnsupportedConfig, match="Gluon"):
+            sliding_window_attention(y, y, y, _config=L.Config(128, 64, 8, 2), **kw)
     assert L.GLUON_PREFILL == {}  # shipped nowhere: slower than the TMA kernel (BENCHMARKS.md, session 9)
 
 

@@ -456,6 +456,35 @@ def lab():
             (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
             (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
         ]
+    if ARGS.lab == "8":
+        # lab 8 (session 10, after lab 7 shipped TMA_PHASES): TMA tiles with the two-phase
+        # loop, which leaves fewer instructions per block (CPU compile, Triton 3.6, sm_90:
+        # registers / shared KB / CTAs per SM): D=128 64x64 s3 (table) 192 / 116 / 2,
+        # 64x64 s2 193 / 83 / 2, 64x32 s3 145 / 67 / 3, 64x32 s2 r96 96 / 49 (spills),
+        # 128x64 w8 s2 191 / 98 / 1; D=64 64x64 s2 r128 (table) 126 / 42 / 4, 64x32 s3
+        # 115 / 34 / 4, 64x32 s2 r96 92 / 25 / 5, 64x128 s2 237 / 75 / 2, 128x64 w8 s2
+        # 152 / 49 / 1. Predicted (L2 not flushed): D=128 64x32 s3 -5..+5% against the
+        # table (220 us), 64x64 s2 0..+3%, 128x64 w8 +5..+15%; D=64 (133 us) 64x32
+        # tiles -5..+5%, 64x128 and 128x64 w8 +5..+20%.
+        C_ = L.Config
+        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                     path="prefill", tma="v_ptr", phases=True)
+        d128 = [C_(64, 64, 4, 2), C_(64, 32, 4, 3), C_(128, 64, 8, 2)]
+        d64 = [C_(64, 32, 4, 3), C_(64, 32, 4, 2, 96), C_(64, 128, 4, 2), C_(128, 64, 8, 2)]
+        cases = ([dict(pbase, Dqk=128, Dv=128, dtype=bf, config=c) for c in d128]
+                 + [dict(pbase, Dqk=64, Dv=64, dtype=torch.float16, config=c) for c in d64])
+
+        def name(c):
+            return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (f" r{c.maxnreg}" if c.maxnreg else "")
+        v128 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d128]
+        v64 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d64]
+        return cases, [
+            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), v128),
+            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
+            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128),
+            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
+            (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64),
+        ]
     if ARGS.lab == "7":
         # lab 7 (session 10): the TMA kernel's two-phase key loop (kernels._swa_fwd_tma_kernel
         # PHASES: edge blocks first with the window test, then the blocks inside every
