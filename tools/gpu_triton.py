@@ -456,6 +456,32 @@ def lab():
             (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
             (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
         ]
+    if ARGS.lab == "9":
+        # lab 9 (session 10): chunked prefill (256 programs of 64 rows: under TMA_MIN_WAVES, so
+        # the pointer kernel) with the pointer kernel's three-loop PHASES, and with the TMA
+        # kernel forced (two-phase loop, as shipped for long prefills). Predicted (kernel
+        # only): pointer PHASES D=128 25 us (flushed) -> 22-27, GQA D=64 18 -> 16-20; TMA
+        # forced D=128 -0..-8%, D=64 -5..-15% against the pointer kernel.
+        # Measured (bench_results/triton-lab16-595a1ce.json; kernel / flushed us): Lq=512
+        # D=128 table 20.2 / 25.2, pointer PHASES 21.5 / 26.0, TMA 19.2 / 24.1 (host 116
+        # vs 32 us); GQA D=64 13.5 / 17.5, 14.2 / 18.0, 13.0 / 17.1 (host 140 vs 55);
+        # Lq=1024 D=128 (512 programs, just under TMA_MIN_WAVES) 38.7 / 43.3, 40.5 / 45.5,
+        # 34.1 / 39.3 (host 96 vs 39). The table stays: the pointer kernel's three loops
+        # lose, and TMA's kernel-time gain is smaller than its descriptors' host time.
+        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                     path="prefill", phases=True)
+        cases = [dict(pbase, Dqk=128, Dv=128, dtype=bf, tma=False),
+                 dict(pbase, Dqk=64, Dv=64, dtype=bf, tma=False, config=L.Config(64, 32, 4, 4))]
+        vs = [("table", {}), ("pointer phases", dict(_phases=True, _tma=False)),
+              ("tma forced", dict(_tma="v_ptr"))]
+        return cases, [
+            (dict(name="chunk512/8K D128", B=1, Hq=32, Hkv=32, Lq=512, Lk=8192, D=128, W=512, C=64,
+                  flushed=True), vs),
+            (dict(name="chunk512/8K gqa D64", B=1, Hq=32, Hkv=4, Lq=512, Lk=8192, D=64, W=512, C=64,
+                  flushed=True), vs),
+            (dict(name="chunk1024/8K D128", B=1, Hq=32, Hkv=32, Lq=1024, Lk=8192, D=128, W=512, C=64,
+                  flushed=True), vs),
+        ]
     if ARGS.lab == "8":
         # lab 8 (session 10, after lab 7 shipped TMA_PHASES): TMA tiles with the two-phase
         # loop, which leaves fewer instructions per block (CPU compile, Triton 3.6, sm_90:
@@ -466,6 +492,10 @@ def lab():
         # 152 / 49 / 1. Predicted (L2 not flushed): D=128 64x32 s3 -5..+5% against the
         # table (220 us), 64x64 s2 0..+3%, 128x64 w8 +5..+15%; D=64 (133 us) 64x32
         # tiles -5..+5%, 64x128 and 128x64 w8 +5..+20%.
+        # Measured at 595a1ce (bench_results/triton-lab15-595a1ce.json): D=128 L=8K table
+        # 219.9 us, 64x64 s2 232.5, 64x32 s3 224.6, 128x64 w8 298.8; GQA 32/4 D=64 table
+        # 133.5, 64x32 s3 153.2, 64x32 s2 r96 147.9, 64x128 270.0, 128x64 w8 231.5: the
+        # table stays.
         C_ = L.Config
         pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
                      path="prefill", tma="v_ptr", phases=True)
