@@ -480,15 +480,15 @@ TMA_CASES = [(1, 2, 1, 150, 300, 64, 64, 50, 16, dict(kv_start=7)),
              (1, 2, 1, 64, 64, 64, 64, 300, 50, dict(mask_lmk=False, expand_to_chunk=False, sm_scale=-0.3))]
 
 
-@pytest.mark.skipif(DEV == "cuda", reason="the interpreter path: on a GPU the same kernel is "
-                    "test_tma_prefill_path_choice_and_graph_replay's and the suite's triton-tma backend")
-@pytest.mark.parametrize("mode", ["v_ptr", "v_tma"])
+@pytest.mark.parametrize("kernel", ["pointer", "tma-v_ptr", "tma-v_tma"])
 @pytest.mark.parametrize("phases", [False, True], ids=["one-loop", "phases"])
-def test_tma_kernel_under_the_interpreter(phases, mode):
-    """The TMA prefill kernel, forced (fp16 under the interpreter; ``launch._tma_choice``):
-    both loop forms (``PHASES``: edge blocks first, then the blocks inside every row's
-    window without the window test), V by pointers and by TMA, two tiles, against
-    float64 golden; NaN in every slot no query sees changes nothing (bitwise)."""
+def test_prefill_loop_forms(phases, kernel):
+    """Both loop forms of both prefill kernels (``PHASES``: the edge blocks first, then
+    the blocks inside every row's window without the window test), the TMA kernel with
+    V by pointers and by TMA (forced: fp16 under the interpreter, ``launch._tma_choice``),
+    two tiles, against float64 golden; NaN in every slot no query sees changes nothing
+    (bitwise)."""
+    tma = False if kernel == "pointer" else kernel[4:]
     for B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra in TMA_CASES:
         kw = dict(window_size=W, chunk_size=C, **extra)
         q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, torch.float16)
@@ -501,8 +501,8 @@ def test_tma_kernel_under_the_interpreter(phases, mode):
             outs = []
             for kk, vv in ((k, v), (k2, v2)):
                 o, lse = p.new_outputs(poison=True)
-                taken = L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, phases=phases, config=cfg)
-                assert taken == "prefill_tma"
+                taken = L.launch(p, q, kk, vv, o, lse, path="prefill", tma=tma, phases=phases, config=cfg)
+                assert taken == ("prefill" if kernel == "pointer" else "prefill_tma")
                 outs.append((o, lse))
             _check(*outs[0], q, k, v, **kw)
             assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])

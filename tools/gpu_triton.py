@@ -456,6 +456,35 @@ def lab():
             (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
             (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
         ]
+    if ARGS.lab == "10":
+        # lab 10 (session 10): the pointer kernel's PHASES rewritten as the TMA kernel's two
+        # phases (edge blocks first, then the inside blocks without the window test; lab 9's
+        # three-loop form lost). SASS (Triton 3.6, sm_90, bf16, CPU) per key block: D=128
+        # 64x64 w4 s3 719 -> 488 inside (807 on edges), D=64 64x32 w4 s4 331 -> 259 (364).
+        # Predicted (kernel-only, L2 not flushed): chunked Lq=512 D=128 20.2 -> 18.5-20.5 us,
+        # GQA D=64 13.5 -> 11.5-13.0, Lq=1024 D=128 38.7 -> 35-38; long prefill on the pointer
+        # kernel (TMA off) D=128 L=8K and GQA D=64 -3..-12%.
+        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                     path="prefill", phases=True, tma=False)
+        cases = [dict(pbase, Dqk=128, Dv=128, dtype=bf),
+                 dict(pbase, Dqk=64, Dv=64, dtype=bf, config=L.Config(64, 32, 4, 4)),
+                 dict(pbase, Dqk=96, Dv=64, dtype=torch.float16, blhd=True, Lq=333, Lk=1000, W=100, C=16),
+                 dict(pbase, Dqk=64, Dv=64, dtype=torch.float32, W=300, C=50, mask_lmk=False, expand=False,
+                      sm_scale=-0.3),
+                 dict(pbase, Dqk=128, Dv=128, dtype=bf, Lq=1000, Lk=1000, W=5000, C=64,
+                      kv_start=10 ** 6 + 7, B=1, Hq=8, Hkv=1)]
+        vs = [("table", {}), ("pointer phases", dict(_phases=True, _tma=False))]
+        off = [("pointer", dict(_tma=False)), ("pointer phases", dict(_phases=True, _tma=False))]
+        return cases, [
+            (dict(name="chunk512/8K D128", B=1, Hq=32, Hkv=32, Lq=512, Lk=8192, D=128, W=512, C=64,
+                  flushed=True), vs),
+            (dict(name="chunk512/8K gqa D64", B=1, Hq=32, Hkv=4, Lq=512, Lk=8192, D=64, W=512, C=64,
+                  flushed=True), vs),
+            (dict(name="chunk1024/8K D128", B=1, Hq=32, Hkv=32, Lq=1024, Lk=8192, D=128, W=512, C=64,
+                  flushed=True), vs),
+            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), off),
+            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), off),
+        ]
     if ARGS.lab == "9":
         # lab 9 (session 10): chunked prefill (256 programs of 64 rows: under TMA_MIN_WAVES, so
         # the pointer kernel) with the pointer kernel's three-loop PHASES, and with the TMA

@@ -4,11 +4,10 @@ Four kernels:
 
 - :func:`_swa_fwd_kernel`: prefill / training. One program per (query block,
   batch x query head). It loops only over the key blocks its rows can see.
-  ``PHASES=False`` (what ``launch.PHASES`` ships for every config: measured
-  faster on the H200) masks every block in one loop; ``PHASES=True`` splits
-  the range into masked left-edge blocks, unmasked middle blocks (only the
-  cheap per-column landmark test) and masked diagonal blocks, kept reachable
-  through a private knob for tuning.
+  ``PHASES=False`` masks every block in one loop; ``PHASES=True`` runs the
+  masked edge blocks first (left edge, then diagonal), then the middle blocks
+  without the window test (only the cheap per-column landmark test), as the
+  TMA kernel's ``PHASES`` does (``launch.PHASES`` decides per config).
 - :func:`_swa_splitkv_kernel`: split-KV for small grids (decode, short chunks).
   The ``G`` query heads of one key/value head and the ``Lq`` queries are packed
   into the M rows of a tile (row ``r`` is query ``r // G`` of head
@@ -348,22 +347,27 @@ def _swa_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     if PHASES:
-        # Left edge, masked; then inside every row's window (landmark test only).
-        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, start, b_, j_lo, j_hi, qidx,
-                                      span, kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk,
-                                      offs_dv, dk_ok, dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE,
-                                      PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-        acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, b_, c_, j_lo, j_hi, qidx,
-                                      span, kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk,
-                                      offs_dv, dk_ok, dv_ok, BLOCK_N, False, MASK_LMK, LMK_ONE,
-                                      PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
-        c0 = c_
+        # The edge blocks first, masked: [start, b_), then [c_, end) (the diagonal) ...
+        n_left = tl.cdiv(b_ - start, BLOCK_N)
+        offs_n = tl.arange(0, BLOCK_N)
+        for i in range(0, n_left + tl.cdiv(end - c_, BLOCK_N)):
+            n0 = tl.where(i < n_left, start + i * BLOCK_N, c_ + (i - n_left) * BLOCK_N)
+            k_ptrs = k_base + (n0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
+            v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
+                                    kv_start, C, _lmk_phase(kv_start, n0, C), qk_scale, dk_ok, dv_ok,
+                                    BLOCK_N, True, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST, IEEE, FOLD)
+        # ... then the blocks inside every row's window, landmark test only.
+        lo = b_
+        hi = c_
+        MASK_REST: tl.constexpr = False
     else:
-        c0 = start  # one loop, every block masked
-    # The diagonal, masked (without PHASES: every block).
-    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, c0, end, j_lo, j_hi, qidx, span,
+        lo = start  # one loop, every block masked
+        hi = end
+        MASK_REST: tl.constexpr = True
+    acc, m_i, l_i = _attend_range(acc, m_i, l_i, q, k_base, v_base, lo, hi, j_lo, j_hi, qidx, span,
                                   kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok,
-                                  dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
+                                  dv_ok, BLOCK_N, MASK_REST, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
                                   IEEE, FOLD)
 
     out, lse2 = _finish(acc, m_i, l_i)
