@@ -464,6 +464,10 @@ def lab():
         # Predicted (kernel-only, L2 not flushed): chunked Lq=512 D=128 20.2 -> 18.5-20.5 us,
         # GQA D=64 13.5 -> 11.5-13.0, Lq=1024 D=128 38.7 -> 35-38; long prefill on the pointer
         # kernel (TMA off) D=128 L=8K and GQA D=64 -3..-12%.
+        # Measured at 5ee8260 (bench_results/triton-lab17-5ee8260.json, kernel-only us, one
+        # loop -> phases): chunked Lq=512 D=128 20.4 -> 20.3, GQA D=64 13.4 -> 13.6, Lq=1024
+        # D=128 38.2 -> 38.7; TMA off: D=128 L=8K 261.6 -> 258.9, GQA D=64 176.7 -> 158.8.
+        # Shipped for the 16-bit D <= 64 bucket (launch.PHASES).
         pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
                      path="prefill", phases=True, tma=False)
         cases = [dict(pbase, Dqk=128, Dv=128, dtype=bf),

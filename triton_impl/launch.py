@@ -82,13 +82,17 @@ PREFILL: dict[tuple[str, int], Config] = {
     ("32", 128): Config(32, 16, 8, 3),
     ("32", 256): Config(32, 16, 8, 2),
 }
-# Prefill loop structure: True = three loops (masked left edge, unmasked
-# middle, masked diagonal); False = one loop with every block masked (one
-# software-pipeline fill instead of three, and fewer live registers). Measured
-# on the H200 (bench_results/triton-7b2f2a1.json, bf16, W=512, C=64): one loop
-# won everywhere, e.g. D=128 L=8K 64x64 w4 s3: 344 us one loop vs 366 us three
-# phases; 128x64 w8 s3: 350 vs 368 us. D=64 GQA: 128x32 w4 s3 207 vs 214 us.
-PHASES: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
+# Pointer prefill loop structure (kernels._swa_fwd_kernel PHASES): True = the
+# masked edge blocks first, then the inside blocks without the window test (two
+# loops); False = one loop with every block masked. History: the first form of
+# PHASES was three loops (left edge, middle, diagonal), which lost everywhere
+# (bench_results/triton-7b2f2a1.json: D=128 L=8K 64x64 w4 s3 344 vs 366 us; again
+# in session 10's lab 9 on chunked prefill, 20.2 vs 21.5 us). The two-loop form
+# (lab 10 at 5ee8260, bench_results/triton-lab17-5ee8260.json, L2 not flushed, one
+# loop -> phases): GQA 32/4 D=64 L=8K with TMA off 176.7 -> 158.8 us, chunked
+# Lq=512 GQA D=64 13.4 -> 13.6 (within noise); D=128: L=8K with TMA off 261.6 ->
+# 258.9, chunked Lq=512 / 1024 20.4 -> 20.3 / 38.2 -> 38.7 (no gain: stays off).
+PHASES: dict[tuple[str, int], bool] = {key: key == ("16", 64) for key in PREFILL}
 # GQA-packed prefill (the split-KV kernel with one split writing o directly):
 # rows are G heads x Lq / G queries. Not chosen automatically: on the H200 it
 # lost to the per-head prefill kernel (GQA 32/4, D=64, L=8K: best packed 231 us
