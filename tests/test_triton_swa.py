@@ -328,12 +328,13 @@ def test_describe_call_names_the_path_launch_takes(monkeypatch):
         plan = L._plan(reference.check_inputs(q, k, v, **kw))
         cx = plan.constexprs[(False, False)]
         assert f" {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}" in text
+        assert ("phases" in text) == (taken == "prefill" and cx["PHASES"]), (text, taken)
         if taken == "splitkv":
             assert f"S={plan.grid[2]} +combine" in text
     assert triton_impl.describe_call(q[:, :, :0], k, v, **kw) == "no kernel (empty output)"
     # the TMA-forced module: fp16 runs the TMA kernel (under the interpreter too) ...
     text = tma_prefill.describe_call(q, k, v, **kw)
-    assert text.startswith("prefill_tma 64x64 w4 s2 r128"), text
+    assert text == "prefill_tma 64x64 w4 s2 r128 phases", text
     assert _run(q, k, v, path="prefill", tma="v_ptr", **kw)[2] == "prefill_tma"
     if DEV == "cpu":  # ... bf16 CPU tensors are refused, by describe_call as by the call itself
         qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))

@@ -766,7 +766,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
-    if kind == "prefill_tma" and cx.get("PHASES"):
+    if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
