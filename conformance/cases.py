@@ -57,6 +57,7 @@ class Case:
     sm_scale: float | None = None
     layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix
     nan_slots: bool = False  # NaN in every key slot no query can see
+    nan_seen: bool = False  # NaN in the k row of one key that some queries see (see seen_slot)
     error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
     device: str = field(default="cpu", compare=False)
 
@@ -71,6 +72,8 @@ class Case:
             s += f"-s{self.sm_scale:g}"
         if self.nan_slots:
             s += "-nan"
+        if self.nan_seen:
+            s += "-nanseen"
         return s
 
     @property
@@ -238,6 +241,12 @@ def _nan_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
+
+
+def _nan_seen_build(base: Case, row: dict) -> Case:
+    lmk, exp = row["flags"]
+    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+                                   expand=exp, window=row["W"], nan_seen=True, layout=row["layout"]))
 
 
 def _decode_build(base: Case, row: dict) -> Case:
@@ -408,6 +417,12 @@ def _categories() -> list[Category]:
                       "layout": ["bhld", "padt"]},
         _nan_build))
     C.append(Category(
+        "nan_seen", "NaN in the k row of one key that some queries see and others do not "
+        "(seen_slot): SPEC's propagation rule, NaN in exactly the rows that see it",
+        lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
+                      "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"]},
+        _nan_seen_build))
+    C.append(Category(
         "errors", "every SPEC error rule raises ValueError naming the argument",
         lambda cuda: {"rule": list(ERROR_RULES), "dtype": ["bf16"]},
         _errors_build))
@@ -517,6 +532,26 @@ def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
     return ~seen
 
 
+def seen_slot(case: Case) -> int:
+    """The key of a ``nan_seen`` case: of the keys some query sees, the one seen by the
+    fewest queries but more than none, nearest the middle of the key range (so queries
+    on both sides of the window edge are tested); for one query, its middle visible key.
+    NaN in its k row must reach exactly those queries' rows (SPEC: NaN in a key row i
+    sees propagates to row i) and no other: every kernel masks the score, not the load.
+    NaN in v is not tested this way: there a flash kernel's ``p = 0`` times NaN reaches
+    the other rows of the tile (docs/conformance.md, "What it does not check")."""
+    from reference.mask import visibility_mask
+
+    seen = visibility_mask(case.Lq, case.Lk, **{n: x for n, x in case.kwargs().items()
+                                                if n != "sm_scale"}).sum(0)
+    keys = torch.nonzero(seen > 0).flatten()
+    if keys.numel() == 0:
+        raise ValueError(f"case {case.id}: no key is visible, nan_seen has nothing to test")
+    partial = keys[seen[keys] < case.Lq] if case.Lq > 1 else keys
+    pool = partial if partial.numel() else keys
+    return int(pool[torch.argmin((pool - case.Lk // 2).abs())])
+
+
 def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
     """``x`` (B, H, L, D) contiguous -> the same values in the given input form."""
     B, H, L, D = x.shape
@@ -569,6 +604,8 @@ def make_inputs(case: Case, run_seed: int, device=None):
         dead = invisible_slots(case, device)
         k[:, :, dead] = float("nan")
         v[:, :, dead] = float("nan")
+    if case.nan_seen and case.Lk:
+        k[:, :, seen_slot(case)] = float("nan")
     layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
     q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
     return q, k, v, kw

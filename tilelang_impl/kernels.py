@@ -413,9 +413,9 @@ def combine(Dv: int, dtype: str, threads: int = 128):
                 st[1] = st[1] + st[2]
                 for d in T.Parallel(Dv):
                     acc[d] = acc[d] + st[2] * Op[bz, by, s, bx, d]
-            for d in T.Parallel(Dv):
-                O[bz, by, bx, d] = T.if_then_else(st[1] > 0, acc[d] / st[1], 0.0)
-            LSE[bz, by, bx] = T.if_then_else(st[1] > 0, T.log2(st[1]) * M.LN2 + ref,
+            for d in T.Parallel(Dv):  # != 0, not > 0: a NaN partial stays NaN (macros.finalize_output)
+                O[bz, by, bx, d] = T.if_then_else(st[1] != 0, acc[d] / st[1], 0.0)
+            LSE[bz, by, bx] = T.if_then_else(st[1] != 0, T.log2(st[1]) * M.LN2 + ref,
                                              -T.infinity(accum))
 
     return main

@@ -508,16 +508,19 @@ def softmax_init(acc_o, m, l):
 
 @T.macro
 def finalize_output(acc_o, l, block_M, Dv, gpu):
-    """``o = acc_o / l``; a row with no visible key (``l == 0``) gets ``o = 0``."""
+    """``o = acc_o / l``; a row with no visible key (``l == 0``) gets ``o = 0``. The
+    test is ``l != 0``, not ``l > 0``: a NaN from a key the row sees (SPEC: it
+    propagates to the row) must stay NaN, not read as an empty row."""
     for i, d in _loop(gpu)(block_M, Dv):
-        acc_o[i, d] = T.if_then_else(l[i] > 0, acc_o[i, d] / l[i], 0.0)
+        acc_o[i, d] = T.if_then_else(l[i] != 0, acc_o[i, d] / l[i], 0.0)
 
 
 @T.macro
 def row_lse(m_i, l_i):
     """Natural-log LSE of a finished row: ``(m + log2 l) * ln 2`` (``m`` is the
-    running max of the base-2 logits); ``-inf`` when the row saw no key."""
-    return T.if_then_else(l_i > 0, (m_i + T.log2(l_i)) * LN2, -T.infinity("float32"))
+    running max of the base-2 logits); ``-inf`` when the row saw no key (``l == 0``;
+    NaN stays NaN, as in :func:`finalize_output`)."""
+    return T.if_then_else(l_i != 0, (m_i + T.log2(l_i)) * LN2, -T.infinity("float32"))
 
 
 @T.macro
