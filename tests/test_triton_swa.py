@@ -68,7 +68,7 @@ def _check(o, lse, q, k, v, **kw):
 
 # (B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, dtype, extra kwargs, path, phases)
 CASES = [
-    # three-phase prefill, several key blocks, left edge floored below 0
+    # two-phase prefill, several key blocks, left edge floored below 0
     (1, 2, 2, 130, 130, 64, 64, 40, 16, torch.float32, {}, "prefill", True),
     # one-loop prefill, GQA 3:1, Lq < Lk, kv_start not a multiple of C
     (2, 3, 1, 50, 117, 32, 32, 23, 7, torch.float16, dict(kv_start=5), "prefill", False),
@@ -118,20 +118,22 @@ def test_nan_in_slots_no_query_sees(path):
     assert torch.equal(o, o_clean) and torch.equal(lse, l_clean)
 
 
-# (path, BLOCK_N, C): C == BLOCK_N (the phase wraps to exactly 0 after every block),
+# (path, BLOCK_N, C, PHASES): C == BLOCK_N (the phase wraps to exactly 0 after every block),
 # C a multiple and a non-multiple of BLOCK_N (one landmark per block at most:
 # LMK_ONE), C < BLOCK_N (several per block: the modulo test).
-LMK_PHASE = [("prefill", 16, 16), ("prefill", 16, 48), ("prefill", 16, 21), ("prefill", 16, 6),
-             ("splitkv", 16, 16), ("splitkv", 16, 37), ("splitkv", 32, 8)]
+LMK_PHASE = [("prefill", 16, c, ph) for c in (16, 48, 21, 6) for ph in (False, True)] + [
+    ("splitkv", 16, 16, None), ("splitkv", 16, 37, None), ("splitkv", 32, 8, None)]
 
 
-@pytest.mark.parametrize("path,block_n,chunk", LMK_PHASE, ids=[f"{a}-N{b}-C{c}" for a, b, c in LMK_PHASE])
-def test_landmark_phase_every_residue(path, block_n, chunk):
+@pytest.mark.parametrize("path,block_n,chunk,phases", LMK_PHASE,
+                         ids=[f"{a}-N{b}-C{c}" + ("" if ph is None else f"-ph{int(ph)}") for a, b, c, ph in LMK_PHASE])
+def test_landmark_phase_every_residue(path, block_n, chunk, phases):
     """The landmark test carries its phase ``(kv_start + n0) % C`` from block to
     block (kernels._not_lmk / _next_phase): ``kv_start`` residues 0, 1, C-1,
     C-BLOCK_N, C/2 and 2 past 3C (the blocks then run through further phases),
     NaN in every landmark slot (a landmark the kernel misses turns o into NaN),
-    both kernels."""
+    both kernels, the prefill kernel in both loop forms (its edge loop computes the
+    phase per block, its other loops carry it)."""
     assert L._lmk_one(chunk, block_n) == (chunk >= block_n)
     kw = dict(window_size=2 * chunk + 5, chunk_size=chunk)
     Lq = 2 if path == "splitkv" else 70
@@ -143,7 +145,7 @@ def test_landmark_phase_every_residue(path, block_n, chunk):
         k2, v2 = k.clone(), v.clone()
         k2[:, :, lmk], v2[:, :, lmk] = float("nan"), float("nan")
         o, lse, _ = _run(q, k2, v2, path=path, config=cfg, num_splits=3 if path == "splitkv" else None,
-                         **kw)
+                         phases=phases, **kw)
         _check(o, lse, q, k, v, **kw)
     p = reference.check_inputs(q, k, v, **kw)
     plan = L._make_plan(p, path, cfg, 3 if path == "splitkv" else None, None)

@@ -275,9 +275,9 @@ def _attend_range(acc, m_i, l_i, q, k_base, v_base, lo, hi, j_lo, j_hi, qidx, sp
                   UPCAST: tl.constexpr, IEEE: tl.constexpr, FOLD: tl.constexpr):
     """The key blocks ``lo, lo + BLOCK_N, ...`` below ``hi`` through :func:`_attend`
     (pointers into the ``k`` / ``v`` rows of one batch and key/value head), the
-    landmark phase carried from block to block. Every pointer-kernel key loop is
-    this one (the prefill kernel's one or three ranges, the split-KV kernel's
-    split)."""
+    landmark phase carried from block to block. Every pointer-kernel key loop over
+    consecutive blocks is this one (the prefill kernel's whole range, or its
+    inside blocks after the edge loop of ``PHASES``; the split-KV kernel's split)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = k_base + (lo + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
     v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
@@ -303,7 +303,7 @@ def _swa_fwd_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    PHASES: tl.constexpr = True, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
+    PHASES: tl.constexpr = False, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)

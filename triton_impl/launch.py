@@ -746,8 +746,9 @@ def _takes_tma(plan: _Plan, tma, q, k, v) -> bool:
         return True
     if tma:
         raise UnsupportedConfig(
-            "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors whose innermost stride "
-            "is 1 and whose other strides and base addresses are positive multiples of 16 bytes")
+            "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors (fp16 CPU tensors under "
+            "TRITON_INTERPRET=1) whose innermost stride is 1, whose other strides and base addresses "
+            "are positive multiples of 16 bytes, and whose Dv rows are multiples of 16 bytes")
     return False
 
 
