@@ -196,6 +196,32 @@ def _softmax_p(s, m_i, qk_scale, FOLD: tl.constexpr):
 
 
 @triton.jit
+def _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N: tl.constexpr,
+                 MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr, FOLD: tl.constexpr):
+    """The work between a key block's two matrix products, for both prefill kernels
+    and the split-KV kernel: scale the raw score tile ``s`` (unless ``FOLD``), mask
+    it (the window test with ``MASK_WINDOW``, the landmark columns ``keep`` with
+    ``MASK_LMK``) and take one online-softmax step. Returns ``(p, m_new, l_i, acc)``
+    with ``acc`` already rescaled for the new maximum."""
+    if not FOLD:
+        s = s * qk_scale
+    if MASK_WINDOW:
+        # Keys outside [j_lo, j_hi) fail the window test of every real row
+        # (j_lo is the first row's edge, j_hi - 1 the last row's position);
+        # rows past Lq are never stored.
+        vis = _in_window(qidx, n0, tl.arange(0, BLOCK_N), span)
+        if MASK_LMK:
+            vis = vis & keep[None, :]
+        s = tl.where(vis, s, float("-inf"))
+    elif MASK_LMK:
+        s = tl.where(keep[None, :], s, float("-inf"))
+    p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    return p, m_new, l_i, acc
+
+
+@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -245,21 +271,10 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
         s = tl.dot(q, k, input_precision="ieee")
     else:
         s = tl.dot(q, k)
-    if not FOLD:
-        s = s * qk_scale
-    if MASK_WINDOW:
-        # Keys outside [j_lo, j_hi) fail the window test of every real row
-        # (j_lo is the first row's edge, j_hi - 1 the last row's position);
-        # rows past Lq are never stored.
-        vis = _in_window(qidx, n0, tl.arange(0, BLOCK_N), span)
-        if MASK_LMK:
-            vis = vis & keep[None, :]
-        s = tl.where(vis, s, float("-inf"))
-    elif MASK_LMK:
-        s = tl.where(keep[None, :], s, float("-inf"))
-    p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
+    if not MASK_LMK:
+        keep = in_range  # unused: no landmark test
+    p, m_new, l_i, acc = _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N,
+                                      MASK_WINDOW, MASK_LMK, FOLD)
     if IEEE:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
     else:
@@ -397,20 +412,12 @@ def _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min, j_l
     offs_n = tl.arange(0, BLOCK_N)
     k = desc_k.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DK)
     s = tl.dot(q, k.T)
-    if not FOLD:
-        s = s * qk_scale
     if MASK_LMK:
         keep = _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N, LMK_ONE)
-    if MASK_WINDOW:
-        vis = _in_window(qidx, n0, offs_n, span)
-        if MASK_LMK:
-            vis = vis & keep[None, :]
-        s = tl.where(vis, s, float("-inf"))
-    elif MASK_LMK:
-        s = tl.where(keep[None, :], s, float("-inf"))
-    p, m_new, alpha = _softmax_p(s, m_i, qk_scale, FOLD)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
+    else:
+        keep = offs_n >= 0  # unused: no landmark test
+    p, m_new, l_i, acc = _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N,
+                                      MASK_WINDOW, MASK_LMK, FOLD)
     if V_TMA:
         v = desc_v.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
         if MASK_LMK:
