@@ -349,6 +349,33 @@ def host_breakdown(res):
     res["host_breakdown"] = out
 
 
+# The long-prefill shapes the TMA tile labs time (L2 not flushed).
+TILE_SHAPES = {
+    "mha D128 L8K": dict(B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64),
+    "mha D128 L16K": dict(B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64),
+    "gqa32/4 D64 L8K": dict(B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64),
+    "gqa16/2 D64 L8K": dict(B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64),
+    "batch4x4K D64": dict(B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64),
+}
+
+
+def _tile_lab(d128, d64, dtype64, shapes, phases=None):
+    """``(cases, plan)`` of a TMA tile sweep (labs 3 and 8): every config checked on a
+    case of its own (bf16 at D=128, ``dtype64`` at D=64), then timed against the
+    table on ``shapes`` (names of :data:`TILE_SHAPES`: D=128 configs on the D=128
+    shapes, D=64 configs on the others)."""
+    pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
+                 path="prefill", tma="v_ptr", phases=phases)
+    cases = ([dict(pbase, Dqk=128, Dv=128, dtype=torch.bfloat16, config=c) for c in d128]
+             + [dict(pbase, Dqk=64, Dv=64, dtype=dtype64, config=c) for c in d64])
+
+    def name(c):
+        return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (f" r{c.maxnreg}" if c.maxnreg else "")
+    variants = {D: [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in cfgs]
+                for D, cfgs in ((128, d128), (64, d64))}
+    return cases, [(dict(TILE_SHAPES[n], name=n), variants[TILE_SHAPES[n]["D"]]) for n in shapes]
+
+
 def lab():
     """Session 8: the split-KV combine as a programmatic dependent launch
     (``launch.SPLIT_PDL``) against the serial launch, on the decode shapes,
@@ -530,24 +557,10 @@ def lab():
         # 133.5, 64x32 s3 153.2, 64x32 s2 r96 147.9, 64x128 270.0, 128x64 w8 231.5: the
         # table stays.
         C_ = L.Config
-        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
-                     path="prefill", tma="v_ptr", phases=True)
-        d128 = [C_(64, 64, 4, 2), C_(64, 32, 4, 3), C_(128, 64, 8, 2)]
-        d64 = [C_(64, 32, 4, 3), C_(64, 32, 4, 2, 96), C_(64, 128, 4, 2), C_(128, 64, 8, 2)]
-        cases = ([dict(pbase, Dqk=128, Dv=128, dtype=bf, config=c) for c in d128]
-                 + [dict(pbase, Dqk=64, Dv=64, dtype=torch.float16, config=c) for c in d64])
-
-        def name(c):
-            return f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}" + (f" r{c.maxnreg}" if c.maxnreg else "")
-        v128 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d128]
-        v64 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d64]
-        return cases, [
-            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), v128),
-            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
-            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128),
-            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
-            (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64),
-        ]
+        return _tile_lab([C_(64, 64, 4, 2), C_(64, 32, 4, 3), C_(128, 64, 8, 2)],
+                         [C_(64, 32, 4, 3), C_(64, 32, 4, 2, 96), C_(64, 128, 4, 2), C_(128, 64, 8, 2)],
+                         torch.float16, ["mha D128 L8K", "gqa32/4 D64 L8K", "mha D128 L16K",
+                                         "gqa16/2 D64 L8K", "batch4x4K D64"], phases=True)
     if ARGS.lab == "7":
         # lab 7 (session 10): the TMA kernel's two-phase key loop (kernels._swa_fwd_tma_kernel
         # PHASES: edge blocks first with the window test, then the blocks inside every
@@ -596,23 +609,10 @@ def lab():
         # Predicted (L2 not flushed): D=128 L=8K 229 us -> 205-225 us with 4 CTAs;
         # D=64 GQA 32/4 L=8K 162 us -> 145-160 us with 4 CTAs.
         C_ = L.Config
-        d128 = [C_(64, 32, 4, 2, 128), C_(64, 32, 4, 3, 128), C_(64, 32, 4, 2), C_(64, 64, 4, 3, 168)]
-        d64 = [C_(64, 64, 4, 2, 128), C_(64, 64, 4, 2), C_(64, 32, 4, 2, 96), C_(64, 32, 4, 3)]
-        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
-                     path="prefill", tma="v_ptr")
-        cases = ([dict(pbase, Dqk=128, Dv=128, dtype=bf, config=c) for c in d128]
-                 + [dict(pbase, Dqk=64, Dv=64, dtype=bf, config=c) for c in d64])
-
-        def name(c):
-            return f"{c.block_m}x{c.block_n} s{c.num_stages}" + (f" r{c.maxnreg}" if c.maxnreg else "")
-        v128 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d128]
-        v64 = [("table", {})] + [(name(c), dict(_tma="v_ptr", _config=c)) for c in d64]
-        return cases, [
-            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), v128),
-            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
-            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), v64),
-            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128),
-        ]
+        return _tile_lab([C_(64, 32, 4, 2, 128), C_(64, 32, 4, 3, 128), C_(64, 32, 4, 2), C_(64, 64, 4, 3, 168)],
+                         [C_(64, 64, 4, 2, 128), C_(64, 64, 4, 2), C_(64, 32, 4, 2, 96), C_(64, 32, 4, 3)],
+                         torch.bfloat16, ["mha D128 L8K", "gqa32/4 D64 L8K", "gqa16/2 D64 L8K",
+                                          "mha D128 L16K"])
     plan = [
         (dict(name="decode B1 8K", B=1, Hq=32, Hkv=32, Lq=1, Lk=8192, D=128, W=512, C=64, flushed=True), dec),
         (dict(name="decode B1 128K", B=1, Hq=32, Hkv=32, Lq=1, Lk=131072, D=128, W=512, C=64, flushed=True), dec),
