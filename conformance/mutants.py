@@ -207,6 +207,15 @@ def nan_leak(q, k, v, **kw):
     return _attend(q, k, v, p, _true_mask, nan_leak=True)
 
 
+def nan_rows_emptied(q, k, v, **kw):
+    # the finish tests l > 0 (TileLang's until session 10): a row whose sum is NaN, because a
+    # key it sees holds NaN, comes out as an empty row instead of NaN
+    o, lse = _ref(q, k, v, **kw)
+    bad = torch.isnan(lse)
+    return (torch.where(bad[..., None], torch.zeros((), dtype=o.dtype, device=o.device), o),
+            torch.where(bad, float("-inf"), lse))
+
+
 def inputs_modified(q, k, v, **kw):
     # zeroes landmark rows of v in place (in global memory instead of shared memory)
     o, lse = _ref(q, k, v, **kw)
@@ -323,11 +332,15 @@ MUTANTS: dict[str, tuple[Backend, str]] = {
 }
 
 
-#: bugs that break no visibility or numerics rule ``hils-swa diff`` could name,
-#: but that the suite must still catch (same shape as ``MUTANTS``)
+#: bugs that ``hils-swa diff`` has no rule to name (no visibility or numerics rule
+#: it isolates: inputs written in place; NaN propagation, which none of its cases
+#: puts in a seen key), but that the suite must still catch (same shape as ``MUTANTS``)
 EXTRA_MUTANTS: dict[str, tuple[Backend, str]] = {
     "inputs_modified": (_backend("inputs_modified", inputs_modified),
                         "landmark rows of v zeroed in place in the caller's tensor"),
+    "nan_rows_emptied": (_backend("nan_rows_emptied", nan_rows_emptied),
+                         "a row that sees a NaN key returned as an empty row (o = 0, lse = -inf) "
+                         "instead of NaN (the finish tests l > 0)"),
 }
 
 

@@ -35,6 +35,7 @@ EXPECT = {
     "output_dtype_fp32": ("dtype", "basic"),
     "tail_unwritten": ("nan", "basic"),
     "inputs_modified": ("input", "basic"),
+    "nan_rows_emptied": ("nan", "nan_seen"),
     "no_validation": ("error", "errors"),
 }
 
