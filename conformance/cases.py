@@ -532,24 +532,24 @@ def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
     return ~seen
 
 
-def seen_slot(case: Case) -> int:
-    """The key of a ``nan_seen`` case: of the keys some query sees, the one seen by the
-    fewest queries but more than none, nearest the middle of the key range (so queries
-    on both sides of the window edge are tested); for one query, its middle visible key.
+def seen_slot(Lq: int, Lk: int, **rule) -> int:
+    """The key of a ``nan_seen`` case (``rule``: window_size, chunk_size, mask_lmk,
+    expand_to_chunk, kv_start), also ``hils-swa diff``'s: of the keys some query sees
+    but not all, the one nearest the middle of the key range (so queries on both sides
+    of it are tested); for one query, its visible key nearest the middle.
     NaN in its k row must reach exactly those queries' rows (SPEC: NaN in a key row i
     sees propagates to row i) and no other: every kernel masks the score, not the load.
     NaN in v is not tested this way: there a flash kernel's ``p = 0`` times NaN reaches
     the other rows of the tile (docs/conformance.md, "What it does not check")."""
     from reference.mask import visibility_mask
 
-    seen = visibility_mask(case.Lq, case.Lk, **{n: x for n, x in case.kwargs().items()
-                                                if n != "sm_scale"}).sum(0)
+    seen = visibility_mask(Lq, Lk, **rule).sum(0)
     keys = torch.nonzero(seen > 0).flatten()
     if keys.numel() == 0:
-        raise ValueError(f"case {case.id}: no key is visible, nan_seen has nothing to test")
-    partial = keys[seen[keys] < case.Lq] if case.Lq > 1 else keys
+        raise ValueError(f"no key is visible (Lq={Lq}, Lk={Lk}, {rule}): a NaN in a seen key has nothing to test")
+    partial = keys[seen[keys] < Lq] if Lq > 1 else keys
     pool = partial if partial.numel() else keys
-    return int(pool[torch.argmin((pool - case.Lk // 2).abs())])
+    return int(pool[torch.argmin((pool - Lk // 2).abs())])
 
 
 def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
@@ -605,7 +605,8 @@ def make_inputs(case: Case, run_seed: int, device=None):
         k[:, :, dead] = float("nan")
         v[:, :, dead] = float("nan")
     if case.nan_seen and case.Lk:
-        k[:, :, seen_slot(case)] = float("nan")
+        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+        k[:, :, seen_slot(case.Lq, case.Lk, **rule)] = float("nan")
     layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
     q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
     return q, k, v, kw

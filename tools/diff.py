@@ -69,6 +69,7 @@ RULES: dict[str, str] = {
     "explicit_scale": "explicit sm_scale ignored: a given sm_scale must be used",
     "strides": "stride handling: inputs may have any strides (e.g. (B, L, H, D) passed as .transpose(1, 2))",
     "nan_leak": "NaN leaking from invisible slots: values in slots no query sees must not change any output",
+    "nan_propagation": "NaN propagation: NaN in a key row i sees must reach row i (not read as an empty row)",
     "low_precision": "low-precision accumulation: softmax sums and P @ V must accumulate in at least fp32",
 }
 
@@ -95,6 +96,7 @@ class Case:
     sm_scale: float | None = None
     layout: str = "canonical"      # or "blhd": (B, L, H, D) storage passed as .transpose(1, 2)
     nan_unseen: bool = False       # NaN in k and v slots no query of the call sees
+    nan_seen: bool = False         # NaN in the k row of one key some queries see (cases.seen_slot)
     seed: int = 0
 
     @property
@@ -121,6 +123,8 @@ CASES: tuple[Case, ...] = (
          window_size=1, chunk_size=2, expand_to_chunk=False, kv_start=0),
     Case("nan", "NaN in k/v slots no query sees (left of every window, landmarks)", B=1, Hq=2, Hkv=1, Lq=6,
          Lk=24, window_size=4, chunk_size=4, kv_start=1, nan_unseen=True, seed=3),
+    Case("nan_seen", "NaN in the k row of one key that some queries see (NaN in exactly those rows)",
+         B=1, Hq=2, Hkv=1, Lq=12, Lk=20, window_size=4, chunk_size=4, kv_start=1, nan_seen=True, seed=8),
     Case("strided", "as base, inputs (B, L, H, D) passed as .transpose(1, 2), v a slice of a wider tensor",
          layout="blhd", seed=4),
     Case("long", "fp32 rows of ~256 keys (accumulation precision)", B=1, Hq=1, Hkv=1, Lq=300, Lk=300,
@@ -156,6 +160,11 @@ def make_inputs(case: Case, device) -> tuple[torch.Tensor, torch.Tensor, torch.T
         v = v.clone()
         k[:, :, ~seen] = float("nan")
         v[:, :, ~seen] = float("nan")
+    if case.nan_seen:
+        from conformance.cases import seen_slot
+
+        k = k.clone()
+        k[:, :, seen_slot(case.Lq, case.Lk, **case.rule)] = float("nan")
     return q, k, v
 
 
@@ -579,6 +588,8 @@ def _sig_unwritten(d: Diagnosis) -> Finding | None:
             return None
         if not bool(bad.any()):
             continue
+        # rows whose golden is NaN (a NaN key they see) match an unwritten NaN row: part of any tail
+        bad = bad | torch.isnan(d.truths[name].golden[1]).any(dim=0).any(dim=0)
         rows = bad.nonzero().flatten()
         r0 = int(rows[0])
         if not bool(bad[r0:].all()):
@@ -684,9 +695,11 @@ HYPOTHESES: list[tuple[str, Callable[[Diagnosis], Finding | None]]] = [
 ] + [(rule, (lambda rr: (lambda d: _exact(rr, d)))(rule)) for rule in EXACT] + [
     ("strides", _sig_only("strides", lambda c: c.layout != "canonical",
                           "only strided inputs differ")),
-    ("nan_leak", _sig_only("nan_leak", lambda c: c.nan_unseen,
-                           "only the case with NaN in slots no query sees differs, and its output holds NaN",
-                           need_nan=True, empty_rows_may_fail=True)),
+    ("nan_leak", _sig_only("nan_leak", lambda c: c.nan_unseen or c.nan_seen,
+                           "only the cases with NaN in slots some rows do not see differ, and their output "
+                           "holds NaN", need_nan=True, empty_rows_may_fail=True)),
+    ("nan_propagation", _sig_only("nan_propagation", lambda c: c.nan_seen,
+                                  "only the case with NaN in a key some rows see differs")),
     ("low_precision", _sig_low_precision),
 ]
 
