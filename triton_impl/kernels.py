@@ -222,6 +222,22 @@ def _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N: tl.c
 
 
 @triton.jit
+def _inside_blocks(start, j_hi, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """``(n_left, n_mid)`` of a ``PHASES`` key loop over the blocks ``start, start +
+    BLOCK_N, ...`` below ``j_hi``: the first ``n_left`` blocks (left edge) and all
+    past the next ``n_mid`` (diagonal) need the window test; those ``n_mid`` hold only
+    keys every real row of the tile sees, from the last row's left edge to the first
+    row's own position (``m0`` / ``m_last``: first and last real query rows)."""
+    n_all = tl.cdiv(j_hi - start, BLOCK_N)
+    full_lo = _window_left(kv_start + Lk - Lq + m_last, W, C, EXPAND) - kv_start
+    full_hi = Lk - Lq + m0 + 1  # one past the first row's own position
+    n_left = tl.minimum(tl.cdiv(tl.maximum(full_lo - start, 0), BLOCK_N), n_all)
+    n_mid = tl.maximum(tl.minimum((full_hi - start) // BLOCK_N, n_all) - n_left, 0)
+    return n_left, n_mid
+
+
+@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -338,17 +354,8 @@ def _swa_fwd_kernel(
 
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
     qidx, span, j_lo, j_hi = _rows(offs_m, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
-    # Keys every row of the block sees (apart from landmarks): [full_lo, full_hi].
-    full_lo = _window_left(kv_start + Lk - Lq + m_last, W, C, EXPAND) - kv_start
-    full_hi = Lk - Lq + m0  # the first row's own position
-
     start = (j_lo // BLOCK_N) * BLOCK_N
     end = j_hi
-    mid_lo = tl.maximum(tl.cdiv(tl.maximum(full_lo, 0), BLOCK_N) * BLOCK_N, start)
-    mid_hi = ((full_hi + 1) // BLOCK_N) * BLOCK_N
-    b_ = tl.minimum(mid_lo, end)
-    c_ = tl.minimum(tl.maximum(mid_hi, b_), end)
-    c_ = tl.maximum(c_, b_)
 
     b64 = b.to(tl.int64)
     q_base = Q + b64 * sqb + h.to(tl.int64) * sqh
@@ -363,9 +370,11 @@ def _swa_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     if PHASES:
         # The edge blocks first, masked: [start, b_), then [c_, end) (the diagonal) ...
-        n_left = tl.cdiv(b_ - start, BLOCK_N)
+        n_left, n_mid = _inside_blocks(start, end, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND, BLOCK_N)
+        b_ = start + n_left * BLOCK_N
+        c_ = b_ + n_mid * BLOCK_N
         offs_n = tl.arange(0, BLOCK_N)
-        for i in range(0, n_left + tl.cdiv(end - c_, BLOCK_N)):
+        for i in range(0, tl.cdiv(end - start, BLOCK_N) - n_mid):
             n0 = tl.where(i < n_left, start + i * BLOCK_N, c_ + (i - n_left) * BLOCK_N)
             k_ptrs = k_base + (n0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
@@ -489,7 +498,6 @@ def _swa_fwd_tma_kernel(
     m_last = tl.minimum(m0 + BLOCK_M, Lq) - 1
     qidx, span, j_lo, j_hi = _rows(offs_m, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND)
     start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
-    n_all = tl.cdiv(j_hi - start, BLOCK_N)
 
     q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -499,16 +507,12 @@ def _swa_fwd_tma_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     v_base = V + b.to(tl.int64) * svb + kvh.to(tl.int64) * svh
     if PHASES:
-        # Blocks inside every real row's window: [mid_lo, mid_hi) on the block grid
-        # from start (keys from the last row's left edge to the first row's own).
-        full_lo = _window_left(kv_start + Lk - Lq + m_last, W, C, EXPAND) - kv_start
-        full_hi = Lk - Lq + m0 + 1
-        n_left = tl.minimum(tl.cdiv(tl.maximum(full_lo - start, 0), BLOCK_N), n_all)
-        n_mid = tl.maximum(tl.minimum((full_hi - start) // BLOCK_N, n_all) - n_left, 0)
+        # Blocks inside every real row's window: [mid_lo, mid_hi) on the block grid from start.
+        n_left, n_mid = _inside_blocks(start, j_hi, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND, BLOCK_N)
         mid_lo = start + n_left * BLOCK_N
         mid_hi = mid_lo + n_mid * BLOCK_N
         # The edge blocks, masked: [start, mid_lo), then [mid_hi, j_hi).
-        for i in range(0, n_all - n_mid):
+        for i in range(0, tl.cdiv(j_hi - start, BLOCK_N) - n_mid):
             n0 = tl.where(i < n_left, start + i * BLOCK_N, mid_hi + (i - n_left) * BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
