@@ -185,16 +185,13 @@ def variants():
     for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)
-    # The pointer prefill kernel's other key loop (PHASES, launch.PHASES / the _phases knob):
-    # the 16-bit D = 64 and D = 128 buckets and fp32 D = 64.
-    for name in ("prefill-bf16-D64", "prefill-fp16-D96", "prefill-bf16-D96", "prefill-fp32-D64"):
-        grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
-        ph = not consts["PHASES"]
-        out[name + ("-phases" if ph else "-one-loop")] = (grp, fn, ptrs, dict(consts, PHASES=ph), warps,
-                                                          stages, hgmma)
-    # The TMA kernel's other key loop (PHASES, launch.TMA_PHASES / the _phases knob): every
-    # shipped TMA tile, both V modes at D = 128's bucket, and the int64 frame.
-    for name in [n for n in out if n in shipped_tma or n.startswith(("tma-v_tma-bf16-D96", "tma-i64"))]:
+    # Both prefill kernels in their other key loop form (PHASES: launch.PHASES /
+    # launch.TMA_PHASES / the _phases knob): the pointer kernel's 16-bit D = 64 and D = 128
+    # buckets and fp32 D = 64; every shipped TMA tile, both V modes at D = 128's bucket,
+    # and the int64 frame.
+    pointer = ("prefill-bf16-D64", "prefill-fp16-D96", "prefill-bf16-D96", "prefill-fp32-D64")
+    for name in [n for n in out if n in pointer or n in shipped_tma
+                 or n.startswith(("tma-v_tma-bf16-D96", "tma-i64"))]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         ph = not consts["PHASES"]
         out[name + ("-phases" if ph else "-one-loop")] = (grp, fn, ptrs, dict(consts, PHASES=ph), warps,
