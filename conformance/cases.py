@@ -58,6 +58,7 @@ class Case:
     layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix
     nan_slots: bool = False  # NaN in every key slot no query can see
     nan_seen: bool = False  # NaN in the k row of one key that some queries see (see seen_slot)
+    nan_v: bool = False  # NaN, +inf, -inf in the v row of one key that some queries see (seen_slot)
     error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
     device: str = field(default="cpu", compare=False)
 
@@ -74,6 +75,8 @@ class Case:
             s += "-nan"
         if self.nan_seen:
             s += "-nanseen"
+        if self.nan_v:
+            s += "-nanv"
         return s
 
     @property
@@ -249,6 +252,13 @@ def _nan_seen_build(base: Case, row: dict) -> Case:
                                    expand=exp, window=row["W"], nan_seen=True, layout=row["layout"]))
 
 
+def _nan_v_build(base: Case, row: dict) -> Case:
+    lmk, exp = row["flags"]
+    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+                                   expand=exp, window=row["W"], nan_v=True, nan_slots=row["nan"],
+                                   layout=row["layout"], dtype=row["dtype"]))
+
+
 def _decode_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
     return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
@@ -422,6 +432,14 @@ def _categories() -> list[Category]:
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"]},
         _nan_seen_build))
+    C.append(Category(
+        "nan_v_seen", "NaN, +inf and -inf in the v row of one key that some queries see and others do "
+        "not (seen_slot): exactly the rows that see it get them (a flash kernel's P @ V spreads them "
+        "over the tile: 0 * NaN)",
+        lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
+                      "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
+                      "dtype": ["bf16", "fp16", "fp32"], "nan": [False, True]},
+        _nan_v_build))
     C.append(Category(
         "errors", "every SPEC error rule raises ValueError naming the argument",
         lambda cuda: {"rule": list(ERROR_RULES), "dtype": ["bf16"]},
@@ -607,6 +625,11 @@ def make_inputs(case: Case, run_seed: int, device=None):
     if case.nan_seen and case.Lk:
         rule = {n: x for n, x in kw.items() if n != "sm_scale"}
         k[:, :, seen_slot(case.Lq, case.Lk, **rule)] = float("nan")
+    if case.nan_v and case.Lk:
+        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+        j = seen_slot(case.Lq, case.Lk, **rule)
+        for d, x in zip(range(case.Dv), (float("nan"), float("inf"), float("-inf"))):
+            v[:, :, j, d] = x
     layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
     q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
     return q, k, v, kw

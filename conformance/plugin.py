@@ -380,7 +380,7 @@ class Collector:
 
     # matrix ---------------------------------------------------------------
     def matrix(self) -> dict:
-        cells: dict = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, worst_ratio=None))
+        cells: dict = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, deviates=0, worst_ratio=None))
         cats: list[str] = []
         whos: list[str] = []
         for r in self.results:
@@ -389,9 +389,10 @@ class Collector:
             if r["who"] not in whos:
                 whos.append(r["who"])
             c = cells[(r["category"], r["who"])]
-            c[{"pass": "passed", "fail": "failed", "unsupported": "unsupported"}[r["status"]]] += 1
+            c[{"pass": "passed", "fail": "failed", "unsupported": "unsupported",
+               "deviates": "deviates"}[r["status"]]] += 1
             ratio = r["ratio"]
-            if ratio is not None and r["status"] != "unsupported":
+            if ratio is not None and r["status"] in ("pass", "fail"):
                 ratio = math.inf if ratio == "inf" else float(ratio)
                 c["worst_ratio"] = ratio if c["worst_ratio"] is None else max(c["worst_ratio"], ratio)
         from .cases import CATEGORIES
@@ -407,12 +408,14 @@ class Collector:
     def _cell(c: dict | None) -> str:
         if not c:
             return "-"
-        n = c["passed"] + c["failed"] + c["unsupported"]
+        n = c["passed"] + c["failed"] + c["unsupported"] + c.get("deviates", 0)
         s = f"{c['passed']}/{n}"
         if c["failed"]:
             s += f" F{c['failed']}"
         if c["unsupported"]:
             s += f" U{c['unsupported']}"
+        if c.get("deviates"):
+            s += f" D{c['deviates']}"
         r = c["worst_ratio"]
         if r is not None:
             s += " r" + ("inf" if math.isinf(r) else f"{r:.2g}")
@@ -424,10 +427,10 @@ class Collector:
             return []
         cols = m["columns"]
         rows = [[cat] + [self._cell(m["cells"].get(f"{cat}|{w}")) for w in cols] for cat in m["categories"]]
-        tot = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, worst_ratio=None))
+        tot = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, deviates=0, worst_ratio=None))
         for key, c in m["cells"].items():
             t = tot[key.split("|", 1)[1]]
-            for f in ("passed", "failed", "unsupported"):
+            for f in ("passed", "failed", "unsupported", "deviates"):
                 t[f] += c[f]
             if c["worst_ratio"] is not None:
                 t["worst_ratio"] = c["worst_ratio"] if t["worst_ratio"] is None else max(t["worst_ratio"], c["worst_ratio"])
@@ -436,7 +439,8 @@ class Collector:
         width = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
         fmt = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, width))  # noqa: E731
         lines = [fmt(head), fmt(["-" * w for w in width])] + [fmt(r) for r in rows]
-        lines.append("cell: passed/total, F failed, U unsupported, r worst error/bound ratio (<= 1 passes)")
+        lines.append("cell: passed/total, F failed, U unsupported, D deviates as documented (a known bug, "
+                     "conformance.registry), r worst error/bound ratio (<= 1 passes)")
         return lines
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -458,6 +462,14 @@ class Collector:
         if unsup:
             tr.write_line("unsupported:")
             for (who, why), n in sorted(unsup.items()):
+                tr.write_line(f"  {who}: {n} cases: {why}")
+        devs = defaultdict(int)
+        for r in self.results:
+            if r["status"] == "deviates" and not r["pair"]:
+                devs[(r["who"], r["message"].split("deviates: documented: ", 1)[-1].split("; ", 1)[0])] += 1
+        if devs:
+            tr.write_line("known deviations (documented bugs; they fail as documented):")
+            for (who, why), n in sorted(devs.items()):
                 tr.write_line(f"  {who}: {n} cases: {why}")
         singles = [r for r in fails if not r["pair"]]
         shown = singles or fails
@@ -488,6 +500,7 @@ class Collector:
                    duration_s=round(time.time() - self.t0, 2), checks=len(self.results),
                    failed=sum(r["status"] == "fail" for r in self.results),
                    unsupported=sum(r["status"] == "unsupported" for r in self.results),
+                   deviates=sum(r["status"] == "deviates" for r in self.results),
                    workers=workers, matrix=self.matrix(), other_errors=self.errors,
                    results=[{k: v for k, v in r.items() if k != "worker"} | {"worker": (r.get("worker") or {}).get("worker")}
                             for r in self.results])

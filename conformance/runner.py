@@ -22,7 +22,7 @@ from reference.errors import UnsupportedConfig
 
 from .cases import ERROR_RULES, Case, make_inputs
 from .registry import Backend
-from .verdict import FAIL, PASS, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
+from .verdict import DEVIATES, FAIL, PASS, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
 
 __all__ = ["Check", "Result", "Runner", "resolve_backends"]
 
@@ -143,6 +143,23 @@ def _marker(case: Case, backend: str) -> str | None:
     return os.path.join(run_dir, h)
 
 
+def _documented(v: Verdict, why: str) -> Verdict:
+    """A verdict in the light of the backend's documented deviation ``why`` ("" for
+    none): a failure it explains becomes ``deviates`` (reason and failure kept); a
+    pass where a deviation is documented is a failure, so the entry cannot outlive
+    the bug."""
+    if not why:
+        return v
+    if v.status == FAIL and not {"crash", "error", "return", "shape", "dtype", "device"} & set(v.kinds):
+        return Verdict(DEVIATES, problems=[f"documented: {why}", *v.problems], kinds=v.kinds, ratio=v.ratio)
+    if v.status == PASS:
+        w = Verdict(FAIL, ratio=math.inf)
+        w.add("fixed", f"fixed: the registry documents a deviation here ({why}) but the backend passes: "
+              f"remove the entry (conformance.registry)")
+        return w
+    return v
+
+
 class Runner:
     """Per-process executor with a small LRU of case states."""
 
@@ -222,6 +239,7 @@ class Runner:
                 out.verdict = v
             else:
                 out.verdict = judge(out.value[0], out.value[1], st.exp)
+            out.verdict = _documented(out.verdict, be.deviation(case) if be.deviation else "")
         if st.snap is not None:
             changed = _modified(st)
             if changed:

@@ -44,6 +44,10 @@ MAX_FACTOR = 2.0
 MEAN_FACTOR = 2.0
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
+#: a backend fails a case the way its registry entry documents (``Backend.deviation``):
+#: reported with the reason and the failure, never counted as a pass; a documented
+#: deviation the backend no longer shows is a failure (the entry must go)
+DEVIATES = "deviates"
 
 
 def ulp(magnitude: float, dtype: torch.dtype) -> float:
@@ -194,6 +198,8 @@ class Verdict:
             return f"{case_id} [{who}]: pass (worst error/bound {_fmt(self.ratio or 0.0)})"
         if self.status == UNSUPPORTED:
             return f"{case_id} [{who}]: unsupported: " + "; ".join(self.problems)
+        if self.status == DEVIATES:
+            return f"{case_id} [{who}]: deviates: " + "; ".join(self.problems)
         head = f"{case_id} [{who}]: FAIL ({', '.join(self.kinds)})"
         return head + "".join(f"\n  - {p}" for p in self.problems)
 
@@ -328,6 +334,9 @@ def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: 
     if UNSUPPORTED in (va.status, vb.status):
         who = [n for n, x in ((a, va), (b, vb)) if x.status == UNSUPPORTED]
         return Verdict(UNSUPPORTED, problems=[f"{', '.join(who)} unsupported"])
+    if DEVIATES in (va.status, vb.status):
+        who = [n for n, x in ((a, va), (b, vb)) if x.status == DEVIATES]
+        return Verdict(DEVIATES, problems=[f"{', '.join(who)} deviates (documented)"])
     v = Verdict(PASS, ratio=0.0)
     for n, x in ((a, va), (b, vb)):
         if x.status == FAIL:
