@@ -152,7 +152,7 @@ def variants():
                 f"tma-{t}", "_swa_fwd_tma_kernel",
                 {"desc_q": f"tensordesc<{t}[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<{t}[1,1,{bn},{bd}]>",
                  "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
-                 "Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"},
+                 "V": f"*{t}", "LSE": "*fp32"},
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
                      EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True,
                      PHASES=L.TMA_PHASES.get((cls, bucket), False),
@@ -167,8 +167,7 @@ def variants():
             "tma-bf16", "_swa_fwd_tma_kernel",
             {"desc_q": f"tensordesc<bf16[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<bf16[1,1,{bn},{bd}]>",
              "desc_v": f"tensordesc<bf16[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<bf16[1,1,{bm},{bd}]>",
-             "Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64",
-             "C": "i64"},
+             "V": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64", "C": "i64"},
             dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
                  EXPAND=True, V_TMA=v_tma, LMK_ONE=True,
                  PHASES=L.TMA_PHASES.get((cls, bucket), False)),  # no register cap: launch._frame_static
@@ -255,23 +254,6 @@ def _compile_gluon(shape: dict, constexprs: dict, num_warps: int):
                           options=dict(num_warps=num_warps))
 
 
-def _loop_local_mem(sass: str) -> bool:
-    """Whether a local-memory access (LDL/STL: a register spill) sits inside a loop of
-    the SASS (between a backward branch and its target). A spill outside every loop
-    runs once per program: ptxas parks there the values that only the rare exact path
-    of a non-finite ``v`` reads (``kernels._exact_rows``)."""
-    import re
-
-    ins = [(int(m.group(1), 16), m.group(2)) for m in
-           (re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(.*?);", line) for line in sass.splitlines()) if m]
-    spans = []
-    for at, text in ins:
-        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)|)?\s*(0x[0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < at:
-            spans.append((int(m.group(1), 16), at))
-    return any(lo <= at <= hi for at, text in ins if re.search(r"\b(LDL|STL)", text) for lo, hi in spans)
-
-
 def _run_group(group: str) -> dict:
     """Compile one group (in this process, which must not run the interpreter)."""
     import tempfile
@@ -292,7 +274,6 @@ def _run_group(group: str) -> dict:
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
                                  want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
                                  local_mem=("LDL" in sass) or ("STL" in sass),
-                                 loop_local_mem=_loop_local_mem(sass),
                                  griddep="griddepcontrol" in ck.asm["ptx"], want_pdl=bool(consts.get("PDL")),
                                  maxnreg=consts.get("__maxnreg"),
                                  maxnreg_ptx=".maxnreg" in ck.asm["ptx"])
@@ -311,8 +292,7 @@ GROUPS = ["gluon", "packed-16", "packed-32", "prefill-16", "prefill-32", "split-
 def test_config_table_compiles_for_sm90(group):
     """Each shipped variant compiles for sm_90, fits in shared memory, and the
     bf16/fp16 tensor-core tiles use HGMMA, and nothing spills registers to
-    local memory inside a loop (a config that spills in its key loop is a bad config;
-    :func:`_loop_local_mem`). Runs in a subprocess without
+    local memory (a spilling config is a bad config). Runs in a subprocess without
     ``TRITON_INTERPRET``: under the interpreter ``@triton.jit`` (also inside
     ``triton.language``) yields interpreter objects that cannot be compiled."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -334,7 +314,7 @@ def test_config_table_compiles_for_sm90(group):
         # FOLD is a lab knob the table ships nowhere (launch.FOLD_SCALE).
         fold_lab = name == "tma-v_ptr-bf16-D64-64x64w4s2-fold" and not any(fold_scale.values())
         if not (name.startswith("tma-i64") and "-lmkmod" in name) and not fold_lab:
-            assert not r["loop_local_mem"], f"{name}: register spills (LDL/STL local memory) in a loop"
+            assert not r["local_mem"], f"{name}: register spills (LDL/STL local memory) in the SASS"
         if r["want_hgmma"]:
             assert r["hgmma"], f"{name}: no HGMMA (warpgroup MMA) in the bf16/fp16 SASS"
         # split-KV / combine with PDL (launch.SPLIT_PDL): the grid-dependency

@@ -511,45 +511,6 @@ def test_prefill_loop_forms(phases, kernel):
             assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
-# (path, tma, num_splits, dtype): every kernel that ends in the exact path of a non-finite v
-NONFINITE_V_PATHS = [("prefill", False, None, torch.float16), ("prefill", False, None, torch.float32),
-                     ("prefill", "v_ptr", None, torch.float16), ("prefill", "v_tma", None, torch.float16),
-                     ("splitkv", False, 1, torch.float16), ("splitkv", False, 3, torch.float16),
-                     ("splitkv", False, 2, torch.float32)]
-
-
-@pytest.mark.parametrize("path,tma,splits,dtype", NONFINITE_V_PATHS,
-                         ids=[f"{p}-{t or 'ptr'}-s{s}-{str(d)[6:]}" for p, t, s, d in NONFINITE_V_PATHS])
-def test_nonfinite_v_reaches_only_rows_that_see_it(path, tma, splits, dtype):
-    """NaN, +inf and -inf in the ``v`` row of a key that some rows see and others do
-    not (``cases.seen_slot``), and +inf in a second seen key: SPEC's rule, exactly the
-    rows that see a key get its non-finite values (NaN and infinities compared
-    exactly), every other row is finite and within tolerance. A flash kernel's
-    ``P @ V`` would spread them over the tile (``0 * NaN``); the kernels' exact path
-    (``kernels._exact_rows``) recomputes such a tile. With NaN in every slot no query
-    sees, too. Both prefill kernels, split-KV with one (direct) and several splits."""
-    from conformance.cases import seen_slot
-
-    partial = 0
-    for B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra in TMA_CASES[:4]:
-        kw = dict(window_size=W, chunk_size=C, **extra)
-        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
-        vis = visibility_mask(Lq, Lk, device="cpu", **rule)
-        q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype)
-        unseen = ~vis.any(0)
-        k[:, :, unseen.to(k.device)], v[:, :, unseen.to(v.device)] = float("nan"), float("nan")
-        j = seen_slot(Lq, Lk, **rule)
-        j2 = int(vis[-1].nonzero()[0])  # the first key the last row sees
-        v[:, :, j, 0], v[:, :, j, 1], v[:, :, j, 2] = float("nan"), float("inf"), float("-inf")
-        v[:, :, j2, 1] = float("inf")
-        cfg = L.Config(32, 16, 4, 2) if path == "prefill" else None
-        o, lse, taken = _run(q, k, v, path=path, tma=tma, num_splits=splits, config=cfg, **kw)
-        assert taken == (path + ("_tma" if tma else ""))
-        _check(o, lse, q, k, v, **kw)
-        partial += int((~vis[:, j]).sum())  # rows that do not see the NaN key (must stay finite)
-    assert partial > 0
-
-
 def test_gluon_knob_refuses_what_it_cannot_run():
     """The Gluon lab kernel (``_tma="gluon"``, never chosen by the table): a tile it
     has no form for is a ValueError, and a call it cannot serve (fp32, head dims

@@ -54,18 +54,6 @@ zeroed); its ``k`` tiles come by TMA, aligned to the first key any query of the
 reaches only scores that ``tl.where`` replaces. With ``V_TMA`` (a tuning mode,
 not shipped) ``v`` tiles come by TMA too and only landmark rows are zeroed.
 
-A NaN or infinity in the ``v`` row of a key that *some* rows of a tile see
-(SPEC: it reaches exactly the rows that see it) still meets ``p = 0`` in the
-other rows' ``P @ V``, and ``0 * NaN`` or ``0 * inf`` would spread it over the
-whole tile. NaN and infinity stick in ``acc`` (a rescale by ``alpha`` keeps
-them), so after its key loop each kernel tests every row of ``acc`` once
-(:func:`_nonfinite`, a row sum: about 70 instructions per tile against
-several thousand in its loop) and, only when some row holds one, recomputes
-those rows key by key with the visibility test as a select, never a product
-(:func:`_exact_acc`): a row gets exactly the NaN and infinities of the keys
-it sees, as ``reference`` computes them. Inputs without a non-finite ``v``
-never take that path.
-
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
 arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets
 ``UPCAST=True`` and every tile is converted to fp32 right after ``tl.load``;
@@ -250,73 +238,6 @@ def _inside_blocks(start, j_hi, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND: tl.c
 
 
 @triton.jit
-def _nonfinite(acc):
-    """Whether ``acc`` holds a NaN or an infinity anywhere (a row sum is not finite):
-    a scalar, the same in every thread."""
-    bad = ~(tl.abs(tl.sum(acc, 1)) < float("inf"))  # NaN < inf is False
-    return tl.max(bad.to(tl.int32), 0) > 0
-
-
-@triton.jit
-def _exact_rows(Q, K, V, O, LSE, sqb, sqh, sql, sqd, skl, skd, svl, svd, soh, sol, sod,
-                b, kvh, G, r_first, n_rows, Hq, Lq, Lk, kv_start, W, C, lo, hi, qk_scale,
-                DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
-                BLOCK_M: tl.constexpr, MASK_LMK: tl.constexpr, EXPAND: tl.constexpr,
-                LSE_LOG2: tl.constexpr):
-    """The rare path for a non-finite ``v`` (module docstring, "NaN safety"): the
-    output rows ``[r_first, r_first + BLOCK_M)`` of a program (below ``n_rows``)
-    recomputed key by key over the keys ``[lo, hi)`` and stored.
-
-    Row ``r`` is query ``r // G`` of head ``kvh * G + r % G`` (``G = 1``: one head, the
-    prefill kernels), batch ``b``; ``K`` / ``V`` point at the rows of that batch and
-    key/value head. Its output goes to ``O + head * soh + query * sol + d * sod`` and
-    its LSE was stored by the caller at ``LSE + head * Lq + query`` (base 2 with
-    ``LSE_LOG2``, natural otherwise; the caller synchronises the program first): the
-    LSE depends on the scores only, so it is right even when ``acc`` is not, and
-    ``o_i = sum_j [visible] 2^(s_ij - lse2_i) v_j`` needs no online rescaling. The
-    visibility test *selects* each key's contribution: an invisible key's NaN or
-    infinity (in ``k`` or ``v``) never enters a row, and a visible one enters exactly
-    as ``reference`` computes it (``p * inf = inf``, ``p * NaN = NaN``; a ``p`` that
-    underflows gives ``0 * inf = NaN``). Scores are fp32 dot products of the same
-    rounded inputs the tensor cores multiply.
-
-    Rows go 16 at a time, and nothing of the key loop's registers is used, so this
-    path needs fewer registers than the loop it follows (it does not raise the
-    kernel's register count, hence its occupancy)."""
-    SUB: tl.constexpr = 16
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    dk_ok = offs_dk < DK
-    dv_ok = offs_dv < DV
-    for r0 in range(0, BLOCK_M, SUB):
-        rows = r_first + r0 + tl.arange(0, SUB)
-        ok = rows < n_rows
-        qi = rows // G
-        head = (kvh * G + rows % G).to(tl.int64)
-        q = tl.load(Q + b.to(tl.int64) * sqb + head[:, None] * sqh + qi[:, None].to(tl.int64) * sql
-                    + offs_dk[None, :] * sqd, mask=ok[:, None] & dk_ok[None, :], other=0.0).to(tl.float32)
-        lse = tl.load(LSE + head * Lq + qi, mask=ok, other=float("-inf"))
-        if not LSE_LOG2:
-            lse = lse * 1.4426950408889634
-        lse = tl.where(lse == float("-inf"), 0.0, lse)  # an empty row sees nothing below
-        qpos = kv_start + Lk - Lq + qi
-        qidx = Lk - Lq + qi
-        span = _span_u32(qpos, _window_left(qpos, W, C, EXPAND))
-        acc = tl.zeros([SUB, BLOCK_DV], tl.float32)
-        for j in range(lo, hi):
-            kj = tl.load(K + tl.cast(j, tl.int64) * skl + offs_dk * skd, mask=dk_ok, other=0.0)
-            vj = tl.load(V + tl.cast(j, tl.int64) * svl + offs_dv * svd, mask=dv_ok, other=0.0)
-            s = tl.sum(q * kj.to(tl.float32)[None, :], 1) * qk_scale
-            vis = (qidx.to(tl.int32) - tl.cast(j, tl.int32)).to(tl.uint32, bitcast=True) <= span
-            if MASK_LMK:
-                vis = vis & ((kv_start + j + 1) % C != 0)
-            p = tl.math.exp2(s - lse)
-            acc += tl.where(vis[:, None], p[:, None] * vj.to(tl.float32)[None, :], 0.0)
-        tl.store(O + head[:, None] * soh + qi[:, None].to(tl.int64) * sol + offs_dv[None, :] * sod,
-                 acc.to(O.dtype.element_ty), mask=ok[:, None] & dv_ok[None, :])
-
-
-@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -472,20 +393,18 @@ def _swa_fwd_kernel(
                                   kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok,
                                   dv_ok, BLOCK_N, MASK_REST, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
                                   IEEE, FOLD)
+
     out, lse2 = _finish(acc, m_i, l_i)
-    tl.store(LSE + (pid_bh.to(tl.int64) * Lq + offs_m), lse2 * 0.6931471805599453, mask=row_ok)
-    if _nonfinite(acc):  # rare: a non-finite v (module docstring, "NaN safety")
-        tl.debug_barrier()  # the LSE rows above, stored by other threads
-        _exact_rows(Q, k_base, v_base, O + b64 * sob, LSE + b64 * Hq * Lq, sqb, sqh, sql, sqd, skl, skd,
-                    svl, svd, soh, sol, sod, b, h, 1, m0, Lq, Hq, Lq, Lk, kv_start, W, C, j_lo, j_hi,
-                    qk_scale, DK, DV, BLOCK_DK, BLOCK_DV, BLOCK_M, MASK_LMK, EXPAND, False)
+    lse = lse2 * 0.6931471805599453
+
+    o_ptrs = (O + b64 * sob + h.to(tl.int64) * soh + offs_m[:, None].to(tl.int64) * sol
+              + offs_dv[None, :] * sod)
+    if PAD_DV:
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
     else:
-        o_ptrs = (O + b64 * sob + h.to(tl.int64) * soh + offs_m[:, None].to(tl.int64) * sol
-                  + offs_dv[None, :] * sod)
-        if PAD_DV:
-            tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
-        else:
-            tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    lse_ptrs = LSE + (pid_bh.to(tl.int64) * Lq + offs_m)
+    tl.store(lse_ptrs, lse, mask=row_ok)
 
 
 @triton.jit
@@ -538,9 +457,7 @@ def _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min, j_l
 
 @triton.jit
 def _swa_fwd_tma_kernel(
-    desc_q, desc_k, desc_v, desc_o, Q, K, V, O, LSE,
-    sqb, sqh, sql, sqd,
-    skb, skh, skl, skd,
+    desc_q, desc_k, desc_v, desc_o, V, LSE,
     svb, svh, svl, svd,
     Hq, G, Lq, Lk, kv_start, j_min, W, C, qk_scale,
     DK: tl.constexpr, DV: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -617,17 +534,11 @@ def _swa_fwd_tma_kernel(
                                     BLOCK_DV, BLOCK_N, MASK_MID, MASK_LMK, V_TMA, LMK_ONE, FOLD)
         ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
         v_ptrs += BLOCK_N * svl
+
     out, lse2 = _finish(acc, m_i, l_i)
-    tl.store(LSE + (pid_bh.to(tl.int64) * Lq + offs_m), lse2 * 0.6931471805599453, mask=offs_m < Lq)
-    if _nonfinite(acc):  # rare: a non-finite v (module docstring, "NaN safety"); pointer loads and stores
-        tl.debug_barrier()  # the LSE rows above, stored by other threads
-        b64 = b.to(tl.int64)
-        _exact_rows(Q, K + b64 * skb + kvh.to(tl.int64) * skh, v_base, O + b64 * Hq * Lq * DV,
-                    LSE + b64 * Hq * Lq, sqb, sqh, sql, sqd, skl, skd, svl, svd, tl.cast(Lq, tl.int64) * DV, DV, 1, b, h, 1,
-                    m0, Lq, Hq, Lq, Lk, kv_start, W, C, j_lo, j_hi, qk_scale, DK, DV, BLOCK_DK, BLOCK_DV,
-                    BLOCK_M, MASK_LMK, EXPAND, False)
-    else:
-        desc_o.store([b, h, m0, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_DV))
+    lse = lse2 * 0.6931471805599453
+    desc_o.store([b, h, m0, 0], out.to(desc_o.dtype).reshape(1, 1, BLOCK_M, BLOCK_DV))
+    tl.store(LSE + (pid_bh.to(tl.int64) * Lq + offs_m), lse, mask=offs_m < Lq)
 
 
 @triton.jit
@@ -697,29 +608,21 @@ def _swa_splitkv_kernel(
                                   kv_start, C, qk_scale, skl, skd, svl, svd, offs_dk, offs_dv, dk_ok,
                                   dv_ok, BLOCK_N, True, MASK_LMK, LMK_ONE, PAD_DK, PAD_DV, UPCAST,
                                   IEEE, FOLD)
+
     out, lse2 = _finish(acc, m_i, l_i)
     row = (b64 * Hq + h_row) * Lq + i_row  # int64
     if DIRECT:
         part = row
         lse_out = lse2 * 0.6931471805599453
-        split0 = 0
     else:
         part = pid_s.to(tl.int64) * rows_total + row
         lse_out = lse2
-        split0 = pid_s.to(tl.int64) * rows_total
-    tl.store(LP + part, lse_out, mask=row_ok)
-    if _nonfinite(acc):  # rare: a non-finite v (module docstring, "NaN safety"): this split's keys
-        tl.debug_barrier()  # the LSE rows above, stored by other threads
-        _exact_rows(Q, k_base, v_base, OP + (split0 + b64 * Hq * Lq) * DV, LP + split0 + b64 * Hq * Lq,
-                    sqb, sqh, sql, sqd, skl, skd, svl, svd, tl.cast(Lq, tl.int64) * DV, DV, 1, b, kvh, G, r0, GL, Hq, Lq, Lk,
-                    kv_start, W, C, start, end, qk_scale, DK, DV, BLOCK_DK, BLOCK_DV, BLOCK_M, MASK_LMK,
-                    EXPAND, not DIRECT)
+    op_ptrs = OP + part[:, None] * DV + offs_dv[None, :]
+    if PAD_DV:
+        tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
     else:
-        op_ptrs = OP + part[:, None] * DV + offs_dv[None, :]
-        if PAD_DV:
-            tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
-        else:
-            tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LP + part, lse_out, mask=row_ok)
 
 
 @triton.jit

@@ -717,9 +717,8 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
              TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
              TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     st = _frame_static(st, (r, w, c))
-    # q, k, v, o also as pointers: the kernel's rare exact path reads and writes them row by row
-    _FWD_TMA(plan.grid, (*descs, q, k, v, o, lse),
-             (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
+    _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
+             cx, st)
 
 
 def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=None, fold=None,
