@@ -35,18 +35,21 @@ def _weighted_sum(w: torch.Tensor, vis: torch.Tensor, vb: torch.Tensor) -> torch
     """``sum_j w_ij v_j`` over visible ``j`` only, exact even when a ``v_j`` is not finite.
 
     ``w`` is ``(B, Hkv, G, I, J)``, ``vis`` ``(I, J)``, ``vb`` ``(B, Hkv, J, Dv)``. A
-    matrix product would turn ``0 * NaN`` of an invisible key into NaN, so keys
-    with non-finite values take an element-wise path that skips invisible pairs.
+    matrix product would turn ``0 * NaN`` of an invisible key into NaN, so the
+    non-finite *elements* of ``v`` are left out of the product (zeroed there) and
+    added element-wise to the rows that see their key only; every finite element,
+    those of such a key included, goes through the product as usual (so the
+    rounding of the finite part does not depend on whether a ``v`` elsewhere holds
+    a NaN, and neither does the tolerance built from ``same_dtype``).
     """
-    finite = torch.isfinite(vb).all(dim=-1)  # (B, Hkv, J)
+    finite = torch.isfinite(vb)  # (B, Hkv, J, Dv)
     if bool(finite.all()):
         return w @ vb.unsqueeze(2)
-    out = torch.where(finite[:, :, None, None, :], w, 0) @ torch.where(finite[..., None], vb, 0).unsqueeze(2)
-    bad = (~finite).any(dim=(0, 1)).nonzero().flatten().tolist()
+    out = w @ torch.where(finite, vb, 0).unsqueeze(2)
+    bad = (~finite).any(dim=(0, 1, 3)).nonzero().flatten().tolist()
     for j in bad:  # rare: only keys that hold inf or NaN
         contrib = w[..., j, None] * vb[:, :, None, None, j, :]  # (B, Hkv, G, I, Dv)
-        seen = vis[:, j][None, None, None, :, None]
-        take = seen & ~finite[:, :, j][:, :, None, None, None]
+        take = vis[:, j][None, None, None, :, None] & ~finite[:, :, None, None, j, :]
         out = out + torch.where(take, contrib, 0)
     return out
 
