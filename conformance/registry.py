@@ -37,7 +37,7 @@ class Backend:
     describe: Callable[..., str] | None = field(default=None, repr=False)
     # case -> "" or why the backend is known to fail it (a documented bug, not a
     # missing feature): the suite reports such a failure as ``deviates`` with the
-    # reason, and a pass as a failure (the entry is stale)
+    # reason (a pass stays a pass)
     deviation: Callable[[Any], str] | None = field(default=None, repr=False)
 
 
@@ -91,10 +91,7 @@ def _triton_deviation(case: Any) -> str:
 
 
 def _tilelang_deviation(case: Any) -> str:
-    # fp32 on CUDA runs the row-wise kernel (tilelang_impl.kernels.fwd_fp32): exact there
-    if getattr(case, "nan_v", False) and case.Lq > 1 and not (case.dtype == "fp32" and case.device.startswith("cuda")):
-        return f"tilelang: {_SPREAD}"
-    return ""
+    return f"tilelang: {_SPREAD}" if getattr(case, "nan_v", False) and case.Lq > 1 else ""
 
 
 # Documented bugs of built-in backends (Backend.deviation): case -> "" or why.

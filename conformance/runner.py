@@ -145,18 +145,11 @@ def _marker(case: Case, backend: str) -> str | None:
 
 def _documented(v: Verdict, why: str) -> Verdict:
     """A verdict in the light of the backend's documented deviation ``why`` ("" for
-    none): a failure it explains becomes ``deviates`` (reason and failure kept); a
-    pass where a deviation is documented is a failure, so the entry cannot outlive
-    the bug."""
-    if not why:
-        return v
-    if v.status == FAIL and not {"crash", "error", "return", "shape", "dtype", "device"} & set(v.kinds):
+    none): a failure of values it explains becomes ``deviates`` (reason and failure
+    kept); a pass stays a pass (whether a deviation shows can depend on where the
+    backend's tiles fall)."""
+    if why and v.status == FAIL and not {"crash", "error", "return", "shape", "dtype", "device"} & set(v.kinds):
         return Verdict(DEVIATES, problems=[f"documented: {why}", *v.problems], kinds=v.kinds, ratio=v.ratio)
-    if v.status == PASS:
-        w = Verdict(FAIL, ratio=math.inf)
-        w.add("fixed", f"fixed: the registry documents a deviation here ({why}) but the backend passes: "
-              f"remove the entry (conformance.registry)")
-        return w
     return v
 
 

@@ -45,8 +45,7 @@ MEAN_FACTOR = 2.0
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 #: a backend fails a case the way its registry entry documents (``Backend.deviation``):
-#: reported with the reason and the failure, never counted as a pass; a documented
-#: deviation the backend no longer shows is a failure (the entry must go)
+#: reported with the reason and the failure, never counted as a pass
 DEVIATES = "deviates"
 
 
