@@ -557,8 +557,8 @@ def seen_slot(Lq: int, Lk: int, **rule) -> int:
     of it are tested); for one query, its visible key nearest the middle.
     NaN in its k row must reach exactly those queries' rows (SPEC: NaN in a key row i
     sees propagates to row i) and no other: every kernel masks the score, not the load.
-    NaN in v is not tested this way: there a flash kernel's ``p = 0`` times NaN reaches
-    the other rows of the tile (docs/conformance.md, "What it does not check")."""
+    ``nan_v_seen`` puts NaN and infinities in its v row: there a flash kernel's ``p = 0``
+    times NaN reaches the other rows of the tile (docs/conformance.md, "Known deviations")."""
     from reference.mask import visibility_mask
 
     seen = visibility_mask(Lq, Lk, **rule).sum(0)

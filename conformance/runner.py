@@ -143,14 +143,19 @@ def _marker(case: Case, backend: str) -> str | None:
     return os.path.join(run_dir, h)
 
 
-def _documented(v: Verdict, why: str) -> Verdict:
-    """A verdict in the light of the backend's documented deviation ``why`` ("" for
-    none): a failure of values it explains becomes ``deviates`` (reason and failure
-    kept); a pass stays a pass (whether a deviation shows can depend on where the
-    backend's tiles fall)."""
-    if why and v.status == FAIL and not {"crash", "error", "return", "shape", "dtype", "device"} & set(v.kinds):
-        return Verdict(DEVIATES, problems=[f"documented: {why}", *v.problems], kinds=v.kinds, ratio=v.ratio)
-    return v
+def _documented(v: Verdict, dev, value, st: "CaseState") -> Verdict:
+    """A failed verdict in the light of the backend's documented deviation ``dev``
+    (``registry.Deviation`` or None): when the failure is NaN only and the outputs
+    with exactly the documented effect undone (``dev.forgive``) pass, ``deviates``
+    (reason and the original failure kept); otherwise the failure stands. A pass
+    stays a pass (whether a deviation shows can depend on where the backend's tiles
+    fall)."""
+    if dev is None or v.status != FAIL or set(v.kinds) != {"nan"}:
+        return v
+    o2, l2 = dev.forgive(value[0], value[1], st.q, st.k, st.v, dict(st.kw), st.exp)
+    if judge(o2, l2, st.exp).status != PASS:
+        return v
+    return Verdict(DEVIATES, problems=[f"documented: {dev.why}", *v.problems], kinds=v.kinds, ratio=v.ratio)
 
 
 class Runner:
@@ -232,7 +237,8 @@ class Runner:
                 out.verdict = v
             else:
                 out.verdict = judge(out.value[0], out.value[1], st.exp)
-            out.verdict = _documented(out.verdict, be.deviation(case) if be.deviation else "")
+            out.verdict = _documented(out.verdict, be.deviation(case) if be.deviation else None,
+                                      out.value, st)
         if st.snap is not None:
             changed = _modified(st)
             if changed:

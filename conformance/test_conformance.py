@@ -22,3 +22,5 @@ def test_conformance(conform_check, conform_runner, request):
     record(request, result)
     if result.verdict.status == "fail":
         pytest.fail(result.message, pytrace=False)
+    if result.verdict.status == "deviates":  # a documented bug (conformance.registry): never a pass
+        pytest.xfail(result.message)

@@ -161,3 +161,44 @@ def test_mean_floor_share_gives_few_elements_the_whole_floor():
     assert 0.64 < mean_floor_share(16) < 0.65
     assert 0.5 < mean_floor_share(10 ** 6) < 0.501
     assert all(mean_floor_share(n) >= mean_floor_share(n + 1) for n in range(1, 1000))
+
+
+def test_documented_deviation_covers_exactly_its_bug():
+    """A registry ``Deviation`` turns a failure into ``deviates`` only when the failure is
+    exactly the documented NaN spread (NaN in a column of a non-finite seen ``v``, heads
+    of that key/value head); a wrong lse, a lost NaN, NaN elsewhere still fail."""
+    from types import SimpleNamespace
+
+    from conformance.cases import Case, make_inputs
+    from conformance.registry import load_backend
+    from conformance.runner import _documented
+    from conformance.verdict import DEVIATES, FAIL, expected, judge
+    from reference.mask import visibility_mask
+
+    case = Case(category="nan_v_seen", dtype="fp16", B=1, Hq=2, Hkv=1, Lq=40, Lk=40, window=8, chunk=4,
+                nan_v=True)
+    q, k, v, kw = make_inputs(case, 0)
+    exp = expected(q, k, v, kw)
+    st = SimpleNamespace(q=q, k=k, v=v, kw=kw, exp=exp)
+    dev = load_backend("triton").deviation(case)
+    assert dev is not None and load_backend("reference").deviation is None
+    good = exp.o.to(q.dtype)
+    rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+    j = int(torch.nonzero(torch.isnan(v[0, 0, :, 0]))[0])
+    blind = ~visibility_mask(case.Lq, case.Lk, **rule)[:, j]  # rows that do not see the key
+    assert bool(blind.any())
+
+    def verdict(o, lse):
+        return _documented(judge(o, lse, exp), dev, (o, lse), st)
+
+    spread = good.clone()
+    spread[0, :, blind, 0] = float("nan")  # what P @ V does: column 0 of the bad key
+    assert verdict(spread, exp.lse.float()).status == DEVIATES
+    assert verdict(spread, exp.lse.float() + 0.5).status == FAIL  # and a wrong lse
+    elsewhere = good.clone()
+    elsewhere[0, :, blind, 5] = float("nan")  # a column whose v is finite everywhere
+    assert verdict(elsewhere, exp.lse.float()).status == FAIL
+    lost = torch.nan_to_num(good, nan=0.0, posinf=1.0, neginf=-1.0)  # rows that see the key lose it
+    assert verdict(lost, exp.lse.float()).status == FAIL
+    assert verdict(torch.full_like(good, float("nan")), exp.lse.float()).status == FAIL
+    assert verdict(good, exp.lse.float()).status != DEVIATES  # a pass stays a pass
