@@ -61,13 +61,16 @@ def _true_mask(p: Problem, i0: int, i1: int) -> torch.Tensor:
 
 
 def _attend(q, k, v, p: Problem, mask_fn: MaskFn, *, scale: float | None = None,
-            nan_leak: bool = False, block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+            nan_leak: bool = False, v_spread: bool = False, block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense masked attention in float64 (quadratic per query block: small problems).
 
     ``nan_leak=False`` is exact like the reference: invisible keys never touch
     a row, even when they hold NaN. ``nan_leak=True`` masks the way a careless
     kernel does (add ``-inf`` to the scores, multiply ``0 * v``), so NaN of
-    invisible slots leaks into the rows.
+    invisible slots leaks into the rows. ``v_spread=True`` is what a flash kernel does
+    with ``v``: slots no query of the call sees are zeroed, then ``P @ V`` is a plain
+    product, so a NaN or infinity in the ``v`` row of a key some rows see reaches every
+    row (``0 * NaN``), not only those.
     """
     scale = p.sm_scale if scale is None else scale
     o = torch.zeros((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float64, device=p.device)
@@ -80,6 +83,10 @@ def _attend(q, k, v, p: Problem, mask_fn: MaskFn, *, scale: float | None = None,
     finite_v = torch.isfinite(vd).all(dim=-1)  # (B, Hq, Lk)
     bad = (~finite_v).any(dim=(0, 1)).nonzero().flatten()
     v_clean = torch.where(finite_v[..., None], vd, 0)
+    if v_spread:
+        seen_any = mask_fn(p, 0, p.Lq).any(dim=0)  # keys some query of the call sees
+        v_clean = torch.where(seen_any[:, None], vd, 0)
+        bad = bad[:0]
     for i0 in range(0, p.Lq, block):
         i1 = min(p.Lq, i0 + block)
         vis = mask_fn(p, i0, i1)  # (I, Lk)
@@ -207,6 +214,13 @@ def nan_leak(q, k, v, **kw):
     return _attend(q, k, v, p, _true_mask, nan_leak=True)
 
 
+def nan_v_spread(q, k, v, **kw):
+    # P @ V as a plain product over the keys some query sees (both built-in kernels' known
+    # deviation): a NaN or infinity in a seen key's v reaches the rows that do not see it
+    p = _check(q, k, v, **kw)
+    return _attend(q, k, v, p, _true_mask, v_spread=True)
+
+
 def nan_rows_emptied(q, k, v, **kw):
     # the finish tests l > 0 (TileLang's until session 10): a row whose sum is NaN, because a
     # key it sees holds NaN, comes out as an empty row instead of NaN
@@ -312,6 +326,8 @@ _TABLE: dict[str, tuple[Callable, str]] = {
     "sm_scale_ignored": (sm_scale_ignored, "explicit sm_scale ignored (always 1/sqrt(Dqk))"),
     "empty_rows_nan": (empty_rows_nan, "rows with no visible key return NaN instead of o = 0"),
     "nan_leak": (nan_leak, "masking by -inf addition and 0 * v: NaN in slots no query sees leaks into outputs"),
+    "nan_v_spread": (nan_v_spread, "P @ V a plain product: NaN or infinity in the v row of a key some rows see "
+                                   "reaches the other rows too"),
     "nan_rows_emptied": (nan_rows_emptied, "a row that sees a NaN key returned as an empty row (o = 0, "
                          "lse = -inf) instead of NaN (the finish tests l > 0)"),
     "strides_ignored": (strides_ignored, "inputs indexed with contiguous (B, H, L, D) strides whatever their real strides"),

@@ -30,6 +30,7 @@ EXPECT = {
     "sm_scale_ignored": ("output", "scale"),
     "empty_rows_nan": ("empty row", "empty_rows"),
     "nan_leak": ("nan", "nan_slots"),
+    "nan_v_spread": ("nan", "nan_v_seen"),
     "strides_ignored": ("output", "layout"),
     "low_precision_accumulation": ("output", "lengths"),
     "output_dtype_fp32": ("dtype", "basic"),

@@ -25,6 +25,7 @@ EXPECTED = {
     "sm_scale_ignored": "explicit_scale",
     "empty_rows_nan": "empty_rows",
     "nan_leak": "nan_leak",
+    "nan_v_spread": "nan_v_spread",
     "nan_rows_emptied": "nan_propagation",
     "strides_ignored": "strides",
     "low_precision_accumulation": "low_precision",

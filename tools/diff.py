@@ -70,6 +70,8 @@ RULES: dict[str, str] = {
     "strides": "stride handling: inputs may have any strides (e.g. (B, L, H, D) passed as .transpose(1, 2))",
     "nan_leak": "NaN leaking from invisible slots: values in slots no query sees must not change any output",
     "nan_propagation": "NaN propagation: NaN in a key row i sees must reach row i (not read as an empty row)",
+    "nan_v_spread": "NaN / inf in v: a non-finite v of a key some rows see must reach only those rows (P @ V "
+                    "multiplies the others' p = 0 by it; a known deviation of both kernels, docs/conformance.md)",
     "low_precision": "low-precision accumulation: softmax sums and P @ V must accumulate in at least fp32",
 }
 
@@ -97,6 +99,7 @@ class Case:
     layout: str = "canonical"      # or "blhd": (B, L, H, D) storage passed as .transpose(1, 2)
     nan_unseen: bool = False       # NaN in k and v slots no query of the call sees
     nan_seen: bool = False         # NaN in the k row of one key some queries see (cases.seen_slot)
+    nan_v: bool = False            # NaN, +inf, -inf in the v row of that key (columns 0..2)
     seed: int = 0
 
     @property
@@ -125,6 +128,8 @@ CASES: tuple[Case, ...] = (
          Lk=24, window_size=4, chunk_size=4, kv_start=1, nan_unseen=True, seed=3),
     Case("nan_seen", "NaN in the k row of one key that some queries see (NaN in exactly those rows)",
          B=1, Hq=2, Hkv=1, Lq=12, Lk=20, window_size=4, chunk_size=4, kv_start=1, nan_seen=True, seed=8),
+    Case("nan_v", "NaN, +inf, -inf in the v row of one key that some queries see (in exactly those rows)",
+         B=1, Hq=2, Hkv=1, Lq=12, Lk=20, window_size=4, chunk_size=4, kv_start=1, nan_v=True, seed=9),
     Case("strided", "as base, inputs (B, L, H, D) passed as .transpose(1, 2), v a slice of a wider tensor",
          layout="blhd", seed=4),
     Case("long", "fp32 rows of ~256 keys (accumulation precision)", B=1, Hq=1, Hkv=1, Lq=300, Lk=300,
@@ -165,6 +170,12 @@ def make_inputs(case: Case, device) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
         k = k.clone()
         k[:, :, seen_slot(case.Lq, case.Lk, **case.rule)] = float("nan")
+    if case.nan_v:
+        from conformance.cases import seen_slot
+
+        v = v.clone()
+        j = seen_slot(case.Lq, case.Lk, **case.rule)
+        v[:, :, j, 0], v[:, :, j, 1], v[:, :, j, 2] = float("nan"), float("inf"), float("-inf")
     return q, k, v
 
 
@@ -695,7 +706,12 @@ HYPOTHESES: list[tuple[str, Callable[[Diagnosis], Finding | None]]] = [
 ] + [(rule, (lambda rr: (lambda d: _exact(rr, d)))(rule)) for rule in EXACT] + [
     ("strides", _sig_only("strides", lambda c: c.layout != "canonical",
                           "only strided inputs differ")),
-    ("nan_leak", _sig_only("nan_leak", lambda c: c.nan_unseen or c.nan_seen,
+    # nan_v_spread before nan_leak: a backend that only spreads a seen v's NaN over its
+    # tile fails the nan_v case alone; one that leaks unseen slots fails "nan" too
+    ("nan_v_spread", _sig_only("nan_v_spread", lambda c: c.nan_v,
+                               "only the case with NaN and infinities in the v row of a key some rows see "
+                               "differs, and its output holds NaN", need_nan=True)),
+    ("nan_leak", _sig_only("nan_leak", lambda c: c.nan_unseen or c.nan_seen or c.nan_v,
                            "only the cases with NaN in slots some rows do not see differ, and their output "
                            "holds NaN", need_nan=True, empty_rows_may_fail=True)),
     ("nan_propagation", _sig_only("nan_propagation", lambda c: c.nan_seen,
