@@ -144,13 +144,13 @@ def _from_module_spec(spec: str) -> Backend:
 
 def _as_backend(obj: Any, *, name: str, origin: str) -> Backend:
     """Accept a ready ``Backend`` or a bare canonical function (optionally
-    carrying a ``supports`` attribute)."""
+    carrying ``supports``, ``describe`` and ``deviation`` attributes)."""
     if isinstance(obj, Backend):
         return obj
     if not callable(obj):
         raise ValueError(f"backend {name!r} is not callable")
     return Backend(name=name, fn=obj, supports=getattr(obj, "supports", _always), origin=origin,
-                   describe=getattr(obj, "describe", None))
+                   describe=getattr(obj, "describe", None), deviation=getattr(obj, "deviation", None))
 
 
 def _entry_points() -> dict[str, Any]:
