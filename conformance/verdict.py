@@ -333,13 +333,13 @@ def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: 
     if UNSUPPORTED in (va.status, vb.status):
         who = [n for n, x in ((a, va), (b, vb)) if x.status == UNSUPPORTED]
         return Verdict(UNSUPPORTED, problems=[f"{', '.join(who)} unsupported"])
-    if DEVIATES in (va.status, vb.status):
-        who = [n for n, x in ((a, va), (b, vb)) if x.status == DEVIATES]
-        return Verdict(DEVIATES, problems=[f"{', '.join(who)} deviates (documented)"])
     v = Verdict(PASS, ratio=0.0)
     for n, x in ((a, va), (b, vb)):
         if x.status == FAIL:
             v.add("member", f"member: {n} fails this case ({', '.join(x.kinds)})")
+    if v.status != FAIL and DEVIATES in (va.status, vb.status):  # a failing member comes first
+        who = [n for n, x in ((a, va), (b, vb)) if x.status == DEVIATES]
+        return Verdict(DEVIATES, problems=[f"{', '.join(who)} deviates (documented)"])
     if v.status == FAIL or exp is None:
         if v.status == FAIL:
             v.ratio = math.inf

@@ -85,3 +85,26 @@ def test_two_bugs_are_not_explained_by_one_rule(capsys):
     assert cmp.b.explained_by is None
     report = diff.format_report(cmp, "cpu")
     assert "no single rule explains" in report
+
+
+def test_documented_deviation_is_undone_and_other_bugs_still_named():
+    """A backend's registry Deviation (the kernels' NaN-in-v spread) is undone before
+    ``diff`` judges, as in the suite: triton conforms with the case marked documented,
+    and a second bug on top of the spread is still named by its own rule."""
+    from conformance import mutants
+    from conformance.registry import Backend, load_backend
+
+    dev = load_backend("triton").deviation
+    spread = Backend(name="spread", fn=mutants.nan_v_spread, deviation=dev)
+    d = diff.diagnose(spread, probe_masks=False)
+    assert d.conforms and set(d.documented) == {"nan_v"}
+
+    def spread_and_lse_base2(q, k, v, **kw):
+        o, lse = mutants.nan_v_spread(q, k, v, **kw)
+        return o, lse / math.log(2)
+
+    d = diff.diagnose(Backend(name="spread+lse2", fn=spread_and_lse_base2, deviation=dev), probe_masks=False)
+    assert d.explained_by is not None and d.explained_by.rule == "lse_base", d.explained_by
+    assert "nan_v" in d.unsupported and "nan_v" in d.documented  # left out of the evidence, listed
+    d = diff.diagnose(Backend(name="spread, undocumented", fn=mutants.nan_v_spread), probe_masks=False)
+    assert d.explained_by is not None and d.explained_by.rule == "nan_v_spread"
