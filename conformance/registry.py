@@ -94,7 +94,7 @@ class Deviation:
     forgive: Callable[..., tuple[Any, Any]]
 
 
-def _forgive_spread(o, lse, q, k, v, kw, exp):
+def forgive_nan_v_spread(o, lse, q, k, v, kw, exp):
     """Undo a NaN spread by ``P @ V``: an element of ``o`` that is NaN where golden is
     finite, in a column ``d`` where a key that some query of the call sees holds a
     non-finite ``v[b, kv_head, key, d]`` and in a head reading that key/value head,
@@ -120,7 +120,7 @@ def _spread_deviation(name: str) -> Callable[[Any], "Deviation | None"]:
     def check(case: Any) -> "Deviation | None":
         # one query (decode): every row of its tile is a head of that query and sees the key
         if getattr(case, "nan_v", False) and case.Lq > 1:
-            return Deviation(f"{name}: {_SPREAD}", _forgive_spread)
+            return Deviation(f"{name}: {_SPREAD}", forgive_nan_v_spread)
         return None
 
     return check
