@@ -88,6 +88,11 @@ class Case:
         return dict(window_size=self.window, chunk_size=self.chunk, mask_lmk=self.mask_lmk,
                     expand_to_chunk=self.expand, kv_start=self.kv_start, sm_scale=self.sm_scale)
 
+    def rule(self) -> dict[str, Any]:
+        """The visibility rule's keyword arguments (:meth:`kwargs` without ``sm_scale``)."""
+        return dict(window_size=self.window, chunk_size=self.chunk, mask_lmk=self.mask_lmk,
+                    expand_to_chunk=self.expand, kv_start=self.kv_start)
+
     def __str__(self) -> str:
         return self.id
 
@@ -570,6 +575,13 @@ def seen_slot(Lq: int, Lk: int, **rule) -> int:
     return int(pool[torch.argmin((pool - Lk // 2).abs())])
 
 
+def put_nan_v(v: torch.Tensor, j: int) -> None:
+    """NaN, +inf, -inf into columns 0, 1, 2 of the ``v`` row of key ``j`` (as many as
+    ``v`` has), in place: the ``nan_v_seen`` cases, also ``hils-swa diff``'s ``nan_v``."""
+    for d, x in zip(range(v.shape[-1]), (float("nan"), float("inf"), float("-inf"))):
+        v[:, :, j, d] = x
+
+
 def _store(x: torch.Tensor, layout: str) -> torch.Tensor:
     """``x`` (B, H, L, D) contiguous -> the same values in the given input form."""
     B, H, L, D = x.shape
@@ -623,13 +635,9 @@ def make_inputs(case: Case, run_seed: int, device=None):
         k[:, :, dead] = float("nan")
         v[:, :, dead] = float("nan")
     if case.nan_seen and case.Lk:
-        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
-        k[:, :, seen_slot(case.Lq, case.Lk, **rule)] = float("nan")
+        k[:, :, seen_slot(case.Lq, case.Lk, **case.rule())] = float("nan")
     if case.nan_v and case.Lk:
-        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
-        j = seen_slot(case.Lq, case.Lk, **rule)
-        for d, x in zip(range(case.Dv), (float("nan"), float("inf"), float("-inf"))):
-            v[:, :, j, d] = x
+        put_nan_v(v, seen_slot(case.Lq, case.Lk, **case.rule()))
     layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
     q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
     return q, k, v, kw

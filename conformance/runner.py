@@ -145,17 +145,14 @@ def _marker(case: Case, backend: str) -> str | None:
 
 def _documented(v: Verdict, dev, value, st: "CaseState") -> Verdict:
     """A failed verdict in the light of the backend's documented deviation ``dev``
-    (``registry.Deviation`` or None): when the failure is NaN only and the outputs
-    with exactly the documented effect undone (``dev.forgive``) pass, ``deviates``
-    (reason and the original failure kept); otherwise the failure stands. A pass
-    stays a pass (whether a deviation shows can depend on where the backend's tiles
-    fall)."""
-    if dev is None or v.status != FAIL or set(v.kinds) != {"nan"}:
+    (``registry.Deviation`` or None): ``deviates`` (reason and the original failure
+    kept) when the failure is exactly that deviation (``Deviation.undo``); otherwise
+    the verdict stands. A pass stays a pass (whether a deviation shows can depend on
+    where the backend's tiles fall)."""
+    if dev is None or dev.undo(v, value[0], value[1], st.q, st.k, st.v, dict(st.kw), st.exp) is None:
         return v
-    o2, l2 = dev.forgive(value[0], value[1], st.q, st.k, st.v, dict(st.kw), st.exp)
-    if judge(o2, l2, st.exp).status != PASS:
-        return v
-    return Verdict(DEVIATES, problems=[f"documented: {dev.why}", *v.problems], kinds=v.kinds, ratio=v.ratio)
+    return Verdict(DEVIATES, problems=[f"documented: {dev.why}", *v.problems], kinds=v.kinds, ratio=v.ratio,
+                   details=dict(deviation=dev.why))
 
 
 class Runner:
