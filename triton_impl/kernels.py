@@ -238,6 +238,14 @@ def _inside_blocks(start, j_hi, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND: tl.c
 
 
 @triton.jit
+def _edge_block(i, start, n_left, mid_hi, BLOCK_N: tl.constexpr):
+    """The first key of edge block ``i`` of a ``PHASES`` loop (:func:`_inside_blocks`):
+    the ``n_left`` left-edge blocks from ``start``, then the diagonal ones from
+    ``mid_hi`` (one past the inside blocks)."""
+    return tl.where(i < n_left, start + i * BLOCK_N, mid_hi + (i - n_left) * BLOCK_N)
+
+
+@triton.jit
 def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPCAST: tl.constexpr):
     """``tl.load`` with an optional row mask and an optional column mask (0 where masked)."""
     if HAS_R:
@@ -375,7 +383,7 @@ def _swa_fwd_kernel(
         c_ = b_ + n_mid * BLOCK_N
         offs_n = tl.arange(0, BLOCK_N)
         for i in range(0, tl.cdiv(end - start, BLOCK_N) - n_mid):
-            n0 = tl.where(i < n_left, start + i * BLOCK_N, c_ + (i - n_left) * BLOCK_N)
+            n0 = _edge_block(i, start, n_left, c_, BLOCK_N)
             k_ptrs = k_base + (n0 + offs_n)[None, :].to(tl.int64) * skl + offs_dk[:, None] * skd
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span,
@@ -513,7 +521,7 @@ def _swa_fwd_tma_kernel(
         mid_hi = mid_lo + n_mid * BLOCK_N
         # The edge blocks, masked: [start, mid_lo), then [mid_hi, j_hi).
         for i in range(0, tl.cdiv(j_hi - start, BLOCK_N) - n_mid):
-            n0 = tl.where(i < n_left, start + i * BLOCK_N, mid_hi + (i - n_left) * BLOCK_N)
+            n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
                                         n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
