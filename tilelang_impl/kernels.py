@@ -36,6 +36,21 @@ HOPPER = Target({"kind": "cuda", "arch": "sm_90a"})
 
 _NEG_INF = -float("inf")
 
+#: Registers per thread the producer warp group keeps after ``setmaxnreg``
+#: (TileLang's default; the least the instruction allows).
+PRODUCER_REGS = 24
+#: Register file of one SM (32-bit registers) and the most ``setmaxnreg`` gives.
+SM_REGS, MAX_NREG = 65536, 240
+
+
+def consumer_regs(threads: int, min_blocks: int) -> int:
+    """Registers per consumer thread after ``setmaxnreg`` when ``min_blocks`` CTAs of
+    ``threads`` consumer threads plus one 128-thread producer warp group
+    (:data:`PRODUCER_REGS`) share an SM's register file: a multiple of 8 (the
+    instruction's granule), at most :data:`MAX_NREG`."""
+    per_cta = SM_REGS // min_blocks - 128 * PRODUCER_REGS
+    return min(MAX_NREG, per_cta // threads // 8 * 8)
+
 
 def _shape(blhd: bool, B, H, L, D):
     return (B, L, H, D) if blhd else (B, H, L, D)
@@ -125,7 +140,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0):
+                 lmk_rows_j0=False, pack=0, min_blocks=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -207,6 +222,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         n_qb = T.ceildiv(pack * Lq, block_M) if pack else T.ceildiv(Lq, block_M)
         with T.Kernel(n_qb * S if split else n_qb, Hkv if pack else Hq, B,
                       threads=threads) as (bx, by, bz):
+            if min_blocks:  # occupancy: launch bounds and the warp groups' register split
+                T.annotate_min_blocks_per_sm(min_blocks)
+                T.annotate_producer_reg_dealloc(PRODUCER_REGS)
+                T.annotate_consumer_reg_alloc(consumer_regs(threads, min_blocks))
             Q_s = T.alloc_shared([block_M, Dqk], dtype)
             K_s = T.alloc_shared([block_N, Dqk], dtype)
             V_s = T.alloc_shared([block_N, Dv], dtype)
@@ -325,7 +344,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0):
+           pack: int = 0, min_blocks: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -355,7 +374,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks)
 
 
 @tilelang.jit(target=HOPPER,
@@ -366,7 +385,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: int = 0):
+                pack: int = 0, min_blocks: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -380,7 +399,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks)
 
 
 @tilelang.jit(target=HOPPER)

@@ -228,7 +228,7 @@ def prefill_config(p) -> tuple:
 #: tilelang-lab14-92218e9.json).
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False))
+            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 

@@ -266,7 +266,49 @@ VARIANTS = {
     "noj0-64": (lambda D: _full(_launch().shipped_config(D, D), lmk_rows_j0=D > 64),
                 "shipped without lmk_rows_j0 at D <= 64 (pack's attribution)",
                 "D64: -2-8% vs shipped (j0 gave +18% at D=128 in session 5); D128 = shipped"),
+    # session 12: occupancy. TileLang's default launch bounds (threads, 1) let ptxas give a
+    # 64-row tile with one consumer warp group 240 registers at launch: one CTA per SM, so
+    # nothing overlaps its softmax with tensor work (all-64x64 of session 3: -37% at D=64).
+    # The min_blocks knob (kernels.consumer_regs) bakes __launch_bounds__(threads + 128, n)
+    # and the setmaxnreg split (producer 24, consumers the rest of 1/n of the register file).
+    # CPU compile (sm_90a, no spills in any): n=2 -> 128 registers at launch, consumers 232;
+    # n=3 -> 80 / 144; n=4 -> 64 / 104; 64x128 with n=3 does not assemble (ptxas wants 90).
+    # Shared memory (O_s aliases Q_s): D=64 64x128 s2 72 KB, s3 104 KB; D=128 64x64 s2 80 KB;
+    # D=64 64x64 s2 40 KB. Shipped in the same runs: D=128 128x128 s2 and D=64 128x128 s2,
+    # both two consumer warp groups, one CTA per SM (168 registers at launch).
+    # Measured before (lab, L2 not flushed): shipped 236 TF/s H32 D128 L8K, ~155 GQA 32/4 D64.
+    # Run: --only shipped,occ2-64x128,occ2-64x128-s3,occ2-64x64,occ3-64x64,occ4-64x64
+    "occ2-64x128": (lambda D: _occ(D, (64, 128) if D <= 64 else (64, 64), 2, 2),
+                    "one consumer warp group per CTA, two CTAs per SM (min_blocks=2): D<=64 "
+                    "64x128 s2, D=128 64x64 s2 (64x128 does not fit two CTAs' shared memory)",
+                    "GQA D64 shapes 155 -> 165-195 TF/s (+5..+25%: two independent CTAs per SM "
+                    "overlap one's softmax with the other's wgmma, and a 64-row tile reads "
+                    "~576 instead of ~640 keys at W=512); D128 236 -> 200-260 (-15..+10%: "
+                    "64-key tiles double the barriers and the softmax passes per key)"),
+    "occ2-64x128-s3": (lambda D: _occ(D, (64, 128) if D <= 64 else (64, 64), 3 if D <= 64 else 2, 2),
+                       "occ2-64x128 with three stages at D<=64 (D=128 = occ2-64x128)",
+                       "D64 0..+5% vs occ2-64x128; D128 = occ2-64x128 (+-2%)"),
+    "occ2-64x64": (lambda D: _occ(D, (64, 64), 2, 2),
+                   "64x64 s2, one consumer warp group, two CTAs per SM",
+                   "D64 145-185 TF/s (half the tensor work per barrier of 64x128); D128 as "
+                   "occ2-64x128 (the same kernel there)"),
+    "occ3-64x64": (lambda D: _occ(D, (64, 64), 2, 3 if D <= 64 else 2),
+                   "64x64 s2 at D<=64 with three CTAs per SM (consumers 144 registers); D=128 "
+                   "= occ2-64x64 (two CTAs' shared memory at most)",
+                   "D64 0..+10% vs occ2-64x64; D128 = occ2-64x64 (+-2%)"),
+    "occ4-64x64": (lambda D: _occ(D, (64, 64), 2, 4 if D <= 64 else 2),
+                   "64x64 s2 at D<=64 with four CTAs per SM (consumers 104 registers); D=128 "
+                   "= occ2-64x64",
+                   "D64 -10..+10% vs occ3-64x64 (the Triton D=64 kernel gained 2-5% from its "
+                   "fourth CTA per SM); D128 = occ2-64x64"),
 }
+
+
+def _occ(D, tile, stages, min_blocks):
+    """The shipped knobs of head dim D on a ``tile`` with one consumer warp group (128
+    threads), ``stages`` and the ``min_blocks`` occupancy knob."""
+    cfg = _launch().shipped_config(D, D)
+    return _full(tuple(tile) + (stages, 128) + tuple(cfg[4:]), min_blocks=min_blocks)
 
 
 def _pack_prefill(D):
