@@ -236,8 +236,7 @@ def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
     # one wave: S = 132 // programs, at most the reachable key tiles (576 + 64 rows
     # of reach on 64-key tiles: 10)
     assert split(1, 32, 1, 8192) == 4                     # decode: 32 programs
-    assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the short prefill tile
-    assert launch.tc_config(64, 64, 1) == launch.SHORT_Q_TILE
+    assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the prefill grid's 64x128 tile
     assert split(1, 32, 1, 8192, D=96) == 4
     assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
     assert split(1, 8, 1, 300) == 5                       # ... of a short cache
@@ -344,15 +343,18 @@ def test_lmk_cols_rule_per_call():
     # shipped D = 128 knobs after lmk_cols: fast_exp2, scale_fold (only with a call's
     # positive scale), win_u32, lmk_rows_j0 (only with mask_lmk and lmk_cols > 0)
     sl2 = launch.LOG2E / 128 ** 0.5
-    tail = (True, True, True, True)
-    assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 2) + tail
-    assert launch.tc_kernel_args(ship, True, 200, sl2)[2] == ("rows", True, True, 1) + tail
-    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 0) + tail[:3]  # general
-    assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == ("rows", True, True, 2, True, False,
-                                                               True, True)  # scale cannot fold
+    # (64-key tiles: C >= 64 one landmark column, 32 <= C < 64 two); two CTAs per SM
+    tail, occ = (True, True, True, True), (0, 2)
+    assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 1) + tail + occ
+    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 2) + tail + occ
+    assert launch.tc_kernel_args(ship, True, 16, sl2)[2] == (("rows", True, True, 0) + tail[:3]
+                                                             + (False,) + occ)  # general
+    assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == ("rows", True, True, 1, True, False,
+                                                               True, True) + occ  # cannot fold
     assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == ("rows", True, True, 0, True, True,
-                                                              True)  # no landmarks: no j0
-    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True, 0, True, False, True)  # no call
+                                                              True, False) + occ  # no landmarks: no j0
+    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True, 0, True, False, True,
+                                              False) + occ  # no call
     # split-KV (64-key tiles: C = 64 is one landmark column): landmark rows, full mask,
     # fast_exp2, scale_fold per call, win_u32; no lmk_rows_j0
     split = launch.split_config(128, 128)
@@ -360,11 +362,14 @@ def test_lmk_cols_rule_per_call():
     assert launch.split_config(128, 128, expand_to_chunk=False) == (128, 64, 2, 256, "tile", False,
                                                                      False, 2)
     assert launch.split_config(128, 128, False, False) == split
-    # the prefill grid's tile: 64 rows for Lq <= 64 at D <= 64 only
-    assert launch.tc_config(64, 64, 64) == launch.SHORT_Q_TILE == (64, 128, 2, 128)
-    assert launch.tc_config(64, 64, 65) == launch.tc_config(64, 64) == (128, 128, 2, 256)
-    assert launch.tc_config(64, 80, 1) == launch.tc_config(128, 128, 1) == (128, 128, 2, 256)
-    assert launch.shipped_config(32, 64, 1) == launch.SHORT_Q_TILE + launch.tc_knobs(32, 64)
+    # the prefill grid's tile (every Lq): 64 rows, one consumer warp group; two CTAs
+    # per SM up to D = 128
+    assert launch.tc_config(64, 64) == launch.tc_config(32, 64) == (64, 128, 2, 128)
+    assert launch.tc_config(64, 80) == launch.tc_config(128, 128) == (64, 64, 2, 128)
+    assert launch.tc_config(256, 256) == (64, 64, 2, 128) and launch.tc_knobs(256, 256) == ()
+    assert launch.shipped_config(32, 64) == launch.with_knobs(
+        (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS)
+    assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
         ("fwd_tc", split[:4], ("rows", False, False, 1, True, True, True))
     assert launch.tc_kernel_args(split, True, 16) == \
@@ -606,8 +611,9 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
-    per-call knob ``pack`` follows it, default off) so older cache keys stay."""
-    assert launch.TC_KNOBS[-2:] == (("lmk_rows_j0", False), ("pack", False))
+    per-call knob ``pack`` and the tile's ``min_blocks`` follow it, default off) so older
+    cache keys stay."""
+    assert launch.TC_KNOBS[-3:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -615,8 +621,9 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     assert launch.call_knobs(cfg, True, 16, 128, 0.2) == ("rows", True, True)  # no landmark columns
     for D in (64, 128):  # shipped at D <= 128 since session 5
         ship = launch.shipped_config(D, D)
-        assert launch.tc_kernel_args(ship, True, 64)[2][-1] is True
-        assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True)
+        assert launch.tc_kernel_args(ship, True, 64)[2][launch._KNOB["lmk_rows_j0"]] is True
+        assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True,
+                                                            False, 0, launch.TC_MIN_BLOCKS)
 
 
 def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
@@ -643,7 +650,7 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
 
     assert pack_of(8, 32, 4, 1) == (8, False)            # decode B=8 GQA 32/4 D=64
     assert pack_of(1, 32, 4, 1) == (8, False)            # B=1: the same kernel, 4 programs
-    assert pack_of(1, 32, 4, 8) == (8, False)            # 64 rows: the short tile, full
+    assert pack_of(1, 32, 4, 8) == (8, False)            # 64 rows: the 64-row tile, full
     assert pack_of(1, 32, 4, 9) == (0, False)            # 72 rows: unpacked
     assert pack_of(1, 32, 32, 1) == (0, False)           # G = 1: nothing to pack
     assert pack_of(1, 24, 8, 21) == (3, False)           # G = 3, 63 rows
@@ -651,8 +658,8 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     assert pack_of(1, 40, 4, 1) == (0, False)            # G = 10: never compiled, unpacked
     assert pack_of(1, 64, 4, 1) == (16, False)           # powers of two
     assert pack_of(8, 32, 8, 1, 128, 128) == (4, False)  # 256 programs: prefill grid, packed
-    assert pack_of(8, 32, 8, 32, 128, 128) == (4, False)  # 128 rows of the 128-row tile
-    assert pack_of(8, 32, 8, 33, 128, 128) == (0, False)
+    assert pack_of(8, 32, 8, 16, 128, 128) == (4, False)  # 64 rows of the 64-row tile
+    assert pack_of(8, 32, 8, 17, 128, 128) == (0, False)
     assert pack_of(1, 32, 8, 1, 128, 128) == (0, True)   # 32 programs: split-KV, unpacked
     assert pack_of(1, 16, 2, 1, 192, 192) == (0, False)  # D > 128: no knobs, unpacked
     assert pack_of(2, 16, 4, 300) == (0, False)          # long prefill
@@ -665,7 +672,7 @@ def test_explicit_pack_config_packs_any_lq(monkeypatch):
     packs only calls whose rows fit one tile."""
     asked = []
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
-    cfg = launch.SHORT_Q_TILE + launch.tc_knobs(64, 64) + (True,)
+    cfg = launch.with_knobs(launch.shipped_config(64, 64), pack=True)
 
     def call(Hq, Hkv, Lq):
         asked.clear()

@@ -40,11 +40,11 @@ def test_precompiled_kernels_are_the_ones_run_cuda_requests(monkeypatch):
     for D, lmk in ((128, True), (96, True), (128, False)):  # decode: split-KV
         key = _requested_key(monkeypatch, D, D, bf, lmk, True, 1, 8192)
         assert key[11] is True and key in pre, (D, lmk, key)
-    key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 8192, Hq=2, Hkv=2)  # decode D=64: short tile
-    assert key[11] is False and key[7:11] == launch.SHORT_Q_TILE and key in pre, key
-    # GQA decode D=64 (the timed B=8 GQA 32/4 shape): the short tile with G = 8 packed rows
+    key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 8192, Hq=2, Hkv=2)  # decode D=64
+    assert key[11] is False and key[7:11] == launch.tc_config(64, 64) and key in pre, key
+    # GQA decode D=64 (the timed B=8 GQA 32/4 shape): the prefill tile with G = 8 packed rows
     key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 32768, B=8, Hq=32, Hkv=4)
-    assert key[7:11] == launch.SHORT_Q_TILE and key[12 + launch._KNOB["pack"]] == 8 and key in pre, key
+    assert key[7:11] == launch.tc_config(64, 64) and key[12 + launch._KNOB["pack"]] == 8 and key in pre, key
 
 
 def test_precompile_records_every_correctness_case_kernel(monkeypatch):

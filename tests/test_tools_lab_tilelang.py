@@ -16,11 +16,15 @@ ALIASES = {"nolmkcols", "shipped"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
 # shipped kernel (noise checks); at D = 64 "s5-rows+fold" is what shipped after that lab
 S5 = {"s5-rows", "s5-rows+fold", "s5+fold"}
+# session 12's occupancy variants: occ2-64x128 shipped (the "shipped" kernel at both head
+# dims); at D = 128 all five are its kernel (64x64 with two CTAs per SM: the others' D = 64
+# tiles and CTA counts do not fit D = 128's shared memory)
+OCC = {"occ2-64x128-s3", "occ2-64x64", "occ3-64x64", "occ4-64x64"}
 
 
 def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
     for D in (64, 128):
-        assert L.VARIANTS["base"][0](D) == launch.tc_config(D, D)
+        assert L.VARIANTS["base"][0](D) == L.SESSION11_TILE
         # kernels of the timed shapes (mask_lmk, C = 64, default scale)
         sl2 = L.scale_log2(D)
         # lmk_rows_j0 acts only with lmk_zero="rows" (D = 128): at D = 64 its variants
@@ -28,6 +32,7 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         skip = ALIASES | S5 | (set(J0) if D == 64 else set())
         # session 7: pack drops at G = 1 (these keys), noj0-64 is shipped at D = 128
         skip |= {"pack"} | ({"noj0-64"} if D == 128 else set())
+        skip |= {"occ2-64x128"} | (OCC if D == 128 else set())
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2) for n in L.VARIANTS
                 if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
@@ -41,18 +46,26 @@ def test_shipped_and_lmkcols_variants():
     landmark columns; shipped = launch.shipped_config = fexp+sfold+wu32+lmkj0."""
     for D in (64, 128):
         ship, lmk = L.VARIANTS["nolmkcols"][0](D), L.VARIANTS["lmkcols"][0](D)
-        assert lmk == L._session4(D) and lmk[:4] == launch.tc_config(D, D)
+        assert lmk == L._session4(D) and lmk[:4] == L.SESSION11_TILE
         sl2 = L.scale_log2(D)
 
         def kern(name):
             return launch.tc_kernel_args(L.VARIANTS[name][0](D), True, L.C_T, sl2)
         now = launch.tc_kernel_args(launch.shipped_config(D, D), True, L.C_T, sl2)
-        assert kern("shipped") == now == kern("s5-rows+fold")
-        if D == 128:  # every s5 variant is the shipped kernel, and so is the session-5 lab's best
-            assert kern("s5-rows") == kern("s5+fold") == kern("fexp+sfold+wu32+lmkj0") == now
+        assert kern("shipped") == now == kern("occ2-64x128")
+        assert now[1] == launch.tc_config(D, D) and L.VARIANTS["base"][0](D) == L.SESSION11_TILE
+        # the session-5 knobs, on session 12's tile with two CTAs per SM
+        s5 = kern("s5-rows+fold")
+        assert s5[1] == L.SESSION11_TILE
+        assert now[2] == launch.call_knobs(s5[2] + (False, launch.TC_MIN_BLOCKS), True, L.C_T,
+                                           now[1][1], sl2)
+        if D == 128:  # every s5 variant is one kernel, and so is the session-5 lab's best
+            assert kern("s5-rows") == kern("s5+fold") == kern("fexp+sfold+wu32+lmkj0") == s5
         else:  # D = 64: three kernels besides the session-4 one with the same three knobs
             ks = [kern(n) for n in ("s5-rows", "s5-rows+fold", "s5+fold", "fexp+sfold+wu32")]
             assert len(set(ks)) == 4
+        for name in OCC:
+            assert (kern(name) == now) == (D == 128), name
         assert ship[:7] == lmk[:7] and ship[7] == 0
         k_ship = launch.tc_kernel_args(ship, True, L.C_T)
         k_lmk = launch.tc_kernel_args(lmk, True, L.C_T)

@@ -41,15 +41,31 @@ _NEG_INF = -float("inf")
 PRODUCER_REGS = 24
 #: Register file of one SM (32-bit registers) and the most ``setmaxnreg`` gives.
 SM_REGS, MAX_NREG = 65536, 240
+#: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
+#: 1)`` and its 240 / 24 register split) and 2. Three and four CTAs per SM hung on
+#: the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json: 64x64 tiles,
+#: one consumer warp group; at three the consumers asked for more registers than the
+#: CTA launched with, :func:`consumer_regs` before it counted the launch registers).
+MIN_BLOCKS = (0, 2)
+
+
+def launch_regs(threads: int, min_blocks: int) -> int:
+    """Registers per thread ptxas gives every thread of a CTA at launch under
+    ``__launch_bounds__(threads + 128, min_blocks)``: the register file split over
+    ``min_blocks`` CTAs of ``threads`` consumers and the 128-thread producer, rounded
+    down to the allocation granule of 8 (what ``cuobjdump -res-usage`` reports for
+    kernels with ``setmaxnreg``, checked by tests/test_tilelang_compile.py)."""
+    return SM_REGS // (min_blocks * (threads + 128)) // 8 * 8
 
 
 def consumer_regs(threads: int, min_blocks: int) -> int:
-    """Registers per consumer thread after ``setmaxnreg`` when ``min_blocks`` CTAs of
-    ``threads`` consumer threads plus one 128-thread producer warp group
-    (:data:`PRODUCER_REGS`) share an SM's register file: a multiple of 8 (the
-    instruction's granule), at most :data:`MAX_NREG`."""
-    per_cta = SM_REGS // min_blocks - 128 * PRODUCER_REGS
-    return min(MAX_NREG, per_cta // threads // 8 * 8)
+    """Registers per consumer thread after ``setmaxnreg``: what the CTA launched with
+    (:func:`launch_regs`) less the producer's :data:`PRODUCER_REGS`, shared by the
+    ``threads`` consumers, a multiple of 8, at most :data:`MAX_NREG`. ``setmaxnreg.inc``
+    waits for registers the CTA's own warps released, so asking for more never
+    returns (a hang, not an error)."""
+    pool = launch_regs(threads, min_blocks) * (threads + 128) - 128 * PRODUCER_REGS
+    return min(MAX_NREG, pool // threads // 8 * 8)
 
 
 def _shape(blhd: bool, B, H, L, D):
@@ -123,10 +139,13 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 LMK_ZERO = ("tile", "rows")
 
 
-def _check_knobs(lmk_cols, pack=0, block_M=None, **flags):
+def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
-    the other knobs named in ``flags`` are bools."""
+    ``min_blocks`` one of :data:`MIN_BLOCKS`; the other knobs named in ``flags`` are
+    bools."""
+    if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
+        raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
@@ -186,7 +205,13 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     S], Hkv, B)``; valid only for ``G == Hq / Hkv``, which the launcher
     guarantees (``launch.call_knobs``); each K/V tile is read once for the G
     heads; rows past ``G * Lq`` compute on zero
-    queries and are not stored). Two lab knobs of session 8 were measured and
+    queries and are not stored) and ``min_blocks`` (:data:`MIN_BLOCKS`; 0 = TileLang's
+    defaults: ``__launch_bounds__(threads + 128, 1)``, consumers 240 and producer 24
+    registers after ``setmaxnreg``; ``n``: ``__launch_bounds__(threads + 128, n)``, so
+    ptxas gives every thread :func:`launch_regs` at launch, and the consumers
+    :func:`consumer_regs` after ``setmaxnreg``: ``n`` CTAs per SM where shared memory
+    allows; with a 64-row tile and one consumer warp group, 2 lets one CTA's softmax
+    run beside another's tensor work). Two lab knobs of session 8 were measured and
     removed in session 9: ``pdl`` (the combine as a programmatic dependent
     launch: no gain, with either launcher) and ``narrow`` (16-row ``mma.sync``
     decode tiles: 2-3x slower); BENCHMARKS.md. A manual FA3-style
@@ -196,7 +221,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
-    _check_knobs(lmk_cols, pack, block_M, fast_exp2=fast_exp2, scale_fold=scale_fold,
+    _check_knobs(lmk_cols, pack, block_M, min_blocks, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
@@ -369,7 +394,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     the landmark-row zeroing from the tile's one int32 first-landmark register,
     integer select, static rows without the per-row-group barrier;
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
-    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`).
+    ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`)
+    and ``min_blocks`` (CTAs per SM the launch bounds and the ``setmaxnreg`` split are
+    made for, :data:`MIN_BLOCKS`; 0 = TileLang's defaults).
     The knob defaults are the kernel as first shipped.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,

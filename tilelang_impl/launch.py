@@ -32,36 +32,49 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 #: (:func:`splits_at`); other calls keep the prefill grid. At Dv = 64 the
 #: split variant (128 x 64 with the split knobs, the tile that lowers there for
 #: every flag pair but both off) lost to the prefill grid's 64-row tile
-#: (:data:`SHORT_Q_TILE`) in session 6's decode lab (B=1 GQA 32/4 D=64: 11.4
-#: vs 9.8 us); Dv = 80 / 112 and Dv < 64 were never measured as split variants.
+#: (64 x 128, one consumer warp group, :func:`tc_config`) in session 6's decode lab
+#: (B=1 GQA 32/4 D=64: 11.4 vs 9.8 us); Dv = 80 / 112 and Dv < 64 were never
+#: measured as split variants.
 SPLIT_DV = (96, 128)
 
-#: Prefill-grid tile for calls with ``Lq <= 64`` at ``max(Dqk, Dv) <= 64``
-#: (decode, short chunks): 64 x 128 with one consumer warp group, where the
-#: 128-row tile leaves at least half its rows empty. Session 6 decode lab
-#: (bench_results/tilelang-lab8-89a7885.json, L2 not flushed, GQA 32/4 D=64,
-#: Lk 8K / 32K): B=1 13.0 -> 9.8 us, B=8 25.1 -> 18.6 us (a 64 x 64 tile: 10.7 /
-#: 20.5 us).
-SHORT_Q_TILE = (64, 128, 2, 128)
+#: CTAs per SM the prefill-grid kernel is built for at ``max(Dqk, Dv) <= 128`` (the
+#: ``min_blocks`` knob, :data:`kernels.MIN_BLOCKS`): launch bounds ``(256, 2)``, 128
+#: registers per thread at launch, consumers 232 after ``setmaxnreg``. Above 128 the
+#: kernel keeps TileLang's defaults (never measured otherwise; shared memory holds
+#: one 64 x 64 CTA at D = 192 / 256 anyway).
+TC_MIN_BLOCKS = 2
 
 
-def tc_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple[int, int, int, int]:
-    """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel
-    (prefill grid) for a call with ``Lq`` queries (``None``: long).
+def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
+    """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel on the
+    prefill grid: 64-row tiles with one consumer warp group (128 threads) for every
+    head dim and every ``Lq``, 64 x 128 at ``max(Dqk, Dv) <= 64``, 64 x 64 above; two
+    CTAs per SM at ``max(Dqk, Dv) <= 128`` (:data:`TC_MIN_BLOCKS`, set by
+    :func:`shipped_config`).
 
-    D <= 64 and ``Lq <= 64``: :data:`SHORT_Q_TILE`.
+    Session 12 lab (tools/lab_tilelang.py ``occ2-64x128``,
+    bench_results/tilelang-lab15-287ff31.json, H200, bf16, W=512, C=64, L2 not
+    flushed), against the 128 x 128 tile with two consumer warp groups and one CTA
+    per SM shipped before: 32/32/128 L=8K 237.6 -> 259.9 TFLOP/s, L=16K 245.2 ->
+    270.0, GQA 32/4 D=64 155.3 -> 188.5, 16/2 146.9 -> 182.2, batch 4 x 4K 160.2 ->
+    190.9, chunked Lq=512 of 8K D=128 217.4 -> 242.2. Two independent CTAs per SM
+    overlap one's softmax with the other's tensor work (the two warp groups of one
+    128-row CTA run theirs in step), and a 64-row tile reads ~576 keys of the window
+    instead of ~640. Without the knob the 64-row tile ran one CTA per SM (TileLang's
+    launch bounds let ptxas give it 240 registers) and lost 37% at D=64 (session 3,
+    ``all-64x64``). 64 x 128 at D=128 does not fit two CTAs' shared memory (160 KB);
+    three or four CTAs per SM of 64 x 64 hung (:data:`kernels.MIN_BLOCKS`).
 
-    D <= 128: 128 x 128 tiles, two consumer warp groups. At D = 128 the
-    128 x 128 tile beat 128 x 64 by 17% with the knobs of :func:`tc_knobs`
-    (H200, 32/32/128 L=8K: 146 vs 125 TFLOP/s, tools/lab_tilelang.py,
-    bench_results/tilelang-lab-*.json). D > 128: 64 x 64, one consumer warp
-    group (the register file); verified on the H200 at D = 192 / 256.
+    History: D <= 64 with ``Lq <= 64`` (decode, short chunks) ran this 64 x 128 tile
+    one CTA per SM since session 6 (bench_results/tilelang-lab8-89a7885.json, GQA
+    32/4 D=64 Lk 8K / 32K: B=1 13.0 -> 9.8 us, B=8 25.1 -> 18.6 us against the 128-row
+    tile); longer calls ran 128 x 128 with two consumer warp groups, which beat
+    128 x 64 by 17% at D = 128 (146 vs 125 TFLOP/s, tilelang-lab-*.json). D > 128:
+    64 x 64, one consumer warp group (the register file); verified on the H200 at
+    D = 192 / 256.
     """
-    d = max(Dqk, Dv)
-    if d <= 64 and Lq is not None and Lq <= 64:
-        return SHORT_Q_TILE
-    if d <= 128:
-        return 128, 128, 2, 256
+    if max(Dqk, Dv) <= 64:
+        return 64, 128, 2, 128
     return 64, 64, 2, 128
 
 
@@ -145,11 +158,13 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
     return (64, 64, 2, 128) + SPLIT_KNOBS
 
 
-def shipped_config(Dqk: int, Dv: int, Lq: int | None = None) -> tuple:
-    """The prefill-grid config of head dims ``Dqk``/``Dv`` and ``Lq`` queries: tile
-    (:func:`tc_config`) and knobs, rows not packed. What :func:`run_cuda` uses when
-    none is given is :func:`prefill_config` (this, packed where :func:`packs`)."""
-    return tc_config(Dqk, Dv, Lq) + tc_knobs(Dqk, Dv)
+def shipped_config(Dqk: int, Dv: int) -> tuple:
+    """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
+    knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
+    :data:`TC_MIN_BLOCKS`; rows not packed. What :func:`run_cuda` uses when none is
+    given is :func:`prefill_config` (this, packed where :func:`packs`)."""
+    cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
+    return with_knobs(cfg, min_blocks=TC_MIN_BLOCKS) if max(Dqk, Dv) <= 128 else cfg
 
 
 def packs(p, block_M: int) -> bool:
@@ -195,7 +210,7 @@ def prefill_config(p) -> tuple:
     """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
     :func:`shipped_config` of its head dims and ``Lq``, with the ``pack`` permission
     set where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
-    cfg = shipped_config(p.Dqk, p.Dv, p.Lq)
+    cfg = shipped_config(p.Dqk, p.Dv)
     return with_knobs(cfg, pack=True) if packs(p, cfg[0]) else cfg
 
 

@@ -64,8 +64,15 @@ def _launch():
     return launch
 
 
+#: The prefill tile shipped for D <= 128 before session 12 (launch.tc_config then; decode
+#: at D <= 64 ran 64x128 / 128 threads): 128x128, two stages, two consumer warp groups.
+#: Frozen here so the variants built on it keep their meaning (launch.tc_config moved to
+#: 64-row tiles with two CTAs per SM in session 12, the occ2-64x128 variant).
+SESSION11_TILE = (128, 128, 2, 256)
+
+
 def _base(D):
-    return _launch().tc_config(D, D)
+    return SESSION11_TILE if D <= 128 else _launch().tc_config(D, D)
 
 
 def _cfg(D, tile=None, stages=None, threads=None, lmk_zero="rows", mask_split=True, fold=True):
@@ -115,9 +122,9 @@ def _other_tile(D):
 
 VARIANTS = {
     "base": (lambda D: _base(D),
-             "tc_config tile without knobs (lmk_zero=tile, full mask, unfolded softmax): the "
-             "first shipped kernel (its D=128 tile was 128x64 until 7cedefc; the shipped "
-             "kernel is launch.shipped_config)",
+             "the session-11 tile (SESSION11_TILE) without knobs (lmk_zero=tile, full mask, "
+             "unfolded softmax): the first shipped kernel (its D=128 tile was 128x64 until "
+             "7cedefc; the shipped kernel is launch.shipped_config)",
              "reference point: ~100 TF/s H32 D128, ~65 TF/s GQA D64"),
     "rows": (lambda D: _cfg(D, mask_split=False, fold=False),
              "V tile: zero only landmark rows (<= ceil(bN/C) rows, 1 for C=64) instead of a "
@@ -407,7 +414,7 @@ FLOOR_BF16 = 2e-2
 # ---------------------------------------------------------------------------------------
 # Frozen on purpose (the lab's variants stay what they were when measured, even where
 # they equal a launch constant today: SPLIT_KNOBS_S5 == launch.SPLIT_KNOBS, the tile of
-# dec-p64x128 == launch.SHORT_Q_TILE).
+# dec-p64x128 == launch.SHORT_Q_TILE, the D <= 64 decode tile until session 12).
 SPLIT_KNOBS_S5 = ("rows", False, False, 2, True, True, True)
 #: The split-KV kernel shipped d0de4f1..4e2da01 (then launch.SPLIT_CONFIG + SPLIT_KNOBS),
 #: taken for Dv 96 / 128 with S = ceil(2 * SMs / programs) splits (``"s5"``, :func:`_splits`).
@@ -427,7 +434,7 @@ def _dec_shipped(D):
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
-    return _full(launch.shipped_config(D, D, 1), pack=True), False  # decode cases: Lq <= 3
+    return _full(launch.shipped_config(D, D), pack=True), False  # decode cases: Lq <= 3
 
 
 def _dec_session5(D):
@@ -461,7 +468,8 @@ DECODE_VARIANTS = {
     "dec-shipped": (_dec_shipped,
                     "as shipped: split-KV for Dv 96/128 (launch.split_config, "
                     "one wave of programs), the prefill grid otherwise (D=64: the 64-row "
-                    "short tile, launch.SHORT_Q_TILE; GQA-packed since session 7)",
+                    "tile, launch.SHORT_Q_TILE until session 12, launch.tc_config since; GQA-packed "
+                    "since session 7)",
                     "D128 as dec-64-s4 in lab7 (12.0 us at B=1); D64 as dec-p64x128 in lab8 "
                     "(9.8 / 18.6 us)"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
@@ -541,14 +549,14 @@ def _dec_pack(split):
     set (the split tile that lowers at Dv = 64 for the lab's flag pairs), one wave of
     packed programs (``"pack"``); at D = 128 ``dec-shipped`` (the packed 64x64 split
     tile fails ThreadSync on CPU, and the D = 128 shapes have G = 1). Else the
-    prefill grid on the shipped prefill tile (D = 64: launch.SHORT_Q_TILE), packed
-    at every D."""
+    prefill grid on the shipped prefill tile (launch.tc_config; D = 64: 64x128 with one
+    consumer warp group, as launch.SHORT_Q_TILE was before session 12), packed at every D."""
     def cfg(D):
         if split and D > 64:
             return _dec_shipped(D)
         if split:
             return _full(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, pack=True), "pack"
-        return _full(_launch().shipped_config(D, D, 1), pack=True), False
+        return _full(_launch().shipped_config(D, D), pack=True), False
     return cfg
 
 
