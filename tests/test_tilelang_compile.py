@@ -326,6 +326,23 @@ def test_split_knobs_without_expand_still_fail_to_lower(tile):
         kernels.fwd_tc(*args)
 
 
+@pytest.mark.parametrize("dims", [(96, 64), (64, 128)])
+def test_pack2_without_flags_at_mixed_dims_still_fails_to_lower(dims):
+    """TileLang 0.1.15 cannot lower the packed kernel with G = 2, both flags off and
+    Dqk != Dv on the 64x64 tile (ThreadSync, "105 participating threads"), so
+    launch.pack_lowers runs those calls unpacked (found by the GPU conformance tier's
+    gqa_pack cases at 0e82bb5). When this starts to pass, TileLang has fixed it: pack
+    them again."""
+    Dqk, Dv = dims
+    assert not launch.pack_lowers(2, Dqk, Dv, False, False) and launch.pack_lowers(4, Dqk, Dv, False, False)
+    cfg = launch.with_knobs(launch.shipped_config(Dqk, Dv), pack=True)
+    args = launch.tc_kernel_key(Dqk, Dv, "bfloat16", False, False, False, False, cfg, 16,
+                                launch.LOG2E * default_scale(Dqk), False, 2)[1]
+    with pytest.raises(Exception, match="ThreadSync"):
+        tilelang.compile(kernels.fwd_tc.get_tir(*args), target=kernels.HOPPER,
+                         pass_configs=kernels.fwd_tc.pass_configs)
+
+
 def test_no_ws_variant_still_fails_to_lower():
     """kernels.fwd_tc_nows (no warp specialisation, no TMA) does not lower in
     TileLang 0.1.15, so nothing ships it. When this starts to pass, the variant

@@ -652,6 +652,11 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     assert pack_of(1, 32, 4, 1) == (8, False)            # B=1: the same kernel, 4 programs
     assert pack_of(1, 32, 4, 8) == (8, False)            # 64 rows: the 64-row tile, full
     assert pack_of(1, 32, 4, 9) == (0, False)            # 72 rows: unpacked
+    # G = 2, both flags off, Dqk != Dv on the 64x64 tile: fails ThreadSync (launch.pack_lowers)
+    assert pack_of(18, 4, 2, 1, 96, 64, False, False) == (0, False)
+    assert pack_of(18, 4, 2, 1, 96, 64, True, False) == (2, False)
+    assert pack_of(18, 4, 2, 1, 96, 96, False, False) == (2, False)
+    assert pack_of(18, 8, 2, 1, 96, 64, False, False) == (4, False)
     assert pack_of(1, 32, 32, 1) == (0, False)           # G = 1: nothing to pack
     assert pack_of(1, 24, 8, 21) == (3, False)           # G = 3, 63 rows
     assert pack_of(1, 24, 8, 1, 32, 32, False, False) == (3, False)  # every G <= 8 lowers

@@ -192,17 +192,25 @@ def packs(p, block_M: int) -> bool:
     a limit of the kernel (it packs any ``Lq`` when a config asks)."""
     G = p.Hq // p.Hkv
     return (G > 1 and pack_fits(p, block_M) and max(p.Dqk, p.Dv) <= 128
-            and pack_lowers(G, p.Dqk))
+            and pack_lowers(G, p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk))
 
 
-def pack_lowers(G: int, Dqk: int) -> bool:
-    """The group sizes whose packed kernels were compiled for sm_90a: powers of
-    two and 3..8 (session 7 CPU sweep of 155 packed kernels at 2f11a45, every
-    flag pair, Dqk 32..128 and Dqk != Dv, lmk_cols 0 / 1 / 2, bf16 / fp16, BHLD /
-    BLHD, G 2..8, 16, 32, 64; none failed). Other group sizes were not compiled
-    and run unpacked. (The packed kernel of f110dcd, before the multi-block
-    rewrite, failed TileLang 0.1.15's ThreadSync at G = 3, Dqk = 32 without
-    either flag; ``Dqk`` stays an argument for such exclusions.)"""
+def pack_lowers(G: int, Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool) -> bool:
+    """Whether the packed kernel of group size ``G`` lowers for sm_90a on the shipped
+    tile: powers of two and 3..8 (session 7 CPU sweep of 155 packed kernels at
+    2f11a45 on the 128-row tiles of then, every flag pair, Dqk 32..128 and Dqk !=
+    Dv, lmk_cols 0 / 1 / 2, bf16 / fp16, BHLD / BLHD, G 2..8, 16, 32, 64; none
+    failed), except G = 2 with both flags off and ``Dqk != Dv`` on the 64 x 64 tile
+    of ``max(Dqk, Dv) > 64``: TileLang 0.1.15's ThreadSync refuses it ("a required
+    shared-memory sync inside a divergent region with 105 participating threads";
+    session 12 CPU sweep of 138 packed kernels on the 64-row tiles, G 2, 3, 4, 6, 8,
+    16, Dqk/Dv 32..128: it failed for (96, 64), (64, 96), (128, 64), (64, 128),
+    (80, 64) and lowered for (96, 128), (128, 96), (112, 128), every other flag pair
+    and every other G; found by the GPU conformance tier's ``gqa_pack`` cases at
+    0e82bb5, pinned by tests/test_tilelang_compile.py). Those calls and other group
+    sizes run unpacked."""
+    if G == 2 and not (mask_lmk or expand_to_chunk) and Dqk != Dv and max(Dqk, Dv) > 64:
+        return False
     return G & (G - 1) == 0 or G <= 8
 
 
