@@ -219,7 +219,7 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
 
 #: The flags category's head dims on the GPU: name -> (D, Lq or None for the base's).
 #: TileLang picks its kernel per flag pair on split-KV (D = 96 / 128 on small grids)
-#: and on the short prefill tile (D <= 64, Lq <= 64).
+#: (and, until session 12, on its short prefill tile at D <= 64, Lq <= 64).
 _FLAGS_D = {"D64": (64, None), "D64q3": (64, 3), "D96": (96, None), "D128": (128, None)}
 
 
@@ -360,7 +360,7 @@ def _categories() -> list[Category]:
     C.append(Category(
         "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk)); on the GPU "
         "also C = 64, where the kernels test the tile's landmark columns by integer compares, "
-        "and 3 queries (decode-sized: TileLang's short tile at D <= 64, split-KV at 96 / 128)",
+        "and 3 queries (decode-sized: TileLang's split-KV at 96 / 128; its D <= 64 decode tile until session 12)",
         lambda cuda: {"D": [(32, 32), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128),
                             (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64),
                             (64, 32)],
@@ -403,7 +403,7 @@ def _categories() -> list[Category]:
         _kv_build))
     C.append(Category(
         "flags", "all four (mask_lmk, expand_to_chunk) combinations; on the GPU also at D = 96 "
-        "and 128 and with 3 queries at D = 64 (TileLang's split-KV and short-tile kernels "
+        "and 128 and with 3 queries at D = 64 (TileLang's split-KV kernels "
         "differ per flag pair)",
         lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7],
                       **({"D": list(_FLAGS_D)} if cuda else {})},

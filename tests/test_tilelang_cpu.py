@@ -219,7 +219,7 @@ def test_window_clamp_scalars():
 def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
     """Split-KV only for small grids and Dv 96 / 128, with every flag combination
     (launch.split_config has a variant that lowers for each); elsewhere the
-    prefill grid, on the short tile for Lq <= 64 at D <= 64."""
+    prefill grid (the same 64-row tile for every Lq since session 12)."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
 
     def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128, Dv=None):
