@@ -303,6 +303,9 @@ VARIANTS = {
                    "64x64 s2 at D<=64 with three CTAs per SM (consumers 144 registers); D=128 "
                    "= occ2-64x64 (two CTAs' shared memory at most)",
                    "D64 0..+10% vs occ2-64x64; D128 = occ2-64x64 (+-2%)"),
+    # Not tried: three stages at D=128 (64x64): TileLang lays out 112 KB of dynamic shared
+    # memory for it (Q/O 16 KB, 3 x 16 KB K, 3 x 16 KB V; CPU compile), and two such CTAs
+    # with their 2 KB of barriers do not fit the SM's 228 KB.
     "occ4-64x64": (lambda D: _occ(D, (64, 64), 2, 4 if D <= 64 else 2),
                    "64x64 s2 at D<=64 with four CTAs per SM (consumers 104 registers); D=128 "
                    "= occ2-64x64",
@@ -588,6 +591,42 @@ DECODE_VARIANTS.update({
                        "(G baked): 8-12 / 7-10 us"),
 })
 
+
+def _dec_occ(S, min_blocks=2):
+    """Session 12: the shipped split-KV kernel (Dv 96 / 128) with the ``min_blocks`` knob
+    and ``S`` splits (an int: forced; ``"occ2"``: one wave of two CTAs per SM,
+    :func:`_splits`); at D = 64 what ships (the packed prefill grid, a noise check)."""
+    def cfg(D):
+        launch = _launch()
+        if not launch.splits_at(D, D):
+            return _dec_shipped(D)
+        return _full(launch.split_config(D, D), min_blocks=min_blocks), S
+    return cfg
+
+
+# Session 12, after the prefill grid went to two CTAs per SM (lab15): the split-KV kernel
+# (64x64, one consumer warp group) still runs one CTA per SM, and its split count fills
+# one wave of 132 programs (B=1 32/32/128: S = 4, each split 2-3 of the window's ~10
+# key tiles, one program per SM). With two CTAs per SM, twice the splits fit one wave.
+# Measured before (lab, L2 not flushed): dec-shipped B=1 32/32/128 12.0 us (8K / 128K).
+# CPU compile: the split kernel with min_blocks=2 at 128 registers, no spills.
+# Run: --only dec-shipped,dec-occ2,dec-occ2-s8,dec-s8
+DECODE_VARIANTS.update({
+    "dec-occ2": (_dec_occ(True),
+                 "shipped split-KV with two CTAs per SM, the launcher's split count (S = 4 "
+                 "at B=1 32/32/128: 128 programs, under one per SM)",
+                 "D128 B=1: 12.0 -> 11.5-12.5 us (occupancy unused at 128 programs); D64 = "
+                 "dec-shipped (+-3%)"),
+    "dec-occ2-s8": (_dec_occ("occ2"),
+                    "shipped split-KV with two CTAs per SM and one wave of them (S = 8 at "
+                    "B=1 32/32/128: 256 programs, each 1-2 key tiles)",
+                    "D128 B=1: 12.0 -> 10.0-11.5 us (-5..-15%: a shorter key loop per "
+                    "program, its partial written in the same wave); D64 = dec-shipped"),
+    "dec-s8": (_dec_occ("occ2", min_blocks=0),
+               "shipped split-KV, one CTA per SM, the split count of dec-occ2-s8 (two waves)",
+               "D128 B=1: 12.0 -> 12-14 us (a second wave); D64 = dec-shipped"),
+})
+
 # Session 8's decode variants "dec-pdl" (the combine as a programmatic dependent launch:
 # 12.1 / 12.1 us against 12.0 / 12.0 at ab58094, lab12; with the cython launcher 12.1 /
 # 12.0 / 9.3 / 9.4 against 12.0 / 11.9 / 9.3 / 9.5 at 92218e9, lab14) and "dec-m16"
@@ -810,7 +849,8 @@ def _splits(p, cfg, split):
     """The split count a variant runs a call with: 1 (prefill grid) or at least 2.
     ``split`` is False (prefill grid), True (``launch.splits_by_saturation``), ``"s5"``
     (session 5's rule: about two programs per SM), ``"pack"`` (one wave of GQA-packed
-    programs, one per KV head and batch) or an int ``S`` (forced); the last three capped
+    programs, one per KV head and batch), ``"occ2"`` (one wave of two CTAs per SM) or an
+    int ``S`` (forced); the last four capped
     by the key tiles a query block can reach."""
     if not split:
         return 1
@@ -823,6 +863,8 @@ def _splits(p, cfg, split):
     rows = cfg[0]
     if split == "pack":  # one program per KV head and batch (the lab's decode rows fit one tile)
         split, rows = sms // (p.B * p.Hkv), p.Lq
+    if split == "occ2":  # one wave of two CTAs per SM (session 12)
+        split = 2 * sms // launch.grid_programs(p, cfg[0])
     return max(2, min(int(split), launch.key_tiles(p, rows, cfg[1]), 64))
 
 
