@@ -126,7 +126,8 @@ TC_VARIANTS = {
     # same without mask_lmk: V straight from TMA, no zeroing
     "d128-nolmk": _tc(128, 128, lmk=False),
     # split-KV partials (decode path, Dv 96 / 128), shipped config (launch.split_config:
-    # 64x64 tile, landmark rows, full mask, fast_exp2, scale_fold, win_u32): C = 64 on
+    # 64x64 tile, landmark rows, full mask, fast_exp2, scale_fold, win_u32, two CTAs per
+    # SM): C = 64 on
     # 64-key tiles (lmk_cols = 1), 32 <= C < 64 (lmk_cols = 2) and C < 32 (general)
     "d128-split": _tc(128, 128, split=True),
     "d96-split": _tc(96, 96, split=True),
@@ -241,7 +242,8 @@ def _cubin(args):
     return src, sass, res
 
 
-@pytest.mark.parametrize("name", ["d64", "d128", "d96-general", "d64-pack", "d128-blhd"])
+@pytest.mark.parametrize("name", ["d64", "d128", "d96-general", "d64-pack", "d128-blhd",
+                                  "d128-split", "d128-split-noflags"])
 def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     """min_blocks = 2 (launch.TC_MIN_BLOCKS): ``__launch_bounds__(256, 2)`` makes ptxas
     give each thread kernels.launch_regs(128, 2) = 128 registers at launch; the

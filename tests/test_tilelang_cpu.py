@@ -233,18 +233,21 @@ def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
         assert (cfg is None) == (not launch.splits_at(D, Dv))
         return S
 
-    # one wave: S = 132 // programs, at most the reachable key tiles (576 + 64 rows
-    # of reach on 64-key tiles: 10)
-    assert split(1, 32, 1, 8192) == 4                     # decode: 32 programs
+    # one wave of two CTAs per SM: S = 2 * 132 // programs, at most the reachable key
+    # tiles (576 + 64 rows of reach on 64-key tiles: 10); the 128x64 split tile (mask_lmk
+    # without expand_to_chunk) one CTA per SM: S = 132 // programs
+    assert launch.ctas_per_sm(launch.split_config(128, 128)) == 2
+    assert launch.ctas_per_sm(launch.split_config(128, 128, True, False)) == 1
+    assert split(1, 32, 1, 8192) == 8                     # decode: 32 programs
     assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the prefill grid's 64x128 tile
-    assert split(1, 32, 1, 8192, D=96) == 4
+    assert split(1, 32, 1, 8192, D=96) == 8
     assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
     assert split(1, 8, 1, 300) == 5                       # ... of a short cache
     assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU
     assert split(1, 32, 512, 8192) == 1                   # chunked: 256 programs
     assert split(2, 33, 64, 8192) == 1                    # 66 programs: half the SMs
-    assert split(2, 32, 64, 8192) == 2                    # 64 programs: under half, split
-    assert split(1, 32, 128, 8192) == 2                   # 64-row split tile: 64 programs
+    assert split(2, 32, 64, 8192) == 4                    # 64 programs: under half, split
+    assert split(1, 32, 128, 8192) == 4                   # 64-row split tile: 64 programs
     assert split(1, 32, 192, 8192) == 1                   # ... 96 programs
     assert split(1, 32, 1, 8192, D=80) == 1               # Dv 80 / 112 never split
     assert split(1, 32, 1, 8192, D=192, Dv=128) == 1      # nor a Dqk above 128
@@ -254,7 +257,7 @@ def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
     assert split(0, 32, 1, 8192) == 1                     # no program: nothing to split
     with pytest.raises(ValueError, match="splits_at"):
         launch.split_config(64, 64)                       # no split variant chosen there
-    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 4   # 64-row tile lowers
+    assert split(1, 32, 1, 8192, mask_lmk=False, expand=False) == 8   # 64-row tile lowers
 
 
 # The performance knobs of the GPU kernel that change which macros run
@@ -370,10 +373,11 @@ def test_lmk_cols_rule_per_call():
     assert launch.shipped_config(32, 64) == launch.with_knobs(
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
+    occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
-        ("fwd_tc", split[:4], ("rows", False, False, 1, True, True, True))
+        ("fwd_tc", split[:4], ("rows", False, False, 1, True, True, True) + occ)
     assert launch.tc_kernel_args(split, True, 16) == \
-        ("fwd_tc", split[:4], ("rows", False, False, 0, True, False, True))
+        ("fwd_tc", split[:4], ("rows", False, False, 0, True, False, True) + occ)
     # D = 64 on the CPU kernel's 16-key tiles (lmk_rows_j0 only with landmark columns)
     assert launch.call_knobs(launch.tc_knobs(64, 64), True, 16, 16) == \
         ("rows", True, True, 1, True, False, True, True)

@@ -150,12 +150,27 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
     inside a divergent region"; CPU compile of every split kernel the launcher
     can pick, session 6, pinned by tests/test_tilelang_compile.py). Every flag
     combination has a split variant that lowers (session 5's 128 x 64 kernel
-    did not with both flags off; the 64 x 64 one does)."""
+    did not with both flags off; the 64 x 64 one does).
+
+    The 64 x 64 split kernel runs two CTAs per SM (``min_blocks`` =
+    :data:`TC_MIN_BLOCKS`), and :func:`split_plan` fills one wave of them: session
+    12 lab (bench_results/tilelang-lab16-e7ceddd.json, L2 not flushed, B=1
+    32/32/128 decode, 8K / 128K): 12.3 / 12.2 us shipped (one CTA per SM, S = 4),
+    12.3 / 12.3 with two CTAs per SM at S = 4, 11.7 / 11.6 at S = 8 (one wave of two
+    CTAs per SM; predicted 10.0-11.5), 17.5 / 17.4 at S = 8 with one CTA per SM (a
+    second wave). Session 5's 128 x 64 kernel keeps one (its two consumer warp groups
+    would get 104 registers each, :func:`kernels.consumer_regs`)."""
     if not splits_at(Dqk, Dv):
         raise ValueError(f"no split-KV variant for Dqk={Dqk}, Dv={Dv} (launch.splits_at)")
     if mask_lmk and not expand_to_chunk:
         return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
-    return (64, 64, 2, 128) + SPLIT_KNOBS
+    return with_knobs((64, 64, 2, 128) + SPLIT_KNOBS, min_blocks=TC_MIN_BLOCKS)
+
+
+def ctas_per_sm(config) -> int:
+    """CTAs per SM a config's kernel is built for: its ``min_blocks`` knob, 1 without."""
+    i = 4 + _KNOB["min_blocks"]
+    return max(1, config[i]) if len(config) > i else 1
 
 
 def shipped_config(Dqk: int, Dv: int) -> tuple:
@@ -431,7 +446,7 @@ def split_plan(p) -> tuple[int, tuple | None]:
     if not splits_at(p.Dqk, p.Dv):
         return 1, None
     cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
-    return splits_by_saturation(p, cfg[0], cfg[1], sm_count(p.device)), cfg
+    return splits_by_saturation(p, cfg[0], cfg[1], sm_count(p.device), ctas_per_sm(cfg)), cfg
 
 
 def splits_at(Dqk: int, Dv: int) -> bool:
@@ -439,13 +454,14 @@ def splits_at(Dqk: int, Dv: int) -> bool:
     return Dv in SPLIT_DV and max(Dqk, Dv) <= 128
 
 
-def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
-    """:func:`split_plan`'s arithmetic for a split tile ``block_M x block_N``,
-    without its head-dim gate (the lab times split variants the launcher does
-    not pick).
+def splits_by_saturation(p, block_M: int, block_N: int, sms: int, ctas: int = 1) -> int:
+    """:func:`split_plan`'s arithmetic for a split tile ``block_M x block_N`` built
+    for ``ctas`` CTAs per SM, without its head-dim gate (the lab times split variants
+    the launcher does not pick).
 
-    One wave: ``S = sms // programs`` (never more than the reachable key tiles,
-    nor 64). Measured on the H200 (session 6 decode lab, B=1 32/32/128, 32
+    Whether to split: only when the unsplit grid occupies less than half the SMs.
+    One wave: ``S = ctas * sms // programs`` (never more than the reachable key
+    tiles, nor 64; ``ctas = 2`` since session 12, :func:`split_config`). Measured on the H200 (session 6 decode lab, B=1 32/32/128, 32
     programs, L2 not flushed, bench_results/tilelang-lab7-4e2da01.json): S = 2 /
     4 / 6 / 9 took 17.3 / 13.0 / 20.9 / 23.3 us with the 128 x 64 split tile
     (11.9-16.3 us with the 64 x 64 one at S = 4 / 2): past one program per SM
@@ -455,7 +471,7 @@ def splits_by_saturation(p, block_M: int, block_N: int, sms: int) -> int:
     programs = grid_programs(p, block_M)
     if programs == 0 or 2 * programs >= sms:
         return 1
-    return min(key_tiles(p, block_M, block_N), sms // programs, 64)
+    return min(key_tiles(p, block_M, block_N), ctas * sms // programs, 64)
 
 
 def grid_programs(p, block_M: int) -> int:

@@ -612,7 +612,7 @@ def _dec_occ(S, min_blocks=2):
 # CPU compile: the split kernel with min_blocks=2 at 128 registers, no spills.
 # Run: --only dec-shipped,dec-occ2,dec-occ2-s8,dec-s8
 DECODE_VARIANTS.update({
-    "dec-occ2": (_dec_occ(True),
+    "dec-occ2": (_dec_occ("wave"),
                  "shipped split-KV with two CTAs per SM, the launcher's split count (S = 4 "
                  "at B=1 32/32/128: 128 programs, under one per SM)",
                  "D128 B=1: 12.0 -> 11.5-12.5 us (occupancy unused at 128 programs); D64 = "
@@ -849,22 +849,23 @@ def _splits(p, cfg, split):
     """The split count a variant runs a call with: 1 (prefill grid) or at least 2.
     ``split`` is False (prefill grid), True (``launch.splits_by_saturation``), ``"s5"``
     (session 5's rule: about two programs per SM), ``"pack"`` (one wave of GQA-packed
-    programs, one per KV head and batch), ``"occ2"`` (one wave of two CTAs per SM) or an
-    int ``S`` (forced); the last four capped
+    programs, one per KV head and batch), ``"occ2"`` / ``"wave"`` (one wave of two CTAs
+    per SM / of one: the launcher's rule since / before session 12) or an int ``S``
+    (forced); the last five capped
     by the key tiles a query block can reach."""
     if not split:
         return 1
     launch = _launch()
     sms = launch.sm_count(p.device)
     if split is True:
-        return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], sms))
+        return max(2, launch.splits_by_saturation(p, cfg[0], cfg[1], sms, launch.ctas_per_sm(cfg)))
     if split == "s5":
         split = -(-2 * sms // launch.grid_programs(p, cfg[0]))
     rows = cfg[0]
     if split == "pack":  # one program per KV head and batch (the lab's decode rows fit one tile)
         split, rows = sms // (p.B * p.Hkv), p.Lq
-    if split == "occ2":  # one wave of two CTAs per SM (session 12)
-        split = 2 * sms // launch.grid_programs(p, cfg[0])
+    if split in ("occ2", "wave"):  # one wave of two CTAs per SM / of one (session 12)
+        split = (2 if split == "occ2" else 1) * sms // launch.grid_programs(p, cfg[0])
     return max(2, min(int(split), launch.key_tiles(p, rows, cfg[1]), 64))
 
 
