@@ -1,0 +1,157 @@
+"""Lower every TileLang GPU kernel a conformance tier asks for, on the CPU.
+
+    python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...]
+
+Run it before a GPU run that reaches new TileLang kernels: about 10 minutes on 2
+cores for the full tier's 187 kernels (session 12), a minute on the device host's 16.
+
+TileLang builds a kernel on its first call, on the GPU machine: a kernel that its
+lowering passes refuse (ThreadSync, layout inference) shows up there as a crashed
+case, after the device time is spent. Session 12 found four ``gqa_pack`` cases that
+way (a packed kernel with G = 2, both flags off and Dqk != Dv on the 64x64 tile).
+This tool finds such kernels without a GPU:
+
+1. :func:`tier_kernels` runs the CUDA path of the TileLang adapter for every case of
+   the tier on ``meta`` tensors (no data, no device), in the case's own layout and
+   dtype, with the device's SM count (132: H200) for the launcher's grid choices and
+   ``launch._kernel`` replaced by a recorder: the ``(factory, arguments)`` each call
+   would build, deduplicated (the combine of every split kernel included).
+2. :func:`lower_one` lowers each through TileLang's passes for sm_90a
+   (``tilelang.lower``: TIR to CUDA source, no nvcc), in worker processes.
+
+Exit status 1 when any kernel fails to lower; the failures are printed with the
+cases that need them. ``tests/test_tilelang_lowering.py`` runs it in CI over the full
+GPU tier with fp16 kernels folded into their bf16 twins (:func:`fold_dtypes`). It proves lowering only: nvcc and the SASS checks are
+``tests/test_tilelang_compile.py``'s, and running is the GPU tier's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+
+class _Recorded(Exception):
+    """Raised by the recorder after the first kernel request of a call."""
+
+
+def tier_kernels(tier: str = "full", sms: int = 132,
+                 categories=None) -> dict[tuple, list[str]]:
+    """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
+    ``tier`` (``categories``: those only) build, every kernel a call requests (the
+    split kernel and its combine)."""
+    from conformance.cases import _store, generate
+    from reference.errors import UnsupportedConfig
+    from reference.validation import check_inputs
+    from tilelang_impl import api, launch
+
+    wanted: dict[tuple, list[str]] = {}
+    current: list[str] = []
+
+    def record(kind, *args):
+        wanted.setdefault((kind, args), []).append(current[0])
+        return lambda *a: None
+
+    saved = launch._kernel, launch.sm_count
+    launch._kernel, launch.sm_count = record, (lambda device: sms)
+    try:
+        for case in generate(tier, "cuda", categories):
+            if case.error is not None:
+                continue
+            dt = case.torch_dtype
+            layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
+            shapes = ((case.B, case.Hq, case.Lq, case.Dqk), (case.B, case.Hkv, case.Lk, case.Dqk),
+                      (case.B, case.Hkv, case.Lk, case.Dv))
+            q, k, v = (_store(torch.empty(s, dtype=dt, device="meta"), lay)
+                       for s, lay in zip(shapes, layouts))
+            try:  # api._problem's checks but its device test (the tensors are on meta)
+                p = check_inputs(q, k, v, **case.kwargs())
+                if p.empty:
+                    continue
+                launch.check_limits(p)
+            except (UnsupportedConfig, ValueError):
+                continue  # refused before any kernel: nothing is built
+            (q_, k_, v_), q_blhd, kv_blhd = api._views(q, k, v)
+            o, lse = p.new_outputs()
+            current[:] = [case.id]
+            launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd,
+                            kv_blhd, o, lse)
+    finally:
+        launch._kernel, launch.sm_count = saved
+    return wanted
+
+
+def fold_dtypes(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
+    """``wanted`` with every fp16 tensor-core kernel folded into its bf16 twin (the same
+    TIR but the element type: the lowering passes that refuse kernels, ThreadSync and
+    layout inference, do not look at it; nvcc does, ``tests/test_tilelang_compile.py``)."""
+    out: dict[tuple, list[str]] = {}
+    for (kind, args), cases in wanted.items():
+        if kind == "fwd_tc" and args[2] == "float16":
+            args = args[:2] + ("bfloat16",) + args[3:]
+        out.setdefault((kind, args), []).extend(cases)
+    return out
+
+
+def lower_one(job: tuple) -> str | None:
+    """Lower one ``(kind, args)`` for its target; None, or the error's first line."""
+    import tilelang
+
+    from tilelang_impl import kernels
+    kind, args = job
+    jit = getattr(kernels, kind)
+    target = getattr(jit, "target", None) or kernels.HOPPER  # fwd_fp32: "auto", built for the GPU found
+    try:
+        func = jit.get_tir(*args)
+        with tilelang.transform.PassContext(config=jit.pass_configs or {}), kernels.HOPPER:
+            tilelang.lower(func, target=target)
+    except Exception as e:  # noqa: BLE001 -- reported, not raised: the list is the result
+        text = str(e).strip().splitlines()
+        return next((t for t in text if "Error" in t or "[" in t), text[0] if text else repr(e))
+    return None
+
+
+def lower_all(jobs: list[tuple], workers: int) -> dict[tuple, str]:
+    """``{job: error}`` of the jobs that fail to lower (worker processes, TileLang's
+    passes are not thread-safe)."""
+    if workers <= 1:
+        errors = {j: lower_one(j) for j in jobs}
+    else:
+        with ProcessPoolExecutor(workers) as ex:
+            errors = dict(zip(jobs, ex.map(lower_one, jobs, chunksize=1)))
+    return {j: e for j, e in errors.items() if e is not None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tier", default="full", choices=("quick", "full"))
+    ap.add_argument("--sms", type=int, default=132, help="SM count of the GPU the tier runs on")
+    ap.add_argument("-j", "--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--only", default="", help="comma-separated categories")
+    ap.add_argument("--fold-dtypes", action="store_true",
+                    help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what CI runs)")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None)
+    if a.fold_dtypes:
+        wanted = fold_dtypes(wanted)
+    jobs = list(wanted)
+    kinds = sorted({k for k, _ in jobs})
+    print(f"{len(jobs)} TileLang kernels ({', '.join(kinds)}) for the {a.tier} GPU tier "
+          f"({a.sms} SMs); lowering with {a.workers} processes", flush=True)
+    bad = lower_all(jobs, a.workers)
+    for (kind, args), err in bad.items():
+        cases = wanted[(kind, args)]
+        print(f"FAIL {kind}{args}\n  {err}\n  cases ({len(cases)}): {', '.join(cases[:4])}"
+              + (" ..." if len(cases) > 4 else ""))
+    print(f"{len(jobs) - len(bad)}/{len(jobs)} lower, {time.time() - t0:.0f} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
