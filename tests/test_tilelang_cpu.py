@@ -161,6 +161,7 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
         assert (" +combine" in text) == bool(comb) == args[11]
         assert ("pack=" in text) == (B == 8)
+        assert "min_blocks=2" in text  # two CTAs per SM: the prefill and the split tile
 
 
 def test_describe_call_reports_the_copies_of_a_cuda_call(monkeypatch):
@@ -609,6 +610,20 @@ def test_lmk_rows_j0_sm_scale_and_fold_knobs():
         o, lse = _cpu_knobs(q, k, v, knobs, **kw)
         vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
         assert vd.status == verdict.PASS, f"{sm}: " + "; ".join(vd.problems)
+
+
+def test_a_config_with_ws_where_min_blocks_sits_is_refused():
+    """``min_blocks`` (session 12) took position 13 of a full config, where ``ws`` used to
+    follow ``pack``: a bool there is refused instead of being read as ``min_blocks=False``
+    (a default, dropped: the warp-specialised kernel would run instead of the one asked
+    for). ``ws`` after every knob still picks the factory."""
+    full = launch.with_knobs(launch.shipped_config(64, 64))
+    assert len(full) == 4 + len(launch.TC_KNOBS) and full[-1] == launch.TC_MIN_BLOCKS
+    with pytest.raises(ValueError, match="min_blocks"):
+        launch.tc_kernel_args(full[:-1] + (False,), True, 64, 0.2)
+    assert launch.tc_kernel_args(full + (False,), True, 64, 0.2)[0] == "fwd_tc_nows"
+    assert launch.tc_kernel_args(full + (True,), True, 64, 0.2)[0] == "fwd_tc"
+    assert launch.tc_kernel_args(full, True, 64, 0.2)[2][-1] == 2
 
 
 def test_lmk_rows_j0_kept_only_where_it_acts():

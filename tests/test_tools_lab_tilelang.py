@@ -19,7 +19,7 @@ S5 = {"s5-rows", "s5-rows+fold", "s5+fold"}
 # session 12's occupancy variants: occ2-64x128 shipped (the "shipped" kernel at both head
 # dims); at D = 128 all five are its kernel (64x64 with two CTAs per SM: the others' D = 64
 # tiles and CTA counts do not fit D = 128's shared memory)
-OCC = {"occ2-64x128-s3", "occ2-64x64", "occ3-64x64", "occ4-64x64"}
+OCC = {"occ2-64x128-s3", "occ2-64x64"}
 
 
 def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():

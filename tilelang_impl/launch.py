@@ -80,7 +80,8 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
 
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
     """Values of :data:`TC_KNOBS` shipped per head dim (eight for D <= 128, all
-    but ``pack``, which :func:`prefill_config` sets per call: ``lmk_zero``,
+    but ``pack``, which :func:`prefill_config` sets per call, and ``min_blocks``, a
+    property of the tile that :func:`shipped_config` adds: ``lmk_zero``,
     ``mask_split``, ``fold``, the ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``,
     ``win_u32``, ``lmk_rows_j0``; none above 128). The history
     that chose them, oldest first:
@@ -189,7 +190,7 @@ def packs(p, block_M: int) -> bool:
     decode and short chunks) and ``max(Dqk, Dv) <= 128`` (the tiles with knobs;
     never measured above). One program per (KV head, batch) reads each K/V tile
     once for its G heads, where the unpacked grid has G programs reading it each
-    for ``Lq`` real rows of a 64- or 128-row tile.
+    for ``Lq`` real rows of a 64-row tile (128-row tiles before session 12).
 
     Measured on the H200 (decode, W=512, C=64, L2 not flushed, lab9/lab10,
     bench_results/tilelang-lab10-4aae060.json): B=8 GQA 32/4 D=64 Lk=32K 18.8 ->
@@ -231,7 +232,7 @@ def pack_lowers(G: int, Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool
 
 def prefill_config(p) -> tuple:
     """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
-    :func:`shipped_config` of its head dims and ``Lq``, with the ``pack`` permission
+    :func:`shipped_config` of its head dims, with the ``pack`` permission
     set where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
     cfg = shipped_config(p.Dqk, p.Dv)
     return with_knobs(cfg, pack=True) if packs(p, cfg[0]) else cfg
@@ -246,8 +247,8 @@ def prefill_config(p) -> tuple:
 #: Two items of a config are permissions, not baked values: ``lmk_cols`` is a
 #: cap (the kernel gets :func:`lmk_cols_for` of the call, 0 when the cap is 0)
 #: and ``scale_fold`` is baked only for calls whose scale allows it
-#: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (last: cheaper landmark-row
-#: zeroing, ``macros.zero_landmark_rows``; shipped at D <= 128, :func:`tc_knobs`)
+#: (:func:`scale_fold_ok`); ``lmk_rows_j0`` (the last of :func:`tc_knobs`: cheaper
+#: landmark-row zeroing, ``macros.zero_landmark_rows``; shipped at D <= 128)
 #: is kept only where it acts (:func:`rows_j0_acts`: ``mask_lmk``,
 #: ``lmk_zero="rows"`` and ``lmk_cols > 0``). ``pack`` (GQA-packed rows,
 #: ``kernels._fwd_tc_body``; a permission: the kernel bakes the call's ``G =
@@ -257,13 +258,17 @@ def prefill_config(p) -> tuple:
 #: ``ws`` item of a full config from position 13 to 14. Session 8 appended two lab
 #: knobs, ``pdl`` (the combine as a programmatic dependent launch of the split
 #: kernel) and ``narrow`` (16-row ``mma.sync`` decode tiles); session 9 removed
-#: both after measuring them (``ws`` is back at 14): ``narrow`` ran 24-39 us
+#: both after measuring them (``ws`` was back at 14): ``narrow`` ran 24-39 us
 #: against 12 (bench_results/tilelang-lab13-c5b4012.json) and ``pdl`` gave nothing
 #: with TileLang's default launcher (which launched the combine serially) nor
 #: with its cython launcher (which launches it as a programmatic dependent):
 #: 12.1 vs 12.0 us (B=1 32/32/128 8K), 12.0 vs 11.9 (128K), 9.3 vs 9.3 (B=1 GQA),
 #: 9.4 vs 9.5 (B=8 GQA), L2 not flushed (tilelang-lab12-ab58094.json,
 #: tilelang-lab14-92218e9.json).
+#: ``min_blocks`` (session 12: CTAs per SM the launch bounds and the ``setmaxnreg``
+#: split are made for, :data:`kernels.MIN_BLOCKS`; set by :func:`shipped_config` and
+#: :func:`split_config`) follows ``pack`` and moved ``ws`` to position 15: a config
+#: written with ``ws`` at 14 is refused (:func:`tc_kernel_args`), not misread.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0))
@@ -357,6 +362,10 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     default kernel keeps the cache key ``("fwd_tc", ..., split)`` it always had."""
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
+    mb = _KNOB["min_blocks"]
+    if len(extra) > mb and isinstance(extra[mb], bool):
+        raise ValueError(f"config {config!r}: item {4 + mb} is min_blocks (an int, "
+                         f"kernels.MIN_BLOCKS); ws, if given, comes after it")
     if len(extra) > len(TC_KNOBS):
         if len(extra) != len(TC_KNOBS) + 1:
             raise ValueError(f"config {config!r}: too many items")

@@ -51,9 +51,10 @@ import traceback
 # TileLang 0.1.15 ("Downcast from tirx.Sub to ir.IntImm failed", already at bad6a66).
 # A config is launch.run_cuda's ``config``: (block_M, block_N, num_stages, threads,
 # lmk_zero, mask_split, fold, lmk_cols cap, fast_exp2, scale_fold, win_u32, lmk_rows_j0,
-# pack [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6; session 8's ``pdl``
-# and ``narrow`` were removed in session 9: a config written with a ws item at another
-# position reads it as a knob; build configs with launch.with_knobs); the lmk_cols cap becomes
+# pack, min_blocks [, ws]) -- see launch.tc_kernel_args (``pack`` since session 6,
+# ``min_blocks`` since session 12; session 8's ``pdl`` and ``narrow`` were removed in
+# session 9: a config written with a ws item at another position reads it as a knob, or is
+# refused where it lands on min_blocks; build configs with launch.with_knobs); the lmk_cols cap becomes
 # launch.lmk_cols_for of each call
 # (C = 64 on 128-key tiles: 2), scale_fold is baked only for calls with a positive
 # scale (launch.scale_fold_ok).
@@ -270,8 +271,9 @@ VARIANTS = {
              "GQA 32/4 D64: 152 -> 165-185 TFLOP/s (a tile spans 16 queries, not 128: "
              "~5 key tiles of 128 instead of ~6, fewer edge tiles), 16/2 (G=8) and batch "
              "likewise +10-20%; G=1 shapes unchanged (pack dropped)"),
-    "noj0-64": (lambda D: _full(_launch().shipped_config(D, D), lmk_rows_j0=D > 64),
-                "shipped without lmk_rows_j0 at D <= 64 (pack's attribution)",
+    "noj0-64": (lambda D: _full(_session11(D), lmk_rows_j0=D > 64),
+                "shipped (as before session 12) without lmk_rows_j0 at D <= 64 (pack's "
+                "attribution)",
                 "D64: -2-8% vs shipped (j0 gave +18% at D=128 in session 5); D128 = shipped"),
     # session 12: occupancy. TileLang's default launch bounds (threads, 1) let ptxas give a
     # 64-row tile with one consumer warp group 240 registers at launch: one CTA per SM, so
@@ -279,12 +281,13 @@ VARIANTS = {
     # The min_blocks knob (kernels.consumer_regs) bakes __launch_bounds__(threads + 128, n)
     # and the setmaxnreg split (producer 24, consumers the rest of 1/n of the register file).
     # CPU compile (sm_90a, no spills in any): n=2 -> 128 registers at launch, consumers 232;
-    # n=3 -> 80 / 144; n=4 -> 64 / 104; 64x128 with n=3 does not assemble (ptxas wants 90).
+    # n=3 -> 80 / 144; n=4 -> 64 / 104 (the rule of 287ff31; kernels.consumer_regs now gives
+    # 136 at n=3, and only n=2 is accepted); 64x128 with n=3 does not assemble (ptxas wants 90).
     # Shared memory (O_s aliases Q_s): D=64 64x128 s2 72 KB, s3 104 KB; D=128 64x64 s2 80 KB;
     # D=64 64x64 s2 40 KB. Shipped in the same runs: D=128 128x128 s2 and D=64 128x128 s2,
     # both two consumer warp groups, one CTA per SM (168 registers at launch).
     # Measured before (lab, L2 not flushed): shipped 236 TF/s H32 D128 L8K, ~155 GQA 32/4 D64.
-    # Run: --only shipped,occ2-64x128,occ2-64x128-s3,occ2-64x64,occ3-64x64,occ4-64x64
+    # Run (287ff31): --only shipped,occ2-64x128,occ2-64x128-s3,occ2-64x64,occ3-64x64,occ4-64x64
     "occ2-64x128": (lambda D: _occ(D, (64, 128) if D <= 64 else (64, 64), 2, 2),
                     "one consumer warp group per CTA, two CTAs per SM (min_blocks=2): D<=64 "
                     "64x128 s2, D=128 64x64 s2 (64x128 does not fit two CTAs' shared memory)",
@@ -299,18 +302,9 @@ VARIANTS = {
                    "64x64 s2, one consumer warp group, two CTAs per SM",
                    "D64 145-185 TF/s (half the tensor work per barrier of 64x128); D128 as "
                    "occ2-64x128 (the same kernel there)"),
-    "occ3-64x64": (lambda D: _occ(D, (64, 64), 2, 3 if D <= 64 else 2),
-                   "64x64 s2 at D<=64 with three CTAs per SM (consumers 144 registers); D=128 "
-                   "= occ2-64x64 (two CTAs' shared memory at most)",
-                   "D64 0..+10% vs occ2-64x64; D128 = occ2-64x64 (+-2%)"),
-    # Not tried: three stages at D=128 (64x64): TileLang lays out 112 KB of dynamic shared
-    # memory for it (Q/O 16 KB, 3 x 16 KB K, 3 x 16 KB V; CPU compile), and two such CTAs
-    # with their 2 KB of barriers do not fit the SM's 228 KB.
-    "occ4-64x64": (lambda D: _occ(D, (64, 64), 2, 4 if D <= 64 else 2),
-                   "64x64 s2 at D<=64 with four CTAs per SM (consumers 104 registers); D=128 "
-                   "= occ2-64x64",
-                   "D64 -10..+10% vs occ3-64x64 (the Triton D=64 kernel gained 2-5% from its "
-                   "fourth CTA per SM); D128 = occ2-64x64"),
+    # "occ3-64x64" and "occ4-64x64" (64x64 at D=64 with three / four CTAs per SM, consumers
+    # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json) and are
+    # refused since (kernels.MIN_BLOCKS): their code is in 287ff31.
 }
 
 
@@ -321,8 +315,14 @@ def _occ(D, tile, stages, min_blocks):
     return _full(tuple(tile) + (stages, 128) + tuple(cfg[4:]), min_blocks=min_blocks)
 
 
+def _session11(D):
+    """The prefill config shipped for head dim D <= 128 before session 12: SESSION11_TILE
+    with the knobs of launch.tc_knobs (unchanged since session 5), one CTA per SM."""
+    return SESSION11_TILE + _launch().tc_knobs(D, D)
+
+
 def _pack_prefill(D):
-    return _full(_launch().shipped_config(D, D), lmk_rows_j0=D > 64, pack=True)
+    return _full(_session11(D), lmk_rows_j0=D > 64, pack=True)
 
 # Correctness cases: (name, D, flags (mask_lmk, expand), kwargs). All bf16, prefill grid.
 BASE = dict(window_size=100, chunk_size=16, kv_start=3)
@@ -441,10 +441,11 @@ def _dec_shipped(D):
 
 
 def _dec_session5(D):
-    """What run_cuda picked for a decode call from d0de4f1 to 4e2da01."""
+    """What run_cuda picked for a decode call from d0de4f1 to 4e2da01 (at D <= 64 the
+    128x128 tile, here with the knobs shipped since session 5)."""
     if D in SESSION5_SPLIT_DV:
         return SESSION5_SPLIT, "s5"
-    return _full(_launch().shipped_config(D, D)), False
+    return _full(_session11(D)), False
 
 
 def _dec_forced(S, small=False):

@@ -36,10 +36,6 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 
-class _Recorded(Exception):
-    """Raised by the recorder after the first kernel request of a call."""
-
-
 def tier_kernels(tier: str = "full", sms: int = 132,
                  categories=None) -> dict[tuple, list[str]]:
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
