@@ -638,9 +638,14 @@ def make_inputs(case: Case, run_seed: int, device=None):
         k[:, :, seen_slot(case.Lq, case.Lk, **case.rule())] = float("nan")
     if case.nan_v and case.Lk:
         put_nan_v(v, seen_slot(case.Lq, case.Lk, **case.rule()))
-    layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
-    q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), layouts))
+    q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), input_layouts(case)))
     return q, k, v, kw
+
+
+def input_layouts(case: Case) -> tuple[str, str, str]:
+    """The input forms (:func:`_store`) of a case's q, k and v: its layout for all three,
+    or for ``"mix"`` one form each."""
+    return {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
 
 
 def _break(case: Case, q, k, v, kw):

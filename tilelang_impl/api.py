@@ -61,6 +61,16 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
+def _run_cuda(p, q, k, v):
+    """The CUDA path of a checked, non-empty call: the kernels' views of the inputs
+    (:func:`_views`, one copy of a tensor neither layout serves), new canonical outputs,
+    :func:`launch.run_cuda`."""
+    (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
+    o, lse = p.new_outputs()
+    launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse)
+    return o, lse
+
+
 def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
                   kv_start=0, sm_scale=None) -> str:
     """What :func:`sliding_window_attention` runs for these arguments, in one line
@@ -94,10 +104,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     if p.empty:
         return p.new_outputs()
     if p.device.type == "cuda":
-        (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
-        o, lse = p.new_outputs()
-        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse)
-        return o, lse
+        return _run_cuda(p, q, k, v)
     (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)

@@ -41,7 +41,7 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
     ``tier`` (``categories``: those only) build, every kernel a call requests (the
     split kernel and its combine)."""
-    from conformance.cases import _store, generate
+    from conformance.cases import _store, generate, input_layouts
     from reference.errors import UnsupportedConfig
     from reference.validation import check_inputs
     from tilelang_impl import api, launch
@@ -60,11 +60,10 @@ def tier_kernels(tier: str = "full", sms: int = 132,
             if case.error is not None:
                 continue
             dt = case.torch_dtype
-            layouts = {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
             shapes = ((case.B, case.Hq, case.Lq, case.Dqk), (case.B, case.Hkv, case.Lk, case.Dqk),
                       (case.B, case.Hkv, case.Lk, case.Dv))
             q, k, v = (_store(torch.empty(s, dtype=dt, device="meta"), lay)
-                       for s, lay in zip(shapes, layouts))
+                       for s, lay in zip(shapes, input_layouts(case)))
             try:  # api._problem's checks but its device test (the tensors are on meta)
                 p = check_inputs(q, k, v, **case.kwargs())
                 if p.empty:
@@ -72,11 +71,8 @@ def tier_kernels(tier: str = "full", sms: int = 132,
                 launch.check_limits(p)
             except (UnsupportedConfig, ValueError):
                 continue  # refused before any kernel: nothing is built
-            (q_, k_, v_), q_blhd, kv_blhd = api._views(q, k, v)
-            o, lse = p.new_outputs()
             current[:] = [case.id]
-            launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd,
-                            kv_blhd, o, lse)
+            api._run_cuda(p, q, k, v)
     finally:
         launch._kernel, launch.sm_count = saved
     return wanted
