@@ -8,6 +8,7 @@ TileLang's own JIT cache is consulted only on a miss).
 
 from __future__ import annotations
 
+import functools
 
 import torch
 
@@ -139,6 +140,7 @@ SPLIT_KNOBS = ("rows", False, False, LMK_COLS_MAX, True, True, True)
 SPLIT_KNOBS_NOEXP = ("tile", False, False, LMK_COLS_MAX)
 
 
+@functools.cache  # a constant per argument tuple: asked on every call
 def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool = True) -> tuple:
     """Tile and knobs of the split-KV variant for head dims where
     :func:`splits_at` (a ValueError elsewhere: the choice below was
@@ -174,6 +176,7 @@ def ctas_per_sm(config) -> int:
     return max(1, config[i]) if len(config) > i else 1
 
 
+@functools.cache  # a constant per head-dim pair: asked on every call (prefill_config)
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
     knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
@@ -225,7 +228,8 @@ def pack_lowers(G: int, Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool
     and every other G; found by the GPU conformance tier's ``gqa_pack`` cases at
     0e82bb5, pinned by tests/test_tilelang_compile.py). Those calls and other group
     sizes run unpacked."""
-    if G == 2 and not (mask_lmk or expand_to_chunk) and Dqk != Dv and max(Dqk, Dv) > 64:
+    if (G == 2 and not (mask_lmk or expand_to_chunk) and Dqk != Dv
+            and tc_config(Dqk, Dv)[:2] == (64, 64)):
         return False
     return G & (G - 1) == 0 or G <= 8
 
