@@ -381,8 +381,15 @@ class Collector:
         self._last_pct = pct
 
     # matrix ---------------------------------------------------------------
+    #: a check's status -> the count it adds to in a matrix cell
+    _COUNT = {"pass": "passed", "fail": "failed", "unsupported": "unsupported", "deviates": "deviates"}
+
+    @classmethod
+    def _new_cell(cls) -> dict:
+        return dict.fromkeys(cls._COUNT.values(), 0) | dict(worst_ratio=None)
+
     def matrix(self) -> dict:
-        cells: dict = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, deviates=0, worst_ratio=None))
+        cells: dict = defaultdict(self._new_cell)
         cats: list[str] = []
         whos: list[str] = []
         for r in self.results:
@@ -391,8 +398,7 @@ class Collector:
             if r["who"] not in whos:
                 whos.append(r["who"])
             c = cells[(r["category"], r["who"])]
-            c[{"pass": "passed", "fail": "failed", "unsupported": "unsupported",
-               "deviates": "deviates"}[r["status"]]] += 1
+            c[self._COUNT[r["status"]]] += 1
             ratio = r["ratio"]
             if ratio is not None and r["status"] in ("pass", "fail"):
                 ratio = math.inf if ratio == "inf" else float(ratio)
@@ -406,17 +412,17 @@ class Collector:
         return dict(categories=cats, columns=singles + pairs,
                     cells={f"{k[0]}|{k[1]}": v for k, v in cells.items()})
 
-    @staticmethod
-    def _cell(c: dict | None) -> str:
+    @classmethod
+    def _cell(cls, c: dict | None) -> str:
         if not c:
             return "-"
-        n = c["passed"] + c["failed"] + c["unsupported"] + c.get("deviates", 0)
+        n = sum(c[f] for f in cls._COUNT.values())
         s = f"{c['passed']}/{n}"
         if c["failed"]:
             s += f" F{c['failed']}"
         if c["unsupported"]:
             s += f" U{c['unsupported']}"
-        if c.get("deviates"):
+        if c["deviates"]:
             s += f" D{c['deviates']}"
         r = c["worst_ratio"]
         if r is not None:
@@ -429,10 +435,10 @@ class Collector:
             return []
         cols = m["columns"]
         rows = [[cat] + [self._cell(m["cells"].get(f"{cat}|{w}")) for w in cols] for cat in m["categories"]]
-        tot = defaultdict(lambda: dict(passed=0, failed=0, unsupported=0, deviates=0, worst_ratio=None))
+        tot = defaultdict(self._new_cell)
         for key, c in m["cells"].items():
             t = tot[key.split("|", 1)[1]]
-            for f in ("passed", "failed", "unsupported", "deviates"):
+            for f in self._COUNT.values():
                 t[f] += c[f]
             if c["worst_ratio"] is not None:
                 t["worst_ratio"] = c["worst_ratio"] if t["worst_ratio"] is None else max(t["worst_ratio"], c["worst_ratio"])
