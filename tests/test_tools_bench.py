@@ -28,6 +28,9 @@ def test_smoke_run_writes_json_md_png(tmp_path, capsys):
     # on CPU the eager time is the host time of the same call (one repetition here)
     assert all(r["host_us"] > 0 and r["host_us"] == pytest.approx(r["eager_us"]) for r in res)
     assert all(r["gate"].startswith("pass") for r in res if r["backend"] != "sdpa")
+    # the kernel column: a backend's describe_call ("" for these two), sdpa its own line
+    assert all("no description" not in r["extra"]["kernel"] for r in res), [r["extra"] for r in res]
+    assert all(r["extra"]["kernel"].startswith("SDPA, dense") for r in res if r["backend"] == "sdpa")
     assert all(r["gbps"] is not None for r in res if r["kind"] == "decode")
     text = md.read_text()
     assert "old table" not in text and "keep me" in text and text.startswith("# Benchmarks\n\nintro")

@@ -57,7 +57,9 @@ def test_bench_times_flex_and_sdpa_under_cuda_graphs(tmp_path, capsys):
     from tools import bench
 
     js = tmp_path / "b.json"
-    rc = bench.main(["--shapes", "decode-8k", "--backend", "flex,sdpa", "--reps", "3", "--json", str(js)])
+    # one shape: "decode-8k" names two (--shapes takes substrings)
+    rc = bench.main(["--shapes", "decode-8k-32/32/128", "--backend", "flex,sdpa", "--reps", "3",
+                     "--json", str(js)])
     out = capsys.readouterr().out
     assert rc == 0, out
     res = json.loads(js.read_text())["results"]
