@@ -267,7 +267,7 @@ def _nan_v_build(base: Case, row: dict) -> Case:
 def _decode_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
     return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
-                   window=row["W"], chunk=64, nan_slots=row["nan"])
+                   window=row["W"], chunk=64, nan_slots=row["nan"], dtype=row["dtype"])
 
 
 #: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64;
@@ -443,7 +443,7 @@ def _categories() -> list[Category]:
         "over the tile: 0 * NaN)",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
-                      "dtype": ["bf16", "fp16"], "nan": [False, True]},  # fp32: docs/conformance.md
+                      "dtype": ["bf16", "fp16", "fp32"], "nan": [False, True]},
         _nan_v_build))
     C.append(Category(
         "errors", "every SPEC error rule raises ValueError naming the argument",
@@ -457,7 +457,7 @@ def _categories() -> list[Category]:
         "decode", "single-token decode against short and long caches",
         lambda cuda: {"Lk": [1, 17, 64, 65, 129, 333] + ([1000, 2080, 8191, 32768] if cuda else []),
                       "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
-                      "nan": [False, True]},
+                      "nan": [False, True], "dtype": ["bf16", "fp32"]},
         _decode_build))
     C.append(Category(
         "gqa_pack", "GQA with short query blocks on the GPU: G = 2, 3, 4, 8 query heads per "

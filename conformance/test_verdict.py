@@ -11,7 +11,7 @@ from conformance.cases import Case, make_inputs
 
 
 def _setup(**kw):
-    c = Case(category="x", Lq=40, Lk=70, B=1, **kw)
+    c = Case(**{"category": "x", "Lq": 40, "Lk": 70, "B": 1, **kw})
     q, k, v, args = make_inputs(c, 3)
     return c, q, k, v, args, V.expected(q, k, v, args)
 
@@ -39,6 +39,44 @@ def test_bound_is_two_same_dtype_plus_floor():
     lerr = float((l_s.double() - exp.lse).abs().max())
     assert exp.lse_bound == pytest.approx(2 * lerr + V.floor(float(exp.lse.abs().max()), torch.float32,
                                                              V.FLOOR_ULPS_LSE))
+
+
+def test_fp32_floor_and_yardstick_device():
+    """fp32: 8 ulps at max|golden| and same_dtype on the CPU (session 13: with 2 ulps and the
+    CUDA yardstick correct fp32 decode kernels reached 1.15-1.83x the bound)."""
+    c, q, k, v, args, exp = _setup(dtype="fp32", Dqk=128, Dv=128)
+    o_s, _ = reference.same_dtype(q, k, v, **args)
+    mask = torch.isfinite(exp.o)
+    err = float((o_s.double() - exp.o)[mask].abs().max())
+    mag = float(exp.o[mask].abs().max())
+    wide = V.dot_length_factor(128)
+    assert V.o_floor_ulps(torch.float32) == V.FLOOR_ULPS_FP32 == 8
+    assert exp.o_bound == pytest.approx(2 * err + V.floor(mag, torch.float32, 8 * wide))
+    for dt in (torch.bfloat16, torch.float16):
+        assert V.o_floor_ulps(dt) == V.FLOOR_ULPS == 2
+        assert V.same_dtype_device(dt, torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert V.same_dtype_device(torch.float32, torch.device("cuda", 1)) == torch.device("cpu")
+    assert V.same_dtype_device(torch.float32, torch.device("cpu")) == torch.device("cpu")
+
+
+def test_fp32_bound_still_catches_tf32_inputs():
+    """The wider fp32 floor is still far below what a precision bug costs: inputs cut to
+    tf32's 10-bit mantissa (what tf32 products see) land over 100x the bound."""
+    c, q, k, v, args, exp = _setup(dtype="fp32")
+    tf = lambda x: (x.view(torch.int32) & ~0x1FFF).view(torch.float32)  # noqa: E731 - keep 10 bits
+    o, lse = reference.same_dtype(tf(q.clone()), tf(k.clone()), tf(v.clone()), **args)
+    res = V.judge(o, lse, exp)
+    assert res.status == V.FAIL and res.ratio > 100, res.ratio
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fp32_yardstick_on_cuda_inputs_is_the_cpu_one():
+    c, q, k, v, args, exp = _setup(dtype="fp32", Lq=1)
+    qc, kc, vc = (t.cuda() for t in (q, k, v))
+    exp_cuda = V.expected(qc, kc, vc, args)
+    assert exp_cuda.o_same.max_err == pytest.approx(exp.o_same.max_err, rel=1e-9)
+    assert exp_cuda.o.device.type == "cuda"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])

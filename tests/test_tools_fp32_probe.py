@@ -22,6 +22,7 @@ def test_probe_records_every_backend_with_and_without_nan_v(tmp_path, capsys):
     assert [r["nan_v"] for r in rows] == [False, True]
     for r in rows:
         assert 0 < r["same"] < 1e-5 and r["bound"] > 2 * r["same"] and 0 < r["same_in_3"] < 1e-5
+        assert r["same_on"] == "cpu" and r["same_here"] == r["same"]  # on the CPU: the same run
         for who in fp32_probe.WHO:
             # fp32 computed to fp32 accuracy: within a few ulps of 1, not bf16's 1e-2
             assert isinstance(r[who], float) and 0 <= r[who] < 1e-5, (who, r[who])

@@ -9,10 +9,14 @@ is not in that category. This probe separates the kernels' error from the
 yardstick's: for each shape, ``--seeds`` fresh inputs (``conformance.cases.make_inputs``
 with the seed as run seed), with and without NaN / +-inf in the ``v`` row of a seen key
 (``cases.put_nan_v``), it records ``max|x - golden|`` over the finite elements of rows
-that see a key for ``reference.same_dtype``, Triton (its own path, split-KV forced,
-prefill forced) and TileLang, with the suite's bound and the ratio; at one query also
-``same_dtype``'s error on the same row when it computes it among three queries
-(``same_in_3``: two random queries before it, same keys, same window).
+that see a key for the suite's yardstick (``same``: ``reference.same_dtype`` where
+``conformance.verdict.same_dtype_device`` runs it, the CPU for fp32 since session 13;
+``same_on``), for ``same_dtype`` on the inputs' device (``same_here``), Triton (its own
+path, split-KV forced, prefill forced) and TileLang, with the suite's bound and the
+ratio; at one query also ``same_dtype``'s error on the inputs' device on the same row
+when it computes it among three queries (``same_in_3``: two random queries before it,
+same keys, same window). In ``fp32-probe-dc702b4.json`` (before the yardstick moved to
+the CPU) ``same`` is the device's and there is no ``same_here``.
 
 What it measured (H200, dc702b4, 12 seeds, ``bench_results/fp32-probe-dc702b4.json``;
 the same numbers at 9150f99): at one query the kernels exceed the bound on 0-5 seeds of
@@ -70,6 +74,7 @@ def _runs(q, k, v, kw) -> dict:
 
 def probe(device: str, seeds: int, only: str | None = None) -> list[dict]:
     """One row per (shape, nan_v, seed): errors, the bound and ratios (see the module)."""
+    import reference
     from conformance import cases as CS
     from conformance import verdict as V
 
@@ -84,16 +89,21 @@ def probe(device: str, seeds: int, only: str | None = None) -> list[dict]:
                 q, k, v, kw = CS.make_inputs(case, seed, device)
                 exp = V.expected(q, k, v, kw)
                 mask = torch.isfinite(exp.o) & ~exp.empty_rows[..., None]
+                # same: the suite's yardstick (where verdict.same_dtype_device runs it);
+                # same_here: same_dtype on the inputs' device; same_in_3: the same, with the
+                # row computed among three queries (one query only)
                 row = dict(shape=name, nan_v=nan_v, seed=seed, same=exp.o_same.max_err,
-                           bound=exp.o_same.max_bound)
-                if case.Lq == 1:  # the same row computed by same_dtype among three queries
-                    import reference
+                           same_on=str(V.same_dtype_device(q.dtype, q.device)), bound=exp.o_same.max_bound)
 
+                def err_of(o, rows=slice(None)):
+                    e = (o[:, :, rows].double() - exp.o).abs()[mask]
+                    return float(e.max()) if e.numel() else 0.0
+
+                row["same_here"] = err_of(reference.same_dtype(q, k, v, **kw)[0])
+                if case.Lq == 1:
                     extra = torch.randn((*q.shape[:2], 2, q.shape[3]), dtype=q.dtype, device=q.device)
                     q3 = torch.cat([extra * q.std(), q], dim=2)
-                    o3, _ = reference.same_dtype(q3, k, v, **kw)
-                    err = (o3[:, :, 2:].double() - exp.o).abs()[mask]
-                    row["same_in_3"] = float(err.max()) if err.numel() else 0.0
+                    row["same_in_3"] = err_of(reference.same_dtype(q3, k, v, **kw)[0], slice(2, 3))
                 for who, run in _runs(q, k, v, kw).items():
                     try:
                         o, _ = run()
@@ -118,14 +128,16 @@ def summary(rows: list[dict]) -> list[str]:
         for who in WHO:
             if isinstance(r.get(who), float) and r.get(who + "_ratio") is not None:
                 agg[(r["shape"], r["nan_v"], who)].append((r[who + "_ratio"], r[who], r["same"],
-                                                           r.get("same_in_3"), r[who + "_spread"]))
+                                                           r.get("same_in_3"), r[who + "_spread"],
+                                                           r.get("same_here")))
     out = []
     for (shape, nan_v, who), xs in sorted(agg.items()):
         ratios = sorted(x[0] for x in xs)
         out.append(f"{shape:32s} nan_v={int(nan_v)} {who:15s} ratio max {ratios[-1]:.2f} "
                    f"median {statistics.median(ratios):.2f} over 1: {sum(x > 1 for x in ratios)}/{len(xs)}  "
                    f"error median {statistics.median(x[1] for x in xs):.2e} "
-                   f"(same_dtype {statistics.median(x[2] for x in xs):.2e}"
+                   f"(yardstick {statistics.median(x[2] for x in xs):.2e}"
+                   + (f"; same_dtype here {statistics.median(x[5] for x in xs):.2e}" if xs[0][5] is not None else "")
                    + (f", its row among 3 queries {statistics.median(x[3] for x in xs):.2e})" if xs[0][3] else ")")
                    + (f"  NaN spread to {sum(x[4] for x in xs)} finite elements" if any(x[4] for x in xs) else ""))
     return out
