@@ -61,7 +61,8 @@ def _true_mask(p: Problem, i0: int, i1: int) -> torch.Tensor:
 
 
 def _attend(q, k, v, p: Problem, mask_fn: MaskFn, *, scale: float | None = None,
-            nan_leak: bool = False, v_spread: bool = False, block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+            nan_leak: bool = False, v_spread: bool = False, p_dtype: torch.dtype | None = None,
+            block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense masked attention in float64 (quadratic per query block: small problems).
 
     ``nan_leak=False`` is exact like the reference: invisible keys never touch
@@ -70,7 +71,8 @@ def _attend(q, k, v, p: Problem, mask_fn: MaskFn, *, scale: float | None = None,
     invisible slots leaks into the rows. ``v_spread=True`` is what a flash kernel does
     with ``v``: slots no query of the call sees are zeroed, then ``P @ V`` is a plain
     product, so a NaN or infinity in the ``v`` row of a key some rows see reaches every
-    row (``0 * NaN``), not only those.
+    row (``0 * NaN``), not only those. ``p_dtype``: the normalised probabilities are
+    rounded to it before ``P @ V`` (a tensor-core product fed half-precision ``P``).
     """
     scale = p.sm_scale if scale is None else scale
     o = torch.zeros((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float64, device=p.device)
@@ -101,6 +103,8 @@ def _attend(q, k, v, p: Problem, mask_fn: MaskFn, *, scale: float | None = None,
             blk_lse = torch.logsumexp(s, dim=-1)
             safe = torch.where(torch.isfinite(blk_lse), blk_lse, 0)
             w = torch.exp(s - safe[..., None])
+            if p_dtype is not None:
+                w = w.to(p_dtype).double()
             blk_o = w @ v_clean
             if bad.numel():  # visible non-finite values propagate, invisible ones do not
                 wb = w[..., bad]  # (B, H, I, nb)
@@ -288,6 +292,14 @@ def low_precision_accumulation(q, k, v, **kw):
     return o.to(p.dtype), lse.float()
 
 
+def fp16_probabilities(q, k, v, **kw):
+    """P rounded to fp16 before ``P @ V`` whatever the input dtype (fp32 inputs too):
+    about 2^-12 relative error per probability, the least precision bug an fp32 kernel
+    can have with a half-precision tensor-core product. Exact otherwise."""
+    p = _check(q, k, v, **kw)
+    return _attend(q, k, v, p, _true_mask, p_dtype=torch.float16)
+
+
 def output_dtype_fp32(q, k, v, **kw):
     # o returned in the fp32 accumulator dtype instead of q.dtype
     o, lse = _ref(q, k, v, **kw)
@@ -333,6 +345,8 @@ _TABLE: dict[str, tuple[Callable, str]] = {
     "strides_ignored": (strides_ignored, "inputs indexed with contiguous (B, H, L, D) strides whatever their real strides"),
     "low_precision_accumulation": (low_precision_accumulation,
                                    "softmax denominator and output accumulated key by key in the input dtype (bf16 for fp32)"),
+    "fp16_probabilities": (fp16_probabilities, "probabilities rounded to fp16 before P @ V, also for "
+                           "fp32 inputs (the fp32 bound's nearest precision bug)"),
     "output_dtype_fp32": (output_dtype_fp32, "o returned in fp32 instead of q.dtype"),
     "tail_unwritten": (tail_unwritten, "last partial 64-row query tile never written (uninitialised output)"),
     "no_validation": (no_validation, "no input validation: bad input fails inside the kernel, not with ValueError"),

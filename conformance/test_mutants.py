@@ -33,6 +33,7 @@ EXPECT = {
     "nan_v_spread": ("nan", "nan_v_seen"),
     "strides_ignored": ("output", "layout"),
     "low_precision_accumulation": ("output", "lengths"),
+    "fp16_probabilities": ("output", "dtype"),
     "output_dtype_fp32": ("dtype", "basic"),
     "tail_unwritten": ("nan", "basic"),
     "inputs_modified": ("input", "basic"),
