@@ -47,14 +47,16 @@ def _views(q, k, v):
              v.transpose(1, 2) if kv_blhd else v), q_blhd, kv_blhd)
 
 
-def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
+def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale,
+             devices=("cuda", "cpu")):
     """The call's :class:`reference.validation.Problem` after every check that comes
     before a kernel: SPEC errors, then, unless the output is empty (no kernel runs),
-    the device and :func:`launch.check_limits`."""
+    the device and :func:`launch.check_limits`. ``devices``: the device types served
+    (``tools/tl_lower.py`` plans CUDA calls on ``meta`` tensors)."""
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
     if not p.empty:
-        if p.device.type not in ("cuda", "cpu"):
+        if p.device.type not in devices:
             raise UnsupportedConfig(
                 f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
         launch.check_limits(p)
