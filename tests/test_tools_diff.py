@@ -29,6 +29,7 @@ EXPECTED = {
     "nan_rows_emptied": "nan_propagation",
     "strides_ignored": "strides",
     "low_precision_accumulation": "low_precision",
+    "fp16_probabilities": "low_precision",
     "output_dtype_fp32": "output_dtype",
     "tail_unwritten": "unwritten_rows",
     "no_validation": "validation",
