@@ -109,3 +109,25 @@ def test_documented_deviation_is_undone_and_other_bugs_still_named():
     assert "nan_v" in d.unsupported and "nan_v" in d.documented  # left out of the evidence, listed
     d = diff.diagnose(Backend(name="spread, undocumented", fn=mutants.nan_v_spread), probe_masks=False)
     assert d.explained_by is not None and d.explained_by.rule == "nan_v_spread"
+
+
+def test_unwritten_tail_of_zeros_is_still_named_and_small_errors_are_not():
+    """The unwritten-rows signature wants wild rows (NaN, fresh zeros, large errors): a tail
+    left as zeros is named ``unwritten_rows``; small errors on every row but the exact
+    first (``fp16_probabilities``) are not (they are ``low_precision``)."""
+    import reference
+    from conformance.mutants import mutant
+    from conformance.registry import Backend
+
+    def zero_tail(q, k, v, **kw):
+        o, lse = reference.sliding_window_attention(q, k, v, **kw)
+        full = (o.shape[2] // 64) * 64
+        o, lse = o.clone(), lse.clone()
+        o[:, :, full:] = 0
+        lse[:, :, full:] = 0.0
+        return o, lse
+
+    cmp = diff.compare_backends(REF, Backend(name="zero_tail", fn=zero_tail, origin="test"), "cpu")
+    assert cmp.b.explained_by is not None and cmp.b.explained_by.rule == "unwritten_rows"
+    cmp = diff.compare_backends(REF, mutant("fp16_probabilities"), "cpu")
+    assert cmp.b.explained_by is not None and cmp.b.explained_by.rule == "low_precision"

@@ -600,12 +600,13 @@ def _sig_unwritten(d: Diagnosis) -> Finding | None:
             return None
         if not bool(bad.any()):
             continue
-        # an unwritten row holds poison or garbage, not a value a rounding away from golden:
-        # every failing row NaN, or off by more than a quarter of the output scale
+        # an unwritten row holds poison, garbage or fresh zeros, not a value a rounding away
+        # from golden: every failing row NaN, all zero, or off by a quarter of the output scale
         g = d.truths[name].golden
         fin = torch.isfinite(g[0])
         scale = max(1.0, float(g[0][fin].abs().max())) if bool(fin.any()) else 1.0
-        wild = r.cmp.nan_rows | ~torch.isfinite(r.cmp.o_err) | (r.cmp.o_err > 0.25 * scale)
+        zero = (r.run.o.float() == 0).flatten(0, 1).all(dim=0).all(dim=-1).cpu()  # (Lq,)
+        wild = r.cmp.nan_rows | ~torch.isfinite(r.cmp.o_err) | (r.cmp.o_err > 0.25 * scale) | zero
         if not bool(wild[bad].all()):
             return None
         # rows whose golden is NaN (a NaN key they see) match an unwritten NaN row: part of any tail
