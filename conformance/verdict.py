@@ -44,8 +44,9 @@ FLOOR_ULPS = 2
 #: output element a flash-style kernel rounds the scaled score and its exponential, the
 #: running-max rescales, every product and partial sum of ``P @ V`` and the final
 #: division, and PyTorch's error, the yardstick, is a matter of its BLAS's summation order
-#: (the CPUs of two machines, torch 2.11 and 2.13, put it 3x apart on one fp32 case). Measured on the H200 at 14f4cbc (fp32
-#: cases of the full GPU tier, ``conformance/results/h200x2-fp32cats-4backends-n16-14f4cbc.json.xz``),
+#: (the CPUs of two machines, torch 2.11 and 2.13, put it 3x apart on one fp32 case).
+#: Measured on the H200 at 14f4cbc (fp32 cases of the full GPU tier,
+#: ``conformance/results/h200x2-fp32cats-4backends-n16-14f4cbc.json.xz``),
 #: in ulps of max|golden| (times :func:`dot_length_factor`): correct Triton and TileLang
 #: kernels median 5, p90 9-12, worst 19 (decode) and 14 (prefill); ``same_dtype`` (the
 #: run host's CPU) median 5, p90 8, worst 15, and as low as 0 (exact) on some cases; exact
