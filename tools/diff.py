@@ -587,6 +587,17 @@ def _sig_output_dtype(d: Diagnosis) -> Finding | None:
     return None
 
 
+#: an error above this share of the output scale (:func:`_out_scale`) is no rounding: a
+#: precision bug stays under it, an unwritten row or a wrong rule goes over
+_WILD = 0.25
+
+
+def _out_scale(golden_o: torch.Tensor) -> float:
+    """The output scale errors are measured against: max |golden o| over finite entries, at least 1."""
+    fin = torch.isfinite(golden_o)
+    return max(1.0, float(golden_o[fin].abs().max())) if bool(fin.any()) else 1.0
+
+
 def _sig_unwritten(d: Diagnosis) -> Finding | None:
     if d.validation:
         return None
@@ -603,14 +614,13 @@ def _sig_unwritten(d: Diagnosis) -> Finding | None:
         # an unwritten row holds poison, garbage or fresh zeros, not a value a rounding away
         # from golden: every failing row NaN, all zero, or off by a quarter of the output scale
         g = d.truths[name].golden
-        fin = torch.isfinite(g[0])
-        scale = max(1.0, float(g[0][fin].abs().max())) if bool(fin.any()) else 1.0
         zero = (r.run.o.float() == 0).flatten(0, 1).all(dim=0).all(dim=-1).cpu()  # (Lq,)
-        wild = r.cmp.nan_rows | ~torch.isfinite(r.cmp.o_err) | (r.cmp.o_err > 0.25 * scale) | zero
+        wild = (r.cmp.nan_rows | ~torch.isfinite(r.cmp.o_err) | zero
+                | (r.cmp.o_err > _WILD * _out_scale(g[0])))
         if not bool(wild[bad].all()):
             return None
         # rows whose golden is NaN (a NaN key they see) match an unwritten NaN row: part of any tail
-        bad = bad | torch.isnan(d.truths[name].golden[1]).any(dim=0).any(dim=0)
+        bad = bad | torch.isnan(g[1]).any(dim=0).any(dim=0)
         rows = bad.nonzero().flatten()
         r0 = int(rows[0])
         if not bool(bad[r0:].all()):
@@ -703,11 +713,9 @@ def _sig_low_precision(d: Diagnosis) -> Finding | None:
             continue
         if bool(r.cmp.nan_rows.any()) or not bool(torch.isfinite(r.cmp.o_err).all()):
             return None
-        g = d.truths[name].golden
-        scale = max(1.0, float(g[0][torch.isfinite(g[0])].abs().max()))
-        rel = float(r.cmp.o_err.max()) / scale
+        rel = float(r.cmp.o_err.max()) / _out_scale(d.truths[name].golden[0])
         lerr = r.cmp.lse_err[torch.isfinite(r.cmp.lse_err)]
-        if rel > 0.25 or (lerr.numel() and float(lerr.max()) > 0.25):
+        if rel > _WILD or (lerr.numel() and float(lerr.max()) > _WILD):
             return None
         worst = max(worst, rel)
         long_fails = long_fails or name == "long"

@@ -97,15 +97,12 @@ def probe(device: str, seeds: int, only: str | None = None) -> list[dict]:
                 row = dict(shape=name, nan_v=nan_v, seed=seed, same=exp.o_same.max_err,
                            same_on=str(V.same_dtype_device(q.dtype, q.device)), bound=exp.o_same.max_bound)
 
-                def err_of(o, rows=slice(None)):
-                    e = (o[:, :, rows].double() - exp.o).abs()[mask]
-                    return float(e.max()) if e.numel() else 0.0
-
-                row["same_here"] = err_of(reference.same_dtype(q, k, v, **kw)[0])
+                row["same_here"] = V._err(reference.same_dtype(q, k, v, **kw)[0], exp.o, mask)[0]
                 if case.Lq == 1:
                     extra = torch.randn((*q.shape[:2], 2, q.shape[3]), dtype=q.dtype, device=q.device)
                     q3 = torch.cat([extra * q.std(), q], dim=2)
-                    row["same_in_3"] = err_of(reference.same_dtype(q3, k, v, **kw)[0], slice(2, 3))
+                    o3 = reference.same_dtype(q3, k, v, **kw)[0]
+                    row["same_in_3"] = V._err(o3[:, :, 2:], exp.o, mask)[0]
                 for who, run in _runs(q, k, v, kw).items():
                     try:
                         o, _ = run()
@@ -113,8 +110,7 @@ def probe(device: str, seeds: int, only: str | None = None) -> list[dict]:
                         # is counted apart; the error is over the finite elements
                         spread = mask & ~torch.isfinite(o)
                         row[who + "_spread"] = int(spread.sum())
-                        err = (o.double() - exp.o).abs()[mask & ~spread]
-                        row[who] = float(err.max()) if err.numel() else 0.0
+                        row[who] = V._err(o, exp.o, mask & ~spread)[0]
                         row[who + "_ratio"] = row[who] / row["bound"] if row["bound"] else None
                     except Exception as e:  # noqa: BLE001 - recorded, not fatal
                         row[who] = f"{type(e).__name__}: {str(e)[:160]}"
