@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from reference.mask import rule_kwargs
 from reference.validation import default_scale
 
 __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case_seed",
@@ -90,8 +91,7 @@ class Case:
 
     def rule(self) -> dict[str, Any]:
         """The visibility rule's keyword arguments (:meth:`kwargs` without ``sm_scale``)."""
-        return dict(window_size=self.window, chunk_size=self.chunk, mask_lmk=self.mask_lmk,
-                    expand_to_chunk=self.expand, kv_start=self.kv_start)
+        return rule_kwargs(self.kwargs())
 
     def __str__(self) -> str:
         return self.id

@@ -228,7 +228,7 @@ def test_documented_deviation_covers_exactly_its_bug():
     from conformance.registry import load_backend
     from conformance.runner import _documented
     from conformance.verdict import DEVIATES, FAIL, expected, judge
-    from reference.mask import visibility_mask
+    from reference.mask import rule_kwargs, visibility_mask
 
     case = Case(category="nan_v_seen", dtype="fp16", B=1, Hq=2, Hkv=1, Lq=40, Lk=40, window=8, chunk=4,
                 nan_v=True)
@@ -238,7 +238,7 @@ def test_documented_deviation_covers_exactly_its_bug():
     dev = load_backend("triton").deviation(case)
     assert dev is not None and load_backend("reference").deviation is None
     good = exp.o.to(q.dtype)
-    rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+    rule = rule_kwargs(kw)
     j = int(torch.nonzero(torch.isnan(v[0, 0, :, 0]))[0])
     blind = ~visibility_mask(case.Lq, case.Lk, **rule)[:, j]  # rows that do not see the key
     assert bool(blind.any())

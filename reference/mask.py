@@ -35,7 +35,19 @@ __all__ = [
     "visible_key_range",
     "render_mask",
     "visible_counts",
+    "RULE_KEYS",
+    "rule_kwargs",
 ]
+
+#: The keyword arguments of the canonical call that the visibility rule reads
+#: (``sm_scale`` is the call's other keyword; it changes scores, not visibility).
+RULE_KEYS = ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk", "kv_start")
+
+
+def rule_kwargs(kwargs: dict) -> dict:
+    """The visibility rule's part of a canonical call's keyword arguments (the
+    :data:`RULE_KEYS` present), for the functions of this module."""
+    return {n: kwargs[n] for n in RULE_KEYS if n in kwargs}
 
 
 def query_positions(Lq: int, Lk: int, kv_start: int = 0, device=None) -> torch.Tensor:

@@ -17,6 +17,7 @@ from reference import (
     visible_key_range,
     window_left,
 )
+from reference.mask import RULE_KEYS, rule_kwargs
 
 
 def table(text: str) -> torch.Tensor:
@@ -188,3 +189,11 @@ def test_kernel_frame_keeps_visibility():
                 got = visibility_mask(Lq, Lk, kv_start=r, window_size=w, chunk_size=c, mask_lmk=lmk,
                                       expand_to_chunk=exp)
                 assert torch.equal(want, got), (Lq, Lk, W, C, ks, lmk, exp, (r, w, c))
+
+
+def test_rule_kwargs_keeps_the_rule_and_drops_the_scale():
+    kw = dict(window_size=5, chunk_size=3, mask_lmk=False, expand_to_chunk=True, kv_start=7, sm_scale=0.5)
+    assert rule_kwargs(kw) == {n: kw[n] for n in RULE_KEYS}
+    assert "sm_scale" not in rule_kwargs(kw)
+    assert torch.equal(visibility_mask(4, 9, **rule_kwargs(kw)),
+                       visibility_mask(4, 9, window_size=5, chunk_size=3, mask_lmk=False, kv_start=7))

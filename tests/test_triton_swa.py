@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from reference.mask import visibility_mask  # noqa: E402
+from reference.mask import rule_kwargs, visibility_mask  # noqa: E402
 import triton_impl  # noqa: E402
 from triton_impl import UnsupportedConfig, sliding_window_attention  # noqa: E402
 from triton_impl import api as _api  # noqa: E402
@@ -495,7 +495,7 @@ def test_prefill_loop_forms(phases, kernel):
     for B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra in TMA_CASES:
         kw = dict(window_size=W, chunk_size=C, **extra)
         q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, torch.float16)
-        rule = {n: x for n, x in kw.items() if n != "sm_scale"}
+        rule = rule_kwargs(kw)
         unseen = ~visibility_mask(Lq, Lk, device=DEV, **rule).any(0)
         k2, v2 = k.clone(), v.clone()
         k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
