@@ -174,8 +174,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     ``split=False``: grid ``(cdiv(Lq, block_M), Hq, B)``, writes ``O`` and
     ``LSE`` directly. ``split=True`` (decode): grid ``(cdiv(Lq, block_M) * S,
     Hq, B)``; split ``s`` takes its share of the block's key tiles and writes a
-    normalised partial ``Op[b, h, s]`` (fp32) and its natural-log ``LSEp``;
-    :func:`combine` merges them.
+    normalised partial ``Op[b, h, s]`` (fp32) and its base-2 ``LSEp``
+    (``macros.row_lse2``); :func:`combine` merges them.
 
     Performance knobs (all baked in; the defaults are the kernel as it was
     before they existed): ``lmk_zero`` (:data:`LMK_ZERO`), ``mask_split``
@@ -336,7 +336,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     if q0 + i < pack * Lq:
                         h, qi = M.packed_row(hk, q0 + i, pack)
                         if split:
-                            LSE[bz, h, sp, qi] = M.row_lse(m[i], l[i])
+                            LSE[bz, h, sp, qi] = M.row_lse2(m[i], l[i])
                         else:
                             LSE[bz, h, qi] = M.row_lse(m[i], l[i])
                 T.copy(acc_o, O_s)
@@ -351,7 +351,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 for i in T.Parallel(block_M):
                     if q0 + i < Lq:
                         if split:
-                            LSE[bz, by, sp, q0 + i] = M.row_lse(m[i], l[i])
+                            LSE[bz, by, sp, q0 + i] = M.row_lse2(m[i], l[i])
                         else:
                             LSE[bz, by, q0 + i] = M.row_lse(m[i], l[i])
                 T.copy(acc_o, O_s)
@@ -434,10 +434,13 @@ def combine(Dv: int, dtype: str, threads: int = 128):
     """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
 
     Baked in: ``Dv``, the output ``dtype`` and ``threads``. One program per
-    (query, head, batch) loops over the ``S`` splits (dynamic):
-    ``lse = log sum_s exp(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``; splits
-    with ``lse_s = -inf`` weigh 0, and a row with no split left gets ``o = 0``,
-    ``lse = -inf``.
+    (query, head, batch) loops over the ``S`` splits (dynamic). The partial LSEs
+    are base 2 (``macros.row_lse2``): ``m = max_s lse_s``, ``w_s = 2^(lse_s - m)``,
+    ``l = sum_s w_s``, ``o = sum_s w_s o_s / l``, ``lse = (m + log2 l) ln 2``, and the
+    row is finished by the single-pass kernels' own macros
+    (``macros.finalize_output``, ``macros.row_lse``): a split with ``lse_s = -inf``
+    weighs 0, a row with no split left gets ``o = 0`` and ``lse = -inf``, NaN stays
+    NaN.
     """
     B, Hq, S, Lq = T.dynamic("B Hq S Lq")
     accum = "float32"
@@ -446,23 +449,26 @@ def combine(Dv: int, dtype: str, threads: int = 128):
     def main(Op: T.Tensor((B, Hq, S, Lq, Dv), accum), LSEp: T.Tensor((B, Hq, S, Lq), accum),
              O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum)):
         with T.Kernel(Lq, Hq, B, threads=threads) as (bx, by, bz):
-            acc = T.alloc_fragment([Dv], accum)
-            st = T.alloc_local([3], accum)  # max lse, sum of weights, weight
+            acc = T.alloc_fragment([1, Dv], accum)
+            l = T.alloc_fragment([1], accum)
+            st = T.alloc_local([2], accum)  # max of the partial LSEs, weight of a split
             st[0] = -T.infinity(accum)
             for s in T.serial(S):
                 st[0] = T.max(st[0], LSEp[bz, by, s, bx])
-            st[1] = 0.0
-            T.clear(acc)
             ref = T.if_then_else(st[0] == -T.infinity(accum), 0.0, st[0])
+            T.clear(l)
+            T.clear(acc)
             for s in T.serial(S):
-                st[2] = T.exp2((LSEp[bz, by, s, bx] - ref) * M.LOG2E)
-                st[1] = st[1] + st[2]
-                for d in T.Parallel(Dv):
-                    acc[d] = acc[d] + st[2] * Op[bz, by, s, bx, d]
-            for d in T.Parallel(Dv):  # != 0, not > 0: a NaN partial stays NaN (macros.finalize_output)
-                O[bz, by, bx, d] = T.if_then_else(st[1] != 0, acc[d] / st[1], 0.0)
-            LSE[bz, by, bx] = T.if_then_else(st[1] != 0, T.log2(st[1]) * M.LN2 + ref,
-                                             -T.infinity(accum))
+                st[1] = T.exp2(LSEp[bz, by, s, bx] - ref)
+                for i in T.Parallel(1):
+                    l[i] = l[i] + st[1]
+                for i, d in T.Parallel(1, Dv):
+                    acc[i, d] = acc[i, d] + st[1] * Op[bz, by, s, bx, d]
+            M.finalize_output(acc, l, 1, Dv, True)
+            for i, d in T.Parallel(1, Dv):
+                O[bz, by, bx, d] = acc[i, d]
+            for i in T.Parallel(1):
+                LSE[bz, by, bx] = M.row_lse(st[0], l[i])
 
     return main
 

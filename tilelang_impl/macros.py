@@ -516,11 +516,19 @@ def finalize_output(acc_o, l, block_M, Dv, gpu):
 
 
 @T.macro
+def row_lse2(m_i, l_i):
+    """Base-2 LSE of a finished row: ``m + log2 l`` (``m`` is the running max of the
+    base-2 logits); ``-inf`` when the row saw no key (``l == 0``; NaN stays NaN, as
+    in :func:`finalize_output`). What a split-KV partial keeps (the combine works
+    in base 2); the public LSE is :func:`row_lse`."""
+    return T.if_then_else(l_i != 0, m_i + T.log2(l_i), -T.infinity("float32"))
+
+
+@T.macro
 def row_lse(m_i, l_i):
-    """Natural-log LSE of a finished row: ``(m + log2 l) * ln 2`` (``m`` is the
-    running max of the base-2 logits); ``-inf`` when the row saw no key (``l == 0``;
-    NaN stays NaN, as in :func:`finalize_output`)."""
-    return T.if_then_else(l_i != 0, (m_i + T.log2(l_i)) * LN2, -T.infinity("float32"))
+    """Natural-log LSE of a finished row: :func:`row_lse2` times ``ln 2`` (``-inf``
+    and NaN stay as they are)."""
+    return row_lse2(m_i, l_i) * LN2
 
 
 @T.macro
