@@ -77,6 +77,8 @@ _OPTIONAL: dict[str, str] = {
     # Triton with its TMA prefill kernel forced (unsupported for fp32, and on CPU
     # except fp16 under the Triton interpreter)
     "triton-tma": "triton_impl.tma_prefill",
+    # TileLang with split-KV forced (bf16/fp16 CUDA, Dv 96 / 128; unsupported otherwise)
+    "tilelang-split": "tilelang_impl.split_kv",
 }
 DEFAULT_BACKENDS = ("reference", "triton", "tilelang")
 
@@ -140,7 +142,7 @@ def _spread_deviation(name: str) -> Callable[[Any], "Deviation | None"]:
 
 # Documented bugs of built-in backends (Backend.deviation): case -> Deviation or None.
 _DEVIATIONS: dict[str, Callable[[Any], "Deviation | None"]] = {
-    name: _spread_deviation(name) for name in ("triton", "triton-tma", "tilelang", "flex")}
+    name: _spread_deviation(name) for name in ("triton", "triton-tma", "tilelang", "tilelang-split", "flex")}
 
 
 def _from_module_spec(spec: str) -> Backend:

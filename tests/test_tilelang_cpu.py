@@ -243,7 +243,9 @@ def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
     assert split(1, 32, 1, 8192, D=64) == 1               # Dv = 64: the prefill grid's 64x128 tile
     assert split(1, 32, 1, 8192, D=96) == 8
     assert split(1, 8, 1, 8192) == 10                     # 8 programs: capped by the key tiles
-    assert split(1, 8, 1, 300) == 5                       # ... of a short cache
+    assert split(1, 8, 1, 300) == 1                       # a short cache: 5 key tiles, the grid
+    assert split(1, 8, 1, 448) == 1                       # 7 key tiles (launch.SPLIT_MIN_TILES)
+    assert split(1, 8, 1, 449) == 8                       # 8: split, one tile per split
     assert split(1, 32, 8192, 8192) == 1                  # prefill fills the GPU
     assert split(1, 32, 512, 8192) == 1                   # chunked: 256 programs
     assert split(2, 33, 64, 8192) == 1                    # 66 programs: half the SMs
@@ -710,3 +712,27 @@ def test_explicit_pack_config_packs_any_lq(monkeypatch):
     assert call(32, 4, 8) == 8      # 8 heads x 8 queries = 64 rows: one tile
     assert call(32, 4, 9) == 8      # 72 rows: two tiles, still packed
     assert call(6, 2, 300) == 3
+
+
+def test_forced_split_count_and_the_split_backend_on_cpu(monkeypatch):
+    """``tilelang-split`` (tilelang_impl.split_kv) forces split-KV: one wave of programs,
+    at least two splits even where the key range has one tile or the grid is full; it
+    refuses what has no split variant instead of running another kernel."""
+    from conformance.registry import load_backend
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+
+    def forced(B, Hq, Lq, Lk, D=128, W=512):
+        q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")
+        k = torch.empty((B, Hq, Lk, D), dtype=torch.bfloat16, device="meta")
+        return launch.forced_splits(check_inputs(q, k, k, window_size=W, chunk_size=64))
+
+    assert forced(1, 32, 1, 8192) == 8          # as split_plan: one wave of two CTAs per SM
+    assert forced(1, 8, 1, 300) == 5           # where split_plan now takes the grid
+    assert forced(1, 8, 1, 40, W=8) == 2       # one key tile: the second split is empty
+    assert forced(1, 32, 8192, 8192) == 2      # a full grid still splits
+    backend = load_backend("tilelang-split")
+    q, k, v = (torch.randn(1, 2, n, 128) for n in (3, 40, 40))
+    with pytest.raises(UnsupportedConfig, match="tilelang-split"):
+        backend.fn(q, k, v, window_size=8, chunk_size=4)
+    o, lse = backend.fn(q[:, :, :0], k, v, window_size=8, chunk_size=4)  # empty: no kernel
+    assert o.shape == (1, 2, 0, 128) and lse.shape == (1, 2, 0)

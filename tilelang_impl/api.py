@@ -63,13 +63,14 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
-def _run_cuda(p, q, k, v):
+def _run_cuda(p, q, k, v, force_split: int | None = None):
     """The CUDA path of a checked, non-empty call: the kernels' views of the inputs
     (:func:`_views`, one copy of a tensor neither layout serves), new canonical outputs,
-    :func:`launch.run_cuda`."""
+    :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
     o, lse = p.new_outputs()
-    launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse)
+    launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse,
+                    force_split=force_split)
     return o, lse
 
 
@@ -80,10 +81,15 @@ def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_
     the copies the adapter would make); plans only, builds and launches nothing.
     Raises what the call would raise before its kernels."""
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
+    return _describe(p, q, k, v)
+
+
+def _describe(p, q, k, v, force_split: int | None = None) -> str:
+    """:func:`describe_call` of a checked call (``force_split``: ``split_kv``'s)."""
     if p.empty:
         return "no kernel (empty output)"
     views, q_blhd, kv_blhd = _views(q, k, v)
-    text = launch.describe(p, q_blhd, kv_blhd)
+    text = launch.describe(p, q_blhd, kv_blhd, force_split)
     copies = [n for n, x in zip("qkv", views) if not x.is_contiguous()]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 

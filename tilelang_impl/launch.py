@@ -126,9 +126,12 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
 
 
 #: Knobs of the split-KV variant (:data:`TC_KNOBS` order, up to ``win_u32``):
-#: landmark rows of V, the full mask (the split mask and the folded softmax do not
-#: lower as split variants in TileLang 0.1.15: ThreadSync), the ``lmk_cols`` cap,
-#: fast_exp2, scale_fold, win_u32. Session 6 decode lab
+#: landmark rows of V, the full mask (the split mask and the folded softmax did not
+#: lower as split variants in TileLang 0.1.15 on session 6's tiles; on today's 64 x 64
+#: tile with two CTAs per SM they do (session 14, CPU) and were measured within 1%:
+#: B=1 32/32/128 W=512 11.64 -> 11.57 us, W=4096 30.02 -> 29.94, lab 3,
+#: bench_results/tilelang-declab3-cd950ec.json; ``lmk_rows_j0`` still fails ThreadSync
+#: in every split variant tried), the ``lmk_cols`` cap, fast_exp2, scale_fold, win_u32. Session 6 decode lab
 #: (bench_results/tilelang-lab7-4e2da01.json, L2 not flushed, 4 splits): at B=1
 #: 32/32/128 this 64 x 64 tile 12.0 us against 13.0 us for the session-5 split
 #: kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count.
@@ -454,12 +457,42 @@ def split_plan(p) -> tuple[int, tuple | None]:
     chunked prefill Lq=512 of 8K, 32/32/128: 128 programs of session 5's
     128-row split tile on 132 SMs): split-KV 72.0 us (L2 flushed, bench at
     d0de4f1, when the threshold was a full wave) against about 20 us on the
-    prefill grid (lab, no flush).
+    prefill grid (lab, no flush). And by the key range: the 64 x 64 split kernel
+    only where a query block reaches :data:`SPLIT_MIN_TILES` key tiles (a short
+    window or cache takes the prefill grid however small the grid is).
     """
     if not splits_at(p.Dqk, p.Dv):
         return 1, None
     cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
+    if cfg[:2] == (64, 64) and key_tiles(p, 64, 64) < SPLIT_MIN_TILES:
+        return 1, cfg  # a short key range: the prefill grid's loop is shorter than a split's start
     return splits_by_saturation(p, cfg[0], cfg[1], sm_count(p.device), ctas_per_sm(cfg)), cfg
+
+
+#: The 64 x 64 split kernel runs only where a query block reaches at least this many
+#: 64-key tiles (:func:`key_tiles`); below, the prefill grid serves the call however
+#: small it is. Session 14 lab 3 (bench_results/tilelang-declab3-cd950ec.json, H200,
+#: bf16, C = 64, W = 64..640, L2 not flushed; grid = the prefill grid forced): the
+#: prefill grid costs about 3.3 us + 1.0 us per key tile of its one program, the split
+#: kernel about 6.4 us + 1.5 us per tile of a split (its landmark rows are zeroed the
+#: general way: ``lmk_rows_j0`` fails ThreadSync in split variants) plus 2.3 us of
+#: combine. B=1 32/32/128: 3 tiles (W=64) 10.1 -> 6.6 us, 5 tiles 11.3 -> 8.5, 7 tiles
+#: 12.1 -> 10.5, at 8 tiles both 11.5, 10 tiles (W=512) split 11.7 against 13.5;
+#: B=1 8/8/128 and B=2 16/16/96 cross at 8 and 9 tiles (the L2-flushed timer: 9 / 8 /
+#: 10).
+SPLIT_MIN_TILES = 8
+
+
+def forced_splits(p) -> int:
+    """The split count of a call when split-KV is forced (``tilelang_impl.split_kv``, the
+    conformance suite's ``tilelang-split``): :func:`split_plan`'s one wave of programs,
+    whatever the grid size and the key range, at least 2 (a split without a key tile
+    leaves an empty partial, which the combine must weigh 0). Only where
+    :func:`splits_at`."""
+    cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
+    programs = max(1, grid_programs(p, cfg[0]))
+    wave = ctas_per_sm(cfg) * sm_count(p.device) // programs
+    return max(2, min(key_tiles(p, cfg[0], cfg[1]), wave, 64))
 
 
 def splits_at(Dqk: int, Dv: int) -> bool:
@@ -517,17 +550,18 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
     return S, kind, args
 
 
-def describe(p, q_blhd: bool = False, kv_blhd: bool = False) -> str:
+def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | None = None) -> str:
     """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
     in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
-    off left out). Plans only; builds and launches nothing."""
+    off left out); ``force_split`` as in :func:`run_cuda`. Plans only; builds and
+    launches nothing."""
     if p.device.type != "cuda":
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)"
     if p.dtype == torch.float32:
         return "fwd_fp32 (one row per thread, CUDA cores)"
     _, C, _, _, sl2 = scalars(p)
-    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2)
+    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
              for (name, _), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val not in (False, 0, "tile")]

@@ -4,8 +4,8 @@
 # Unpacks TileLang (../shared/device/README.md), runs the full conformance tier
 # on CUDA and the benchmark suite, each under its own time cap, and leaves
 # conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
-# BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang"
-# adds optional backends to the conformance run. PART=conform or PART=bench runs one
+# BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang
+# --backend tilelang-split" adds optional backends to the conformance run. PART=conform or PART=bench runs one
 # half only: the full tier with all four backends (1084 cases at 677ea40: 469 s at
 # -n 8 on a fresh H200 machine, TileLang compiles included) and the bench (78 s right
 # after it on the same machine, kernels cached) do not fit one 10-minute call together.

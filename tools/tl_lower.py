@@ -40,7 +40,8 @@ def tier_kernels(tier: str = "full", sms: int = 132,
                  categories=None) -> dict[tuple, list[str]]:
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
     ``tier`` (``categories``: those only) build, every kernel a call requests (the
-    split kernel and its combine)."""
+    split kernel and its combine), with the default backend ``tilelang`` and the
+    optional ``tilelang-split`` (split-KV forced where a split variant exists)."""
     from conformance.cases import _store, generate, input_layouts
     from reference.errors import UnsupportedConfig
     from tilelang_impl import api, launch
@@ -71,6 +72,9 @@ def tier_kernels(tier: str = "full", sms: int = 132,
                 continue
             current[:] = [case.id]
             api._run_cuda(p, q, k, v)
+            if case.torch_dtype != torch.float32 and launch.splits_at(p.Dqk, p.Dv):
+                # the optional backend tilelang-split (tilelang_impl.split_kv) on the same case
+                api._run_cuda(p, q, k, v, force_split=launch.forced_splits(p))
     finally:
         launch._kernel, launch.sm_count = saved
     return wanted

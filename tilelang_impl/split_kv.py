@@ -1,0 +1,53 @@
+"""The TileLang backend with split-KV forced, for the conformance suite.
+
+The public :func:`tilelang_impl.sliding_window_attention` takes the split-KV
+kernels (partials, then :func:`kernels.combine`) only for small grids whose query
+blocks reach at least ``launch.SPLIT_MIN_TILES`` key tiles (long-window decode), so
+the suite's cases, whose windows and caches are short, would rarely reach them. This
+module exposes the same canonical function with split-KV forced for every call that
+has a split variant (bf16/fp16 on CUDA, ``Dv`` in ``launch.SPLIT_DV``, head dims up
+to 128), ``launch.forced_splits`` splits (at least two, so empty partials occur
+too), registered as the optional backend ``tilelang-split`` (``hils-swa conform
+--backend tilelang-split``). Other calls raise :class:`UnsupportedConfig` instead of
+silently running another kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import api, launch
+from .api import UnsupportedConfig
+
+__all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]
+
+
+def _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
+    """``(problem, split count)``; :class:`UnsupportedConfig` where no split variant runs."""
+    p = api._problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start,
+                     sm_scale)
+    if p.empty:
+        return p, 0
+    if p.device.type != "cuda" or p.dtype not in (torch.bfloat16, torch.float16) \
+            or not launch.splits_at(p.Dqk, p.Dv):
+        raise UnsupportedConfig(
+            "tilelang-split: split-KV runs for bf16/fp16 CUDA tensors with Dv in "
+            f"{launch.SPLIT_DV} and head dims up to 128 (got {p.dtype}, {p.device.type}, "
+            f"Dqk={p.Dqk}, Dv={p.Dv})")
+    return p, launch.forced_splits(p)
+
+
+def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
+                             expand_to_chunk=True, kv_start=0, sm_scale=None):
+    """:func:`tilelang_impl.sliding_window_attention` through the split-KV kernels only."""
+    p, S = _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
+    if p.empty:
+        return p.new_outputs()
+    return api._run_cuda(p, q, k, v, force_split=S)
+
+
+def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
+                  kv_start=0, sm_scale=None) -> str:
+    """What :func:`sliding_window_attention` of this module runs (``api.describe_call``)."""
+    p, S = _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
+    return api._describe(p, q, k, v, force_split=S or None)
