@@ -142,7 +142,8 @@ def _spread_deviation(name: str) -> Callable[[Any], "Deviation | None"]:
 
 # Documented bugs of built-in backends (Backend.deviation): case -> Deviation or None.
 _DEVIATIONS: dict[str, Callable[[Any], "Deviation | None"]] = {
-    name: _spread_deviation(name) for name in ("triton", "triton-tma", "tilelang", "tilelang-split", "flex")}
+    name: _spread_deviation(name)
+    for name in ("triton", "triton-tma", "tilelang", "tilelang-split", "flex")}
 
 
 def _from_module_spec(spec: str) -> Backend:

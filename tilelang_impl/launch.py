@@ -131,10 +131,10 @@ def tc_knobs(Dqk: int, Dv: int) -> tuple:
 #: tile with two CTAs per SM they do (session 14, CPU) and were measured within 1%:
 #: B=1 32/32/128 W=512 11.64 -> 11.57 us, W=4096 30.02 -> 29.94, lab 3,
 #: bench_results/tilelang-declab3-cd950ec.json; ``lmk_rows_j0`` still fails ThreadSync
-#: in every split variant tried), the ``lmk_cols`` cap, fast_exp2, scale_fold, win_u32. Session 6 decode lab
-#: (bench_results/tilelang-lab7-4e2da01.json, L2 not flushed, 4 splits): at B=1
-#: 32/32/128 this 64 x 64 tile 12.0 us against 13.0 us for the session-5 split
-#: kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count.
+#: in every split variant tried), the ``lmk_cols`` cap, fast_exp2, scale_fold, win_u32.
+#: Session 6 decode lab (bench_results/tilelang-lab7-4e2da01.json, L2 not flushed, 4
+#: splits): at B=1 32/32/128 this 64 x 64 tile 12.0 us against 13.0 us for the session-5
+#: split kernel (128 x 64, whole V tile zeroed, no knobs) at the same split count.
 SPLIT_KNOBS = ("rows", False, False, LMK_COLS_MAX, True, True, True)
 #: Knobs of the split-KV variant with ``mask_lmk`` and without ``expand_to_chunk``,
 #: where :data:`SPLIT_KNOBS` does not lower on either split tile (ThreadSync,

@@ -126,8 +126,9 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         save()
     P = _poisoned_call
     base = dict(window_size=100, chunk_size=16, kv_start=3)
-    # split=1: the prefill grid; auto: split-KV where it applies (D = 96 / 128: 44 programs
-    # of the 64-row split tile, 3 splits; D = 64 the prefill grid)
+    # split=1: the prefill grid; auto: the launcher's choice (the prefill grid here since
+    # session 14: W = 100 reaches 3 key tiles, under launch.SPLIT_MIN_TILES; before, D = 96 /
+    # 128 split 3 ways); split-KV forced below (decode, BLHD views)
     for D in (64, 96, 128):
         run(f"prefill bf16 D={D} split=1", P(split=1), 1, 4, 2, 700, 700, D, D, BF16, **base)
         run(f"prefill bf16 D={D} auto", P(), 1, 4, 2, 700, 700, D, D, BF16, **base)
@@ -136,7 +137,8 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
     run("prefill fp16 D=128", P(), 1, 4, 2, 700, 700, 128, 128, FP16, **base)
     for lmk in (True, False):
         for exp in (True, False):
-            run(f"flags lmk={lmk} exp={exp} D=128", P(), 1, 4, 1, 517, 517, 128, 128, BF16,
+            run(f"flags lmk={lmk} exp={exp} D=128 split=3", P(split=3), 1, 4, 1, 517, 517, 128,
+                128, BF16,
                 window_size=37, chunk_size=16, mask_lmk=lmk, expand_to_chunk=exp, kv_start=0)
     run("Lq<Lk kv_start=1e6+3 GQA 8/2", P(), 1, 8, 2, 300, 1000, 128, 128, BF16,
         window_size=200, chunk_size=64, kv_start=10**6 + 3)
@@ -148,7 +150,7 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
         window_size=64, chunk_size=16, kv_start=5, nan_slots=True)
     run("NaN invisible slots D=64", P(), 1, 4, 2, 256, 600, 64, 64, BF16,
         window_size=64, chunk_size=32, kv_start=5, nan_slots=True)
-    run("BLHD views D=128", P(), 1, 4, 2, 400, 400, 128, 128, BF16, blhd=True, **base)  # split
+    run("BLHD views D=128", P(split=3), 1, 4, 2, 400, 400, 128, 128, BF16, blhd=True, **base)
     run("BLHD views public API", swa, 2, 8, 2, 400, 400, 64, 64, BF16, blhd=True, **base)
     run("Lq=Lk=1", P(), 1, 2, 1, 1, 1, 128, 128, BF16, window_size=4, chunk_size=4,
         mask_lmk=False)
