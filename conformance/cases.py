@@ -206,9 +206,11 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
     # GPU, grid "prefill" has enough programs (2 x 12 heads x 8 blocks of 128 queries)
     # that both backends take their prefill grid (TileLang's D = 96 prefill kernel at
     # C < 64 failed to compile at 7e93d56 and no case reached it), grid "split" few
-    # enough (1 x 4 heads: 64 programs of TileLang's 64-row split tile) that they
-    # take split-KV where they have it (TileLang: Dv 96 and 128). On CPU (180
-    # queries, 1 x 2/1 heads) the path is whatever the launchers choose for that size.
+    # enough (1 x 4 heads: 64 programs of TileLang's 64-row split tile) for split-KV;
+    # TileLang's default path runs them on the prefill grid since session 14 (C + 5 keys
+    # reach under launch.SPLIT_MIN_TILES key tiles) and the optional backend
+    # tilelang-split on split-KV (Dv 96 and 128). On CPU (180 queries, 1 x 2/1 heads)
+    # the path is whatever the launchers choose for that size.
     cuda = base.device.startswith("cuda")
     if cuda:
         base = replace(base, B=2, Hq=12, Hkv=4) if row["grid"] == "prefill" else replace(base, B=1)
@@ -218,7 +220,8 @@ def _tile_chunk_build(base: Case, row: dict) -> Case:
 
 
 #: The flags category's head dims on the GPU: name -> (D, Lq or None for the base's).
-#: TileLang picks its kernel per flag pair on split-KV (D = 96 / 128 on small grids)
+#: TileLang picks its kernel per flag pair on split-KV (D = 96 / 128 on small grids; with
+#: these short windows through the optional backend tilelang-split since session 14)
 #: (and, until session 12, on its short prefill tile at D <= 64, Lq <= 64).
 _FLAGS_D = {"D64": (64, None), "D64q3": (64, 3), "D96": (96, None), "D128": (128, None)}
 
@@ -360,7 +363,8 @@ def _categories() -> list[Category]:
     C.append(Category(
         "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk)); on the GPU "
         "also C = 64, where the kernels test the tile's landmark columns by integer compares, "
-        "and 3 queries (decode-sized: TileLang's split-KV at 96 / 128; its D <= 64 decode tile until session 12)",
+        "and 3 queries (decode-sized: TileLang's split-KV at 96 / 128 through --backend tilelang-split; "
+        "its D <= 64 decode tile until session 12)",
         lambda cuda: {"D": [(32, 32), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128),
                             (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64),
                             (64, 32)],
@@ -404,7 +408,7 @@ def _categories() -> list[Category]:
     C.append(Category(
         "flags", "all four (mask_lmk, expand_to_chunk) combinations; on the GPU also at D = 96 "
         "and 128 and with 3 queries at D = 64 (TileLang's split-KV kernels "
-        "differ per flag pair)",
+        "differ per flag pair: --backend tilelang-split)",
         lambda cuda: {"flags": _F4, "wc": [(32, 16), (20, 16), (5, 8), (70, 64)], "kv_start": [0, 7],
                       **({"D": list(_FLAGS_D)} if cuda else {})},
         _flags_build))
@@ -419,7 +423,7 @@ def _categories() -> list[Category]:
         _empty_rows_build))
     C.append(Category(
         "layout", "contiguous, BLHD transposed views, offset views in NaN-filled buffers, mixed; "
-        "on the GPU at D = 64 and 128 (TileLang's split-KV path at 128)",
+        "on the GPU at D = 64 and 128 (TileLang's split-KV path at 128: --backend tilelang-split)",
         lambda cuda: {"layout": list(LAYOUTS), "dtype": list(DTYPES), "heads": [(4, 2), (2, 2)],
                       "shape": ["train", "infer"], **({"D": [64, 128]} if cuda else {})},
         lambda b, r: _shape_build(replace(b, Dqk=r.get("D", b.Dqk), Dv=r.get("D", b.Dv)),

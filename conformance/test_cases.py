@@ -196,9 +196,12 @@ def test_generate_rejects_unknown():
 def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
     """The GPU tile_chunk cases come in two grids (conformance.cases._tile_chunk_build):
     2 x 12/4 heads put both backends on their prefill grid (TileLang's D = 96 prefill
-    kernel at C < 64 once failed to compile and no case reached it), 1 x 4/2 heads put
-    TileLang on split-KV for Dv 96 and 128 (launch.splits_at). Checked with the
-    launchers' own choices on an H200-sized device (132 SMs)."""
+    kernel at C < 64 once failed to compile and no case reached it), 1 x 4/2 heads are a
+    small grid: TileLang's default path keeps the prefill grid there too (windows of C + 5
+    keys reach under launch.SPLIT_MIN_TILES key tiles), and the optional backend
+    tilelang-split runs them on split-KV for Dv 96 and 128 (launch.splits_at,
+    launch.forced_splits). Checked with the launchers' own choices on an H200-sized
+    device (132 SMs)."""
     from tilelang_impl import launch as tl_launch
     from triton_impl import launch as tr_launch
 
@@ -218,5 +221,8 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
         if grid == "prefill":
             assert not tl_split and tr_path == "prefill", c.id
         else:
-            assert tl_split == tl_launch.splits_at(c.Dqk, c.Dv), c.id
+            assert not tl_split, c.id
+            if tl_launch.splits_at(c.Dqk, c.Dv):
+                assert tl_launch.forced_splits(p) >= 2, c.id
+                assert tl_launch.grid_programs(p, 64) * 2 < 132, c.id  # a small grid
     assert seen == {(g, d) for g in ("prefill", "split") for d in (64, 96, 128)}

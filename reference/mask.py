@@ -46,7 +46,11 @@ RULE_KEYS = ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk", "kv_sta
 
 def rule_kwargs(kwargs: dict) -> dict:
     """The visibility rule's part of a canonical call's keyword arguments (the
-    :data:`RULE_KEYS` present), for the functions of this module."""
+    :data:`RULE_KEYS` present), for the functions of this module. ``TypeError`` for a
+    key that is neither a rule key nor ``sm_scale`` (a misspelling is not dropped)."""
+    unknown = sorted(set(kwargs) - set(RULE_KEYS) - {"sm_scale"})
+    if unknown:
+        raise TypeError(f"not keyword arguments of the canonical call: {unknown}")
     return {n: kwargs[n] for n in RULE_KEYS if n in kwargs}
 
 

@@ -195,5 +195,7 @@ def test_rule_kwargs_keeps_the_rule_and_drops_the_scale():
     kw = dict(window_size=5, chunk_size=3, mask_lmk=False, expand_to_chunk=True, kv_start=7, sm_scale=0.5)
     assert rule_kwargs(kw) == {n: kw[n] for n in RULE_KEYS}
     assert "sm_scale" not in rule_kwargs(kw)
+    with pytest.raises(TypeError, match="window"):
+        rule_kwargs(dict(kw, window=5))
     assert torch.equal(visibility_mask(4, 9, **rule_kwargs(kw)),
                        visibility_mask(4, 9, window_size=5, chunk_size=3, mask_lmk=False, kv_start=7))

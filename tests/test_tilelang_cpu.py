@@ -656,12 +656,12 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
     monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
 
-    def pack_of(B, Hq, Hkv, Lq, Dqk=64, Dv=64, lmk=True, exp=True):
+    def pack_of(B, Hq, Hkv, Lq, Dqk=64, Dv=64, lmk=True, exp=True, W=300):
         asked.clear()
         q = torch.zeros((B, Hq, Lq, Dqk), dtype=torch.bfloat16, device="meta")
         k = torch.zeros((B, Hkv, 700, Dqk), dtype=torch.bfloat16, device="meta")
         v = torch.zeros((B, Hkv, 700, Dv), dtype=torch.bfloat16, device="meta")
-        p = check_inputs(q, k, v, window_size=300, chunk_size=64, mask_lmk=lmk, expand_to_chunk=exp)
+        p = check_inputs(q, k, v, window_size=W, chunk_size=64, mask_lmk=lmk, expand_to_chunk=exp)
         o, lse = p.new_outputs()
         launch.run_cuda(p, q, k, v, False, False, o, lse)
         kind, args = asked[0]
@@ -686,7 +686,8 @@ def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
     assert pack_of(8, 32, 8, 1, 128, 128) == (4, False)  # 256 programs: prefill grid, packed
     assert pack_of(8, 32, 8, 16, 128, 128) == (4, False)  # 64 rows of the 64-row tile
     assert pack_of(8, 32, 8, 17, 128, 128) == (0, False)
-    assert pack_of(1, 32, 8, 1, 128, 128) == (0, True)   # 32 programs: split-KV, unpacked
+    assert pack_of(1, 32, 8, 1, 128, 128, W=512) == (0, True)  # 32 programs, 10 key tiles: split-KV
+    assert pack_of(1, 32, 8, 1, 128, 128) == (4, False)  # 7 key tiles: packed grid (SPLIT_MIN_TILES)
     assert pack_of(1, 16, 2, 1, 192, 192) == (0, False)  # D > 128: no knobs, unpacked
     assert pack_of(2, 16, 4, 300) == (0, False)          # long prefill
 

@@ -464,7 +464,7 @@ def split_plan(p) -> tuple[int, tuple | None]:
     if not splits_at(p.Dqk, p.Dv):
         return 1, None
     cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
-    if cfg[:2] == (64, 64) and key_tiles(p, 64, 64) < SPLIT_MIN_TILES:
+    if cfg[:2] == (64, 64) and key_tiles(p, *cfg[:2]) < SPLIT_MIN_TILES:
         return 1, cfg  # a short key range: the prefill grid's loop is shorter than a split's start
     return splits_by_saturation(p, cfg[0], cfg[1], sm_count(p.device), ctas_per_sm(cfg)), cfg
 
@@ -490,9 +490,17 @@ def forced_splits(p) -> int:
     leaves an empty partial, which the combine must weigh 0). Only where
     :func:`splits_at`."""
     cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
-    programs = max(1, grid_programs(p, cfg[0]))
-    wave = ctas_per_sm(cfg) * sm_count(p.device) // programs
-    return max(2, min(key_tiles(p, cfg[0], cfg[1]), wave, 64))
+    return max(2, _one_wave(p, cfg[0], cfg[1], sm_count(p.device), ctas_per_sm(cfg)))
+
+
+def forced_plan(p) -> int | None:
+    """:func:`forced_splits` of a call that has a split variant (bf16/fp16 on CUDA,
+    :func:`splits_at`), else None: what ``tilelang_impl.split_kv`` runs and what
+    ``tools/tl_lower.py`` lowers for it."""
+    if (p.device.type not in ("cuda", "meta") or p.dtype not in (torch.bfloat16, torch.float16)
+            or not splits_at(p.Dqk, p.Dv)):
+        return None
+    return forced_splits(p)
 
 
 def splits_at(Dqk: int, Dv: int) -> bool:
@@ -517,7 +525,13 @@ def splits_by_saturation(p, block_M: int, block_N: int, sms: int, ctas: int = 1)
     programs = grid_programs(p, block_M)
     if programs == 0 or 2 * programs >= sms:
         return 1
-    return min(key_tiles(p, block_M, block_N), ctas * sms // programs, 64)
+    return _one_wave(p, block_M, block_N, sms, ctas)
+
+
+def _one_wave(p, block_M: int, block_N: int, sms: int, ctas: int) -> int:
+    """Splits that fill one wave of ``ctas`` CTAs per SM with the call's programs, at
+    most the key tiles a query block reaches and 64 (the combine's bound)."""
+    return min(key_tiles(p, block_M, block_N), ctas * sms // max(1, grid_programs(p, block_M)), 64)
 
 
 def grid_programs(p, block_M: int) -> int:

@@ -135,6 +135,7 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
     run("prefill bf16 Dqk=128 Dv=64", P(), 1, 4, 4, 333, 333, 128, 64, BF16, **base)
     run("prefill bf16 Dqk=64 Dv=128", P(), 1, 4, 4, 333, 333, 64, 128, BF16, **base)
     run("prefill fp16 D=128", P(), 1, 4, 2, 700, 700, 128, 128, FP16, **base)
+    run("prefill fp16 D=128 split=3", P(split=3), 1, 4, 2, 700, 700, 128, 128, FP16, **base)
     for lmk in (True, False):
         for exp in (True, False):
             run(f"flags lmk={lmk} exp={exp} D=128 split=3", P(split=3), 1, 4, 1, 517, 517, 128,
@@ -190,7 +191,9 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
                                         (1, 4096, "packed decode", (8, 32, 4, 64))):
         try:
             q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, D, BF16)
-            kw = dict(window_size=256, chunk_size=64)
+            # decode: W = 512 reaches 10 key tiles, so the public call takes split-KV
+            # (launch.SPLIT_MIN_TILES) and the graph holds the split kernel and the combine
+            kw = dict(window_size=512 if nm == "decode" else 256, chunk_size=64)
             swa(q, k, v, **kw)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()

@@ -3,7 +3,8 @@
     python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...]
 
 Run it before a GPU run that reaches new TileLang kernels: about 10 minutes on 2
-cores for the full tier's 187 kernels (session 12), a minute on the device host's 16.
+cores for the full tier's 211 kernels (session 14, `tilelang-split`'s included), a minute on the
+device host's 16.
 
 TileLang builds a kernel on its first call, on the GPU machine: a kernel that its
 lowering passes refuse (ThreadSync, layout inference) shows up there as a crashed
@@ -72,9 +73,9 @@ def tier_kernels(tier: str = "full", sms: int = 132,
                 continue
             current[:] = [case.id]
             api._run_cuda(p, q, k, v)
-            if case.torch_dtype != torch.float32 and launch.splits_at(p.Dqk, p.Dv):
-                # the optional backend tilelang-split (tilelang_impl.split_kv) on the same case
-                api._run_cuda(p, q, k, v, force_split=launch.forced_splits(p))
+            S = launch.forced_plan(p)  # the optional backend tilelang-split on the same case
+            if S is not None:
+                api._run_cuda(p, q, k, v, force_split=S)
     finally:
         launch._kernel, launch.sm_count = saved
     return wanted
