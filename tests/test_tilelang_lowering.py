@@ -5,7 +5,8 @@ TileLang builds a kernel on its first call, so a kernel its passes refuse (Threa
 layout inference) used to show up only as a crashed case on the GPU machine: session
 12's ``gqa_pack`` cases at 0e82bb5. Here each kernel of the full CUDA tier (the
 launcher's own choices on a 132-SM H200, and the forced split-KV of the optional backend
-tilelang-split, every case's layout, flags, head dims and chunk) is one test, fp16 kernels folded into their bf16 twins (``fold_dtypes``); about
+tilelang-split, every case's layout, flags, head dims and chunk) is one test, fp16
+kernels folded into their bf16 twins (``fold_dtypes``); about
 5 minutes on 2 cores. nvcc and the SASS claims: tests/test_tilelang_compile.py.
 """
 

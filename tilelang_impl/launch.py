@@ -490,15 +490,15 @@ def forced_splits(p) -> int:
     leaves an empty partial, which the combine must weigh 0). Only where
     :func:`splits_at`."""
     cfg = split_config(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk)
-    return max(2, _one_wave(p, cfg[0], cfg[1], sm_count(p.device), ctas_per_sm(cfg)))
+    programs = max(1, grid_programs(p, cfg[0]))
+    return max(2, _one_wave(p, cfg[0], cfg[1], programs, sm_count(p.device), ctas_per_sm(cfg)))
 
 
 def forced_plan(p) -> int | None:
-    """:func:`forced_splits` of a call that has a split variant (bf16/fp16 on CUDA,
-    :func:`splits_at`), else None: what ``tilelang_impl.split_kv`` runs and what
-    ``tools/tl_lower.py`` lowers for it."""
-    if (p.device.type not in ("cuda", "meta") or p.dtype not in (torch.bfloat16, torch.float16)
-            or not splits_at(p.Dqk, p.Dv)):
+    """:func:`forced_splits` of a call that has a split variant (bf16/fp16,
+    :func:`splits_at`), else None: what ``tilelang_impl.split_kv`` runs on CUDA and what
+    ``tools/tl_lower.py`` lowers for it (the device is the caller's to check)."""
+    if p.dtype not in (torch.bfloat16, torch.float16) or not splits_at(p.Dqk, p.Dv):
         return None
     return forced_splits(p)
 
@@ -525,13 +525,14 @@ def splits_by_saturation(p, block_M: int, block_N: int, sms: int, ctas: int = 1)
     programs = grid_programs(p, block_M)
     if programs == 0 or 2 * programs >= sms:
         return 1
-    return _one_wave(p, block_M, block_N, sms, ctas)
+    return _one_wave(p, block_M, block_N, programs, sms, ctas)
 
 
-def _one_wave(p, block_M: int, block_N: int, sms: int, ctas: int) -> int:
-    """Splits that fill one wave of ``ctas`` CTAs per SM with the call's programs, at
-    most the key tiles a query block reaches and 64 (the combine's bound)."""
-    return min(key_tiles(p, block_M, block_N), ctas * sms // max(1, grid_programs(p, block_M)), 64)
+def _one_wave(p, block_M: int, block_N: int, programs: int, sms: int, ctas: int) -> int:
+    """Splits that fill one wave of ``ctas`` CTAs per SM with ``programs`` (> 0) query
+    blocks of ``block_M`` rows, at most the key tiles a block reaches and 64 (the
+    combine's bound)."""
+    return min(key_tiles(p, block_M, block_N), ctas * sms // programs, 64)
 
 
 def grid_programs(p, block_M: int) -> int:

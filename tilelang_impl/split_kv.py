@@ -3,12 +3,11 @@
 The public :func:`tilelang_impl.sliding_window_attention` takes the split-KV
 kernels (partials, then :func:`kernels.combine`) only for small grids, and on the
 64 x 64 split tile only where a query block reaches ``launch.SPLIT_MIN_TILES`` key
-tiles (long-window decode), so
-the suite's cases, whose windows and caches are short, would rarely reach them. This
-module exposes the same canonical function with split-KV forced for every call that
-has a split variant (``launch.forced_plan``) (bf16/fp16 on CUDA, ``Dv`` in ``launch.SPLIT_DV``, head dims up
-to 128), ``launch.forced_splits`` splits (at least two, so empty partials occur
-too), registered as the optional backend ``tilelang-split`` (``hils-swa conform
+tiles (long-window decode), so the suite's cases, whose windows and caches are
+short, would rarely reach them. This module exposes the same canonical function
+with split-KV forced for every call that has a split variant (``launch.forced_plan``:
+bf16/fp16 on CUDA, ``Dv`` in ``launch.SPLIT_DV``, head dims up to 128), in
+``launch.forced_splits`` splits (at least two, so empty partials occur too), registered as the optional backend ``tilelang-split`` (``hils-swa conform
 --backend tilelang-split``). Other calls raise :class:`UnsupportedConfig` instead of
 silently running another kernel.
 """

@@ -138,9 +138,9 @@ def correctness(quick=False, res=None, save=lambda: None, record=False):
     run("prefill fp16 D=128 split=3", P(split=3), 1, 4, 2, 700, 700, 128, 128, FP16, **base)
     for lmk in (True, False):
         for exp in (True, False):
-            run(f"flags lmk={lmk} exp={exp} D=128 split=3", P(split=3), 1, 4, 1, 517, 517, 128,
-                128, BF16,
-                window_size=37, chunk_size=16, mask_lmk=lmk, expand_to_chunk=exp, kv_start=0)
+            run(f"flags lmk={lmk} exp={exp} D=128 split=3", P(split=3), 1, 4, 1, 517, 517,
+                128, 128, BF16, window_size=37, chunk_size=16, mask_lmk=lmk,
+                expand_to_chunk=exp, kv_start=0)
     run("Lq<Lk kv_start=1e6+3 GQA 8/2", P(), 1, 8, 2, 300, 1000, 128, 128, BF16,
         window_size=200, chunk_size=64, kv_start=10**6 + 3)
     run("MQA 8/1 kv_start=2**40 sm_scale", P(), 1, 8, 1, 129, 400, 64, 64, BF16,

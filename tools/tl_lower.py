@@ -3,8 +3,8 @@
     python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...]
 
 Run it before a GPU run that reaches new TileLang kernels: about 10 minutes on 2
-cores for the full tier's 211 kernels (session 14, `tilelang-split`'s included), a minute on the
-device host's 16.
+cores for the full tier's 211 kernels (session 14, `tilelang-split`'s included), a
+minute on the device host's 16.
 
 TileLang builds a kernel on its first call, on the GPU machine: a kernel that its
 lowering passes refuse (ThreadSync, layout inference) shows up there as a crashed
