@@ -254,23 +254,38 @@ def _nan_build(base: Case, row: dict) -> Case:
                                    expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
 
 
+def _head_dims(base: Case, row: dict) -> dict:
+    """``Dqk = Dv = row["D"]`` where the row has a ``D`` axis (the GPU tier's), else the base's."""
+    D = row.get("D")
+    return {} if D is None else dict(Dqk=D, Dv=D)
+
+
+def _no_fp32_at_large_d(row: dict) -> bool:
+    """Rows with a ``D`` axis above 64 only in 16-bit: those reach the split-KV kernels
+    (TileLang's at ``Dv`` 96 / 128, through ``--backend tilelang-split``); fp32 at
+    D = 128 is the ``headdim`` category's."""
+    return row.get("D", 64) <= 64 or row.get("dtype", "bf16") != "fp32"
+
+
 def _nan_seen_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
-                                   expand=exp, window=row["W"], nan_seen=True, layout=row["layout"]))
+                                   expand=exp, window=row["W"], nan_seen=True, layout=row["layout"],
+                                   **_head_dims(base, row)))
 
 
 def _nan_v_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_v=True, nan_slots=row["nan"],
-                                   layout=row["layout"], dtype=row["dtype"]))
+                                   layout=row["layout"], dtype=row["dtype"], **_head_dims(base, row)))
 
 
 def _decode_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
     return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
-                   window=row["W"], chunk=64, nan_slots=row["nan"], dtype=row["dtype"])
+                   window=row["W"], chunk=64, nan_slots=row["nan"], dtype=row["dtype"],
+                   **_head_dims(base, row))
 
 
 #: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64;
@@ -437,18 +452,21 @@ def _categories() -> list[Category]:
         _nan_build))
     C.append(Category(
         "nan_seen", "NaN in the k row of one key that some queries see and others do not "
-        "(seen_slot): SPEC's propagation rule, NaN in exactly the rows that see it",
+        "(seen_slot): SPEC's propagation rule, NaN in exactly the rows that see it; on the GPU "
+        "at D = 64, 96 and 128 (TileLang's split-KV kernels at 96 / 128: --backend tilelang-split)",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
-                      "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"]},
+                      "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
+                      **({"D": [64, 96, 128]} if cuda else {})},
         _nan_seen_build))
     C.append(Category(
         "nan_v_seen", "NaN, +inf and -inf in the v row of one key that some queries see and others do "
         "not (seen_slot): exactly the rows that see it get them (a flash kernel's P @ V spreads them "
-        "over the tile: 0 * NaN)",
+        "over the tile: 0 * NaN); on the GPU also at D = 128 in 16-bit (split-KV kernels)",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
-                      "dtype": ["bf16", "fp16", "fp32"], "nan": [False, True]},
-        _nan_v_build))
+                      "dtype": ["bf16", "fp16", "fp32"], "nan": [False, True],
+                      **({"D": [64, 128]} if cuda else {})},
+        _nan_v_build, _no_fp32_at_large_d))
     C.append(Category(
         "errors", "every SPEC error rule raises ValueError naming the argument",
         lambda cuda: {"rule": list(ERROR_RULES), "dtype": ["bf16"]},
@@ -458,11 +476,12 @@ def _categories() -> list[Category]:
         lambda cuda: {"dims": ["B0", "H0", "Lq0", "L0"], "dtype": ["bf16", "fp32"]},
         _empty_dims_build))
     C.append(Category(
-        "decode", "single-token decode against short and long caches",
+        "decode", "single-token decode against short and long caches; on the GPU also at "
+        "D = 128 in bf16 (split-KV kernels)",
         lambda cuda: {"Lk": [1, 17, 64, 65, 129, 333] + ([1000, 2080, 8191, 32768] if cuda else []),
                       "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
-                      "nan": [False, True], "dtype": ["bf16", "fp32"]},
-        _decode_build))
+                      "nan": [False, True], "dtype": ["bf16", "fp32"], **({"D": [64, 128]} if cuda else {})},
+        _decode_build, _no_fp32_at_large_d))
     C.append(Category(
         "gqa_pack", "GQA with short query blocks on the GPU: G = 2, 3, 4, 8 query heads per "
         "key/value head times 1 query or G * Lq at and just past 64 and 128 rows (TileLang packs "
