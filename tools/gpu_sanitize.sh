@@ -6,11 +6,15 @@
 # under each tool, in parallel processes without xdist, and leaves one log per
 # (tool, backend) and a summary under $OUT:
 #   memcheck   out-of-bounds and misaligned global / shared accesses, every backend
-#   initcheck  reads of device memory no one wrote (split-KV scratch from the cached
-#              workspace: a combine reading a partial no split wrote), every backend
 #   racecheck  shared-memory hazards, TileLang (TileLang places its own barriers,
 #              tools/tl_lower.py) on three small categories
 #   synccheck  barrier misuse (a __syncthreads in divergent code), same cases
+#   initcheck  (not in the default TOOLS) reads of device memory no one wrote. At d4faf39
+#              it reported over a million reads in the suite's own yardstick,
+#              reference.same_dtype (the bf16 copy of a batched-matmul result, the first
+#              20 printed all there; cause not established, and whether any report
+#              concerned our kernels is unknown), and two of its four runs ran out of
+#              time: not usable on the suite as it stands (BENCHMARKS.md, session 15).
 # Sanitized kernels run 10-100x slower and every module is instrumented when it loads:
 # run this on a machine whose Triton and TileLang caches are warm (right after
 # tools/gpu_all.sh in the same lease), or give it time. TOOLS, BACKENDS, ONLY, SAN_S
@@ -27,7 +31,7 @@ command -v "$SAN" > /dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
 ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack"
 SMALL_CATS="flags,decode,gqa_pack"
 BACKENDS=${BACKENDS:-"triton triton-tma tilelang tilelang-split"}
-TOOLS=${TOOLS:-"memcheck initcheck racecheck synccheck"}
+TOOLS=${TOOLS:-"memcheck racecheck synccheck"}
 OUTDIR=${OUT:-/tmp/sanitize}
 mkdir -p "$OUTDIR"
 "$SAN" --version | tail -1 > "$OUTDIR/sanitizer-version.txt" 2>&1
