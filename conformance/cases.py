@@ -260,13 +260,6 @@ def _head_dims(base: Case, row: dict) -> dict:
     return {} if D is None else dict(Dqk=D, Dv=D)
 
 
-def _no_fp32_at_large_d(row: dict) -> bool:
-    """Rows with a ``D`` axis above 64 only in 16-bit: those reach the split-KV kernels
-    (TileLang's at ``Dv`` 96 / 128, through ``--backend tilelang-split``); fp32 at
-    D = 128 is the ``headdim`` category's."""
-    return row.get("D", 64) <= 64 or row.get("dtype", "bf16") != "fp32"
-
-
 def _nan_seen_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
@@ -461,12 +454,12 @@ def _categories() -> list[Category]:
     C.append(Category(
         "nan_v_seen", "NaN, +inf and -inf in the v row of one key that some queries see and others do "
         "not (seen_slot): exactly the rows that see it get them (a flash kernel's P @ V spreads them "
-        "over the tile: 0 * NaN); on the GPU also at D = 128 in 16-bit (split-KV kernels)",
+        "over the tile: 0 * NaN); on the GPU also at D = 128 (split-KV kernels)",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
                       "dtype": ["bf16", "fp16", "fp32"], "nan": [False, True],
                       **({"D": [64, 128]} if cuda else {})},
-        _nan_v_build, _no_fp32_at_large_d))
+        _nan_v_build))
     C.append(Category(
         "errors", "every SPEC error rule raises ValueError naming the argument",
         lambda cuda: {"rule": list(ERROR_RULES), "dtype": ["bf16"]},
@@ -477,11 +470,11 @@ def _categories() -> list[Category]:
         _empty_dims_build))
     C.append(Category(
         "decode", "single-token decode against short and long caches; on the GPU also at "
-        "D = 128 in bf16 (split-KV kernels)",
+        "D = 128 (split-KV kernels)",
         lambda cuda: {"Lk": [1, 17, 64, 65, 129, 333] + ([1000, 2080, 8191, 32768] if cuda else []),
                       "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
                       "nan": [False, True], "dtype": ["bf16", "fp32"], **({"D": [64, 128]} if cuda else {})},
-        _decode_build, _no_fp32_at_large_d))
+        _decode_build))
     C.append(Category(
         "gqa_pack", "GQA with short query blocks on the GPU: G = 2, 3, 4, 8 query heads per "
         "key/value head times 1 query or G * Lq at and just past 64 and 128 rows (TileLang packs "

@@ -104,6 +104,22 @@ def test_cuda_tier_adds_long_keys():
     assert max(c.Lk for c in QUICK_CPU) <= 333  # the Triton interpreter budget
 
 
+@pytest.mark.parametrize("category, dims, dtypes", [
+    ("nan_seen", {64, 96, 128}, {"bf16"}),
+    ("nan_v_seen", {64, 128}, {"bf16", "fp16", "fp32"}),
+    ("decode", {64, 128}, {"bf16", "fp32"}),
+])
+def test_nan_and_decode_reach_the_split_head_dims_on_cuda(category, dims, dtypes):
+    """Session 15: NaN in a seen k / v row and long decode caches at Dv 96 / 128 (the
+    head dims of TileLang's split-KV kernels), in every dtype of the category, on the
+    GPU only; the CPU tier keeps the default D = 64."""
+    cuda = [c for c in FULL_CUDA if c.category == category]
+    assert {(c.Dqk, c.Dv) for c in cuda} == {(d, d) for d in dims}
+    for d in dims:
+        assert {c.dtype for c in cuda if c.Dv == d} == dtypes, d
+    assert {c.Dv for c in FULL_CPU if c.category == category} == {64}
+
+
 def test_cpu_quick_cases_stay_small():
     """Triton interpreter cost grows with programs x loop steps: keep CPU cases small."""
     for c in QUICK_CPU:

@@ -3,6 +3,7 @@ they parse, and the sanitizer's case selection names every category it means to.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -36,3 +37,39 @@ def test_sanitizer_runs_every_category_but_long():
     assert sorted(_var("ALL_CATS")) == sorted(c.name for c in CATEGORIES if c.name != "long")
     names = {c.name for c in CATEGORIES}
     assert set(_var("SMALL_CATS")) <= names
+
+
+_FAKE = """#!/usr/bin/env bash
+# stands in for compute-sanitizer: prints the summary line of the tool it is asked for
+[ "$1" = --version ] && { echo "fake sanitizer"; exit 0; }
+tool=$2
+echo "tier quick  device cuda  run seed 0  3 checks in 1s"
+if [ "$tool" = racecheck ]; then
+  echo "========= RACECHECK SUMMARY: $FAKE_N hazards displayed ($FAKE_N errors, 0 warnings)"
+else
+  echo "========= ERROR SUMMARY: $FAKE_N errors"
+fi
+exit $FAKE_RC
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("n, rc, status", [("0", "0", 0), ("3", "99", 1), ("0", "1", 1), ("0", "124", 1)],
+                         ids=["clean", "sanitizer-errors", "failing-check", "timeout"])
+def test_sanitizer_script_status_and_summary(tmp_path, n, rc, status):
+    """The script's verdict from each run's exit status and summary line (a fake
+    sanitizer): clean only when every run exits 0 with a zero summary; racecheck and
+    synccheck run for TileLang backends only."""
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(_FAKE)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N=n, FAKE_RC=rc, SAN_UNPACK="0",
+               TOOLS="memcheck racecheck", BACKENDS="triton tilelang")
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == status, res.stdout + res.stderr
+    rows = (out / "summary.txt").read_text().splitlines()[1:]
+    assert sorted(r.split()[0] + " " + r.split()[1] for r in rows) == [
+        "memcheck tilelang", "memcheck triton", "racecheck tilelang"]
+    assert all(f"SUMMARY: {n} " in r for r in rows), rows

@@ -9,9 +9,10 @@
 # half only: the full tier with all four backends (1084 cases at 677ea40: 469 s at
 # -n 8 on a fresh H200 machine, TileLang compiles included) and the bench (78 s right
 # after it on the same machine, kernels cached) do not fit one 10-minute call together.
-# Since session 6's additions (1301 cases) the four-backend tier needs two calls too:
-# ONLY="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk" then
-# ONLY="kv_start,flags,scale,empty_rows,layout,nan_slots,errors,empty_dims,decode,long".
+# The tier needs two calls too since session 6; session 15's five-backend tier (2525 cases,
+# d4faf39, WORKERS=14, one H200: 337 s + 295 s) split it as
+# ONLY="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
+# then ONLY="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots".
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
