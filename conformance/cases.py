@@ -254,8 +254,9 @@ def _nan_build(base: Case, row: dict) -> Case:
                                    expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
 
 
-def _head_dims(base: Case, row: dict) -> dict:
-    """``Dqk = Dv = row["D"]`` where the row has a ``D`` axis (the GPU tier's), else the base's."""
+def _head_dims(row: dict) -> dict:
+    """``Dqk = Dv = row["D"]`` where the row has a ``D`` axis (the GPU tier's); else nothing,
+    so the base case's head dims stay."""
     D = row.get("D")
     return {} if D is None else dict(Dqk=D, Dv=D)
 
@@ -264,21 +265,21 @@ def _nan_seen_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_seen=True, layout=row["layout"],
-                                   **_head_dims(base, row)))
+                                   **_head_dims(row)))
 
 
 def _nan_v_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_v=True, nan_slots=row["nan"],
-                                   layout=row["layout"], dtype=row["dtype"], **_head_dims(base, row)))
+                                   layout=row["layout"], dtype=row["dtype"], **_head_dims(row)))
 
 
 def _decode_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
     return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
                    window=row["W"], chunk=64, nan_slots=row["nan"], dtype=row["dtype"],
-                   **_head_dims(base, row))
+                   **_head_dims(row))
 
 
 #: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64;
