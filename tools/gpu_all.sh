@@ -13,6 +13,9 @@
 # d4faf39, WORKERS=14, one H200: 337 s + 295 s) split it as
 # ONLY="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
 # then ONLY="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots".
+# Before the tier, tools/tl_lower.py lowers the TileLang kernels of those categories on
+# the host's cores (PRELOWER=0 skips it; PRELOWER_S caps it, 240 s); a kernel that does
+# not lower stops the call there (tl_lower.log names it and its cases).
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
@@ -20,9 +23,18 @@ mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 COMMIT=${1:-unknown}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
-crc=skipped; brc=skipped
-if [ "${PART:-all}" != bench ]; then
-timeout -s INT -k 15 "${CONFORM_S:-540}" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
+crc=skipped; brc=skipped; lrc=skipped
+if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ]; then
+# Pre-flight (left CI in session 16): every TileLang kernel the tier's categories build
+# lowers for sm_90a (tools/tl_lower.py, no GPU), else the tier does not start.
+timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
+  --fold-dtypes -j "$(nproc)" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
+lrc=$?
+grep -E '^(FAIL|  )|lower, ' "$OUT/tl_lower.log" | head -30
+fi
+if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ]; }; then
+# CONFORM_S caps the call up to the end of the tier (the unpack and pre-flight included)
+timeout -s INT -k 15 "$(( ${CONFORM_S:-540} - SECONDS ))" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
   -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform.json" \
   > "$OUT/conform.log" 2>&1
 crc=$?
@@ -37,4 +49,4 @@ timeout -s INT -k 15 "${BENCH_S:-240}" python -m tools.cli bench --json "$OUT/be
 brc=$?
 tail -45 "$OUT/bench.log"
 fi
-echo "conform rc=$crc bench rc=$brc"
+echo "tl_lower rc=$lrc conform rc=$crc bench rc=$brc"
