@@ -3,8 +3,8 @@
     python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...]
 
 Run it before a GPU run that reaches new TileLang kernels: about 10 minutes on 2
-cores for the full tier's 211 kernels (session 14, `tilelang-split`'s included), a
-minute on the device host's 16.
+cores for the full tier's 215 kernels (128 with fp16 folded; ``tilelang-split``'s
+included), about a minute on the device host's 16.
 
 TileLang builds a kernel on its first call, on the GPU machine: a kernel that its
 lowering passes refuse (ThreadSync, layout inference) shows up there as a crashed
@@ -21,9 +21,12 @@ This tool finds such kernels without a GPU:
    (``tilelang.lower``: TIR to CUDA source, no nvcc), in worker processes.
 
 Exit status 1 when any kernel fails to lower; the failures are printed with the
-cases that need them. ``tests/test_tilelang_lowering.py`` runs it in CI over the full
-GPU tier with fp16 kernels folded into their bf16 twins (:func:`fold_dtypes`). It proves lowering only: nvcc and the SASS checks are
-``tests/test_tilelang_compile.py``'s, and running is the GPU tier's.
+cases that need them. ``tools/gpu_all.sh`` runs it on the device host before the
+GPU tier, over the categories of the call, with fp16 kernels folded into their bf16
+twins (:func:`fold_dtypes`); CI tests the tool (``tests/test_tilelang_lowering.py``)
+but no longer runs the sweep (848 s of CI test time in session 15). It proves
+lowering only: nvcc and the SASS checks are ``tests/test_tilelang_compile.py``'s,
+and running is the GPU tier's.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--only", default="", help="comma-separated categories")
     ap.add_argument("--fold-dtypes", action="store_true",
-                    help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what CI runs)")
+                    help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what gpu_all.sh runs)")
     a = ap.parse_args(argv)
     t0 = time.time()
     wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None)
