@@ -471,13 +471,14 @@ def test_public_cpu_path_bakes_lmk_cols(C, K, expand):
 # fast_exp2 / scale_fold / win_u32 (kernels.fwd_tc, session 6): scale_fold and win_u32
 # change macros (macros.online_softmax_update with a scale, macros.visible), so the
 # CPU kernel runs them; fast_exp2 is GPU-only (ex2.approx) and a no-op on the C target,
-# run here so the knob tuple is accepted. Knob values through launch.call_knobs, as the
-# launcher bakes them per call (scale_fold only for a positive scale).
-NEW_KNOBS = [(True, False, False), (False, True, False), (False, False, True),
-             (True, True, True)]
+# run here (with the other two: all3) so the knob tuple is accepted; alone it would
+# build the C kernel without knobs again (24 compiles, dropped in session 16). Knob
+# values through launch.call_knobs, as the launcher bakes them per call (scale_fold
+# only for a positive scale).
+NEW_KNOBS = [(False, True, False), (False, False, True), (True, True, True)]
 
 
-@pytest.mark.parametrize("new", NEW_KNOBS, ids=["fexp", "sfold", "wu32", "all3"])
+@pytest.mark.parametrize("new", NEW_KNOBS, ids=["sfold", "wu32", "all3"])
 @pytest.mark.parametrize("modes", LMK_MODES, ids=["-".join(map(str, m)) for m in LMK_MODES])
 @pytest.mark.parametrize("case", [
     # (B, Hq, Hkv, Lq, Lk, D, window, chunk, mask_lmk, expand, kv_start, sm_scale)
