@@ -73,3 +73,22 @@ def test_sanitizer_script_status_and_summary(tmp_path, n, rc, status):
     assert sorted(r.split()[0] + " " + r.split()[1] for r in rows) == [
         "memcheck tilelang", "memcheck triton", "racecheck tilelang"]
     assert all(f"SUMMARY: {n} " in r for r in rows), rows
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("tools", ["initcheck", "memcheck initcheck", "memchek"])
+def test_sanitizer_script_refuses_initcheck_and_unknown_tools(tmp_path, tools):
+    """initcheck gives no verdict on this suite (the script's header: false reports
+    either way, sessions 15 and 16) and a misspelt tool is not run as a no-op:
+    both exit 2 before anything runs."""
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(_FAKE)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N="0", FAKE_RC="0",
+               SAN_UNPACK="0", TOOLS=tools, BACKENDS="triton")
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert ("no verdict" if "initcheck" in tools else "unknown tool") in res.stderr
+    assert not out.exists()
