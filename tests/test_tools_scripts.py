@@ -1,5 +1,6 @@
 """The device scripts (``tools/gpu_all.sh``, ``tools/gpu_sanitize.sh``) on the CPU:
-they parse, and the sanitizer's case selection names every category it means to."""
+they parse, the sanitizer's case selection names every category it means to, and
+each script's verdict and gating follow from what its tools return (fake tools)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,66 @@ def test_sanitizer_script_refuses_initcheck_and_unknown_tools(tmp_path, tools):
     assert res.returncode == 2, res.stdout + res.stderr
     assert ("no verdict" if "initcheck" in tools else "unknown tool") in res.stderr
     assert not out.exists()
+
+
+_FAKE_PYTHON = """#!/usr/bin/env bash
+# stands in for python in tools/gpu_all.sh: logs each call, answers as told
+echo "$*" >> "$OUT/calls"
+case "$2" in
+  tools.tl_lower) echo "FAIL fwd_tc(128, 128)"; echo "  ThreadSync"; echo "3/4 lower, 1 s"
+                  exit "$FAKE_LOWER_RC" ;;
+  tools.cli) echo "hils-swa conformance ="; echo "$3 ran"; exit 0 ;;
+esac
+exit 3
+"""
+
+
+def _gpu_all(tmp_path, **env):
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(_FAKE_PYTHON)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    full = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}", OUT=str(out),
+                TL_UNPACK="0", PART="conform", FAKE_LOWER_RC="0")
+    full.update(env)
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_all.sh"), "abc1234"], cwd=ROOT, env=full,
+                         capture_output=True, text=True, timeout=60)
+    calls = (out / "calls").read_text().splitlines() if (out / "calls").exists() else []
+    return res, [c.split()[1] + (" " + c.split()[2] if c.split()[1] == "tools.cli" else "") for c in calls], calls
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("env, ran, said", [
+    ({}, ["tools.tl_lower", "tools.cli conform"], "tl_lower rc=0 conform rc=0"),
+    ({"FAKE_LOWER_RC": "1"}, ["tools.tl_lower"], "kernels that do not lower"),
+    ({"FAKE_LOWER_RC": "124"}, ["tools.tl_lower"], "out of time"),
+    ({"FAKE_LOWER_RC": "2"}, ["tools.tl_lower"], "crashed (rc 2"),
+    ({"BACKEND_ARGS": "--backend reference --backend triton"}, ["tools.cli conform"],
+     "tl_lower rc=skipped conform rc=0"),
+    ({"BACKEND_ARGS": "--backend triton --backend tilelang-split"},
+     ["tools.tl_lower", "tools.cli conform"], "conform rc=0"),
+    ({"PRELOWER": "0"}, ["tools.cli conform"], "tl_lower rc=skipped"),
+    ({"CONFORM_S": "10"}, ["tools.tl_lower"], "conform rc=no-time"),
+    ({"PART": "bench", "FAKE_LOWER_RC": "1"}, ["tools.cli bench"], "tl_lower rc=skipped"),
+], ids=["clean", "fails-to-lower", "timeout", "crash", "no-tilelang", "tilelang-split",
+        "prelower-off", "no-time-left", "bench-only"])
+def test_gpu_all_pre_flight_gates_the_tier(tmp_path, env, ran, said):
+    """gpu_all.sh lowers the TileLang kernels first when a TileLang backend runs, starts
+    the tier only when they all lower and time is left, and says why not (a fake
+    python stands in for tl_lower and hils-swa)."""
+    res, calls, raw = _gpu_all(tmp_path, **env)
+    assert res.returncode == 0, res.stderr
+    assert calls == ran, (calls, res.stdout)
+    assert said in res.stdout, res.stdout
+    for c in raw:
+        if "tools.tl_lower" in c:
+            assert "--fold-dtypes" in c and int(c.split("-j ")[1].split()[0]) <= 16, c
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("value", ["9m", "abc", "5.5"])
+def test_gpu_all_wants_conform_s_in_whole_seconds(tmp_path, value):
+    res, calls, _ = _gpu_all(tmp_path, CONFORM_S=value)
+    assert res.returncode == 2 and "whole seconds" in res.stderr and not calls

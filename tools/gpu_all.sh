@@ -14,32 +14,53 @@
 # ONLY="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
 # then ONLY="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots".
 # Before the tier, tools/tl_lower.py lowers the TileLang kernels of those categories on
-# the host's cores (PRELOWER=0 skips it; PRELOWER_S caps it, 240 s); a kernel that does
-# not lower stops the call there (tl_lower.log names it and its cases).
+# the host's cores (at most 16 processes), when a TileLang backend is in the run
+# (BACKEND_ARGS empty: the defaults, TileLang among them); a kernel that does not lower,
+# or a pre-flight that crashes or outruns PRELOWER_S (240 s), keeps the tier from
+# starting (tl_lower.log: the kernel and its cases); the bench still runs. PRELOWER=0
+# skips it. CONFORM_S (whole seconds, 540) caps the call up to the end of the tier, the
+# unpack and the pre-flight included; under 30 s left, the tier does not start.
+# TL_UNPACK=0 skips the TileLang unpack (the CPU test of this script).
 set -u
 export PYTHONUNBUFFERED=1
-mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
-  && ln -sf libz3.so.4.15 /tmp/site/z3/lib/libz3.so || exit 1
+case "${CONFORM_S:-540}" in *[!0-9]*) echo "CONFORM_S=${CONFORM_S}: whole seconds" >&2; exit 2 ;; esac
+if [ "${TL_UNPACK:-1}" != 0 ]; then
+  mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
+    && ln -sf libz3.so.4.15 /tmp/site/z3/lib/libz3.so || exit 1
+fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 COMMIT=${1:-unknown}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
 crc=skipped; brc=skipped; lrc=skipped
-if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ]; then
-# Pre-flight (left CI in session 16): every TileLang kernel the tier's categories build
-# lowers for sm_90a (tools/tl_lower.py, no GPU), else the tier does not start.
-timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
-  --fold-dtypes -j "$(nproc)" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
-lrc=$?
-grep -E '^(FAIL|  )|lower, ' "$OUT/tl_lower.log" | head -30
+case " ${BACKEND_ARGS:-tilelang} " in *tilelang*) tl_run=1 ;; *) tl_run=0 ;; esac
+if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ] && [ "$tl_run" = 1 ]; then
+  jobs=$(nproc); [ "$jobs" -gt 16 ] && jobs=16
+  timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
+    --fold-dtypes -j "$jobs" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
+  lrc=$?
+  case "$lrc" in
+    0) tail -1 "$OUT/tl_lower.log" ;;
+    1) grep -E '^(FAIL|  )|lower, ' "$OUT/tl_lower.log" | head -30
+       echo "pre-flight: kernels that do not lower (above); the tier does not start" ;;
+    124|137) tail -3 "$OUT/tl_lower.log"
+       echo "pre-flight: out of time (PRELOWER_S=${PRELOWER_S:-240}); the tier does not start" ;;
+    *) tail -15 "$OUT/tl_lower.log"
+       echo "pre-flight: crashed (rc $lrc, above); the tier does not start" ;;
+  esac
 fi
 if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ]; }; then
-# CONFORM_S caps the call up to the end of the tier (the unpack and pre-flight included)
-timeout -s INT -k 15 "$(( ${CONFORM_S:-540} - SECONDS ))" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-  -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform.json" \
-  > "$OUT/conform.log" 2>&1
-crc=$?
-[ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
-sed -n '/hils-swa conformance =/,$p' "$OUT/conform.log" | head -60
+  left=$(( ${CONFORM_S:-540} - SECONDS ))
+  if [ "$left" -lt 30 ]; then
+    crc=no-time
+    echo "tier not started: ${left} s of CONFORM_S=${CONFORM_S:-540} left"
+  else
+    timeout -s INT -k 15 "$left" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
+      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform.json" \
+      > "$OUT/conform.log" 2>&1
+    crc=$?
+    [ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
+    sed -n '/hils-swa conformance =/,$p' "$OUT/conform.log" | head -60
+  fi
 fi
 if [ "${PART:-all}" != conform ]; then
 cp BENCHMARKS.md "$OUT/BENCHMARKS.md"
