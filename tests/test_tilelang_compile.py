@@ -10,7 +10,8 @@ Kernels only the lab builds (tools/lab_tilelang.py: earlier tiles, one CTA per
 SM, knob subsets) are built by the lab's own runs, not here (session 16 took
 seven of them out of CI's 20-minute budget); the session-4 base and the fexp /
 lmkj0 kernels stay, as the SASS claims below measure against them.
-Per-case lowering of the tier's kernels: tests/test_tilelang_lowering.py.
+Per-case lowering of the GPU tier's kernels: tools/tl_lower.py, run by tools/gpu_all.sh
+before a GPU run (tests/test_tilelang_lowering.py tests the tool).
 """
 
 import os
