@@ -54,6 +54,19 @@ exit $FAKE_RC
 """
 
 
+def _sanitize(tmp_path, **env):
+    """Run tools/gpu_sanitize.sh with the fake sanitizer; (result, its $OUT)."""
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(_FAKE)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    full = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N="0", FAKE_RC="0", TL_UNPACK="0")
+    full.update(env)
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=full,
+                         capture_output=True, text=True, timeout=60)
+    return res, out
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("n, rc, status", [("0", "0", 0), ("3", "99", 1), ("0", "1", 1), ("0", "124", 1)],
                          ids=["clean", "sanitizer-errors", "failing-check", "timeout"])
@@ -61,14 +74,8 @@ def test_sanitizer_script_status_and_summary(tmp_path, n, rc, status):
     """The script's verdict from each run's exit status and summary line (a fake
     sanitizer): clean only when every run exits 0 with a zero summary; racecheck and
     synccheck run for TileLang backends only."""
-    fake = tmp_path / "fake-sanitizer"
-    fake.write_text(_FAKE)
-    fake.chmod(0o755)
-    out = tmp_path / "out"
-    env = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N=n, FAKE_RC=rc, SAN_UNPACK="0",
-               TOOLS="memcheck racecheck", BACKENDS="triton tilelang")
-    res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    res, out = _sanitize(tmp_path, FAKE_N=n, FAKE_RC=rc, TOOLS="memcheck racecheck",
+                         BACKENDS="triton tilelang")
     assert res.returncode == status, res.stdout + res.stderr
     rows = (out / "summary.txt").read_text().splitlines()[1:]
     assert sorted(r.split()[0] + " " + r.split()[1] for r in rows) == [
@@ -82,14 +89,7 @@ def test_sanitizer_script_refuses_initcheck_and_unknown_tools(tmp_path, tools):
     """initcheck gives no verdict on this suite (the script's header: false reports
     either way, sessions 15 and 16) and a misspelt tool is not run as a no-op:
     both exit 2 before anything runs."""
-    fake = tmp_path / "fake-sanitizer"
-    fake.write_text(_FAKE)
-    fake.chmod(0o755)
-    out = tmp_path / "out"
-    env = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N="0", FAKE_RC="0",
-               SAN_UNPACK="0", TOOLS=tools, BACKENDS="triton")
-    res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    res, out = _sanitize(tmp_path, TOOLS=tools, BACKENDS="triton")
     assert res.returncode == 2, res.stdout + res.stderr
     assert ("no verdict" if "initcheck" in tools else "unknown tool") in res.stderr
     assert not out.exists()
@@ -119,8 +119,9 @@ def _gpu_all(tmp_path, **env):
     full.update(env)
     res = subprocess.run(["bash", str(ROOT / "tools/gpu_all.sh"), "abc1234"], cwd=ROOT, env=full,
                          capture_output=True, text=True, timeout=60)
-    calls = (out / "calls").read_text().splitlines() if (out / "calls").exists() else []
-    return res, [c.split()[1] + (" " + c.split()[2] if c.split()[1] == "tools.cli" else "") for c in calls], calls
+    raw = (out / "calls").read_text().splitlines() if (out / "calls").exists() else []
+    words = [c.split() for c in raw]  # "-m tools.cli conform ...": module, and the command of tools.cli
+    return res, [" ".join(w[1:3] if w[1] == "tools.cli" else w[1:2]) for w in words], raw
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -20,14 +20,11 @@
 # starting (tl_lower.log: the kernel and its cases); the bench still runs. PRELOWER=0
 # skips it. CONFORM_S (whole seconds, 540) caps the call up to the end of the tier, the
 # unpack and the pre-flight included; under 30 s left, the tier does not start.
-# TL_UNPACK=0 skips the TileLang unpack (the CPU test of this script).
+# TL_UNPACK=0 skips the TileLang unpack (tools/tl_site.sh; the CPU test of this script).
 set -u
 export PYTHONUNBUFFERED=1
 case "${CONFORM_S:-540}" in *[!0-9]*) echo "CONFORM_S=${CONFORM_S}: whole seconds" >&2; exit 2 ;; esac
-if [ "${TL_UNPACK:-1}" != 0 ]; then
-  mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
-    && ln -sf libz3.so.4.15 /tmp/site/z3/lib/libz3.so || exit 1
-fi
+if [ "${TL_UNPACK:-1}" != 0 ]; then bash tools/tl_site.sh || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 COMMIT=${1:-unknown}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1

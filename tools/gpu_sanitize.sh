@@ -21,9 +21,10 @@
 # Sanitized kernels run 10-100x slower and every module is instrumented when it loads:
 # run this on a machine whose Triton and TileLang caches are warm (right after
 # tools/gpu_all.sh in the same lease), or give it time. TOOLS, BACKENDS, SAN_ONLY (categories
-# for every tool), SAN_S (seconds per run) override the defaults; SAN_UNPACK=0 skips the
-# TileLang unpack. Exit status 1 when any tool reports an error or a run does not end with
-# every check passing or deviating as documented (conform's exit status 0).
+# for every tool), SAN_S (seconds per run) override the defaults; TL_UNPACK=0 skips the
+# TileLang unpack (tools/tl_site.sh, as in gpu_all.sh). Exit status 1 when any tool reports
+# an error or a run does not end with every check passing or deviating as documented
+# (conform's exit status 0).
 set -u
 export PYTHONUNBUFFERED=1
 TOOLS=${TOOLS:-"memcheck racecheck synccheck"}
@@ -34,10 +35,7 @@ for tool in $TOOLS; do
     *) echo "unknown tool '$tool': memcheck, racecheck or synccheck" >&2; exit 2 ;;
   esac
 done
-if [ "${SAN_UNPACK:-1}" = 1 ] && [ -f .device/tl_site.tar.xz ] && [ ! -d /tmp/site/tilelang ]; then
-  mkdir -p /tmp/site && tar xJf .device/tl_site.tar.xz -C /tmp/site \
-    && ln -sf libz3.so.4.15 /tmp/site/z3/lib/libz3.so || exit 1
-fi
+if [ "${TL_UNPACK:-1}" != 0 ] && [ -f .device/tl_site.tar.xz ]; then bash tools/tl_site.sh || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 SAN=${SANITIZER:-compute-sanitizer}
 command -v "$SAN" > /dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
