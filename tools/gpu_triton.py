@@ -70,7 +70,7 @@ def check_case(c, results):
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
     knobs = dict(path=c.get("path"), phases=c.get("phases"), tma=c.get("tma"), config=c.get("config"),
-                 num_splits=c.get("num_splits"), fold=c.get("fold"), pdl=c.get("pdl"), qreg=c.get("qreg"))
+                 num_splits=c.get("num_splits"), fold=c.get("fold"), pdl=c.get("pdl"))
     path = L.launch(p, q, k, v, o, lse, **knobs)
     # second call: the cached compiled kernel launched directly (host fast path)
     o2, lse2 = p.new_outputs(poison=True)
@@ -225,8 +225,7 @@ def time_shape(s, variants, results, sets=3, reps=10):
             o_, l_ = p.new_outputs()
             path = L.launch(p, *inputs[0], o_, l_, path=knobs.get("_force_path"), config=knobs.get("_config"),
                             num_splits=knobs.get("_num_splits"), phases=knobs.get("_phases"),
-                            tma=knobs.get("_tma"), fold=knobs.get("_fold"), pdl=knobs.get("_pdl"),
-                            qreg=knobs.get("_qreg"))
+                            tma=knobs.get("_tma"), fold=knobs.get("_fold"), pdl=knobs.get("_pdl"))
             row = dict(shape=s["name"], variant=name, path=path, kernel_us=kern_us, eager_us=eager_us,
                        wrapper_us=eager_us - kern_us, host_us=host_us,
                        tflops=flops / (kern_us * 1e-6) / 1e12, flops=flops)
@@ -386,7 +385,9 @@ def lab():
     ``triton-lab11-92218e9.json``: no gain), ``--lab 5`` the Gluon prefill kernel
     (``triton-lab12*-gluon-wip.json``: slower). Session 9's lab 6 (warp-specialised
     Gluon kernels, ``triton-lab13*-gluon-ws.json``) lives in commit 2935924 with
-    its kernels, removed from the tree after it (slower; one run hung). Each variant is first checked on
+    its kernels, removed from the tree after it (slower; one run hung); session 17's lab 11
+    (q as the QK^T product's register operand, ``triton-lab18-2c4794a.json``: no gain) lives
+    in commit 2c4794a with its knob. Each variant is first checked on
     cases of its own (NaN in unseen slots, kv_start, GQA, outputs poisoned).
     Earlier sweeps: session 5's (chunked D=128 tiles, D=64 pointer tile, a
     fused combine) ran at b0a8deb, ``bench_results/triton-lab7-b0a8deb.json``;
@@ -481,59 +482,6 @@ def lab():
                   mask_lmk=False), v128[:2]),
             (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), v128[:3]),
             (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), v64[:3]),
-        ]
-    if ARGS.lab == "11":
-        # lab 11 (session 17): q as the register operand of the QK^T product (launch.Q_REG,
-        # kernels Q_REG). Both prefill kernels leave q in shared memory, so every 64x64x16
-        # wgmma step of QK^T reads two 2 KB operands from shared memory (32 flops per byte,
-        # what one SM's shared memory delivers at the tensor cores' peak); with q in
-        # registers it reads k only. SASS (Triton 3.9, sm_90, bf16, CPU; registers / shared KB):
-        # D=128 TMA 64x64 s3 189 / 116 -> 223 / 98, 64x64 s2 188 / 83 -> 221 / 66, 128x64 w8 s2
-        # 185 / 98 -> 218 / 66; D=64 64x64 s2 126 / 42 -> 154 / 33 (3 CTAs per SM instead of
-        # 4; under the table's 128-register cap it spills), 128x64 w8 s2 153 -> 184.
-        # Predicted (L2 not flushed; table D=128 L=8K 220 us, GQA 32/4 D=64 133 us): D=128
-        # qreg 64x64 s3 -2..-9% if shared-memory bandwidth bounds QK^T, else within +-2%;
-        # D=64 qreg -5..+10% (one CTA per SM fewer); chunked (pointer kernel) 20.4 -> 19-20.5 us.
-        C_ = L.Config
-        pbase = dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=700, W=200, C=64, nan_invisible=True, kv_start=5,
-                     path="prefill", tma="v_ptr", phases=True, qreg=True)
-        cases = [dict(pbase, Dqk=128, Dv=128, dtype=bf),
-                 dict(pbase, Dqk=128, Dv=128, dtype=bf, config=C_(128, 64, 8, 2)),
-                 dict(pbase, Dqk=64, Dv=64, dtype=torch.float16, config=C_(64, 64, 4, 2)),
-                 dict(pbase, Dqk=64, Dv=64, dtype=bf, config=C_(64, 64, 4, 2, 128)),
-                 dict(pbase, Dqk=128, Dv=64, dtype=bf, blhd=True, Lq=333, Lk=1000, W=100, C=16, Hq=6),
-                 dict(pbase, Dqk=64, Dv=64, dtype=bf, Lq=1000, Lk=1000, W=5000, C=64,
-                      kv_start=10 ** 6 + 7, B=1, Hq=8, Hkv=1, config=C_(64, 64, 4, 2)),
-                 dict(pbase, Dqk=128, Dv=128, dtype=torch.float16, Lq=512, Lk=512, W=37, C=1),
-                 dict(pbase, Dqk=64, Dv=64, dtype=bf, W=300, C=50, mask_lmk=False, expand=False,
-                      sm_scale=-0.3, config=C_(64, 64, 4, 2)),
-                 dict(pbase, Dqk=128, Dv=128, dtype=bf, Lq=70, Lk=70, W=512),
-                 dict(pbase, Dqk=128, Dv=128, dtype=bf, tma=False, phases=None),
-                 dict(pbase, Dqk=96, Dv=64, dtype=torch.float16, tma=False, phases=None, blhd=True,
-                      Lq=333, Lk=1000, W=100, C=16),
-                 dict(pbase, Dqk=64, Dv=64, dtype=bf, tma=False, phases=None, config=C_(64, 32, 4, 4)),
-                 dict(pbase, Dqk=64, Dv=64, dtype=torch.float32, tma=False, phases=None)]
-        q = dict(_qreg=True, _tma="v_ptr")
-        d128 = [("table", {}), ("qreg 64x64 s3", q), ("qreg 64x64 s2", dict(q, _config=C_(64, 64, 4, 2))),
-                ("qreg 128x64 w8 s2", dict(q, _config=C_(128, 64, 8, 2))),
-                ("qreg 64x32 s3", dict(q, _config=C_(64, 32, 4, 3)))]
-        d64 = [("table", {}), ("qreg 64x64 s2", dict(q, _config=C_(64, 64, 4, 2))),
-               ("qreg 64x64 s2 r128", dict(q, _config=C_(64, 64, 4, 2, 128))),
-               ("qreg 64x64 s3", dict(q, _config=C_(64, 64, 4, 3))),
-               ("qreg 128x64 w8 s2", dict(q, _config=C_(128, 64, 8, 2)))]
-        chunk = [("table", {}), ("qreg", dict(_qreg=True))]
-        return cases, [
-            (dict(name="mha D128 L8K", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64), d128),
-            (dict(name="gqa32/4 D64 L8K", B=1, Hq=32, Hkv=4, Lq=8192, Lk=8192, D=64, W=512, C=64), d64),
-            (dict(name="chunk512/8K D128", B=1, Hq=32, Hkv=32, Lq=512, Lk=8192, D=128, W=512, C=64,
-                  flushed=True), chunk),
-            (dict(name="chunk512/8K gqa D64", B=1, Hq=32, Hkv=4, Lq=512, Lk=8192, D=64, W=512, C=64,
-                  flushed=True), chunk),
-            (dict(name="mha D128 L16K", B=1, Hq=32, Hkv=32, Lq=16384, Lk=16384, D=128, W=512, C=64), d128[:3]),
-            (dict(name="gqa16/2 D64 L8K", B=1, Hq=16, Hkv=2, Lq=8192, Lk=8192, D=64, W=512, C=64), d64),
-            (dict(name="batch4x4K D64", B=4, Hq=32, Hkv=4, Lq=4096, Lk=4096, D=64, W=512, C=64), d64),
-            (dict(name="mha D128 L8K flushed", B=1, Hq=32, Hkv=32, Lq=8192, Lk=8192, D=128, W=512, C=64,
-                  flushed=True), d128[:3]),
         ]
     if ARGS.lab == "10":
         # lab 10 (session 10): the pointer kernel's PHASES rewritten as the TMA kernel's two

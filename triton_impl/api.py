@@ -54,7 +54,7 @@ def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_
 def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
                              expand_to_chunk=True, kv_start=0, sm_scale=None,
                              _force_path=None, _config=None, _num_splits=None, _phases=None,
-                             _tma=None, _fold=None, _pdl=None, _qreg=None):
+                             _tma=None, _fold=None, _pdl=None):
     """HiLS sliding-window attention forward (SPEC.md), Triton kernels.
 
     Returns ``(o, lse)``: ``o`` of shape ``(B, Hq, Lq, Dv)`` in ``q.dtype``,
@@ -72,12 +72,12 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     private test/tuning knobs (``"prefill"`` / ``"packed"`` / ``"splitkv"`` path, a
     ``launch.Config``, a split count, the prefill loop structure, the TMA
     prefill mode, the scale folded into the exponent, the split-KV combine's
-    programmatic dependent launch, q as a register operand), not part of the interface.
+    programmatic dependent launch), not part of the interface.
     """
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
     o, lse = p.new_outputs()  # not empty: Lq >= 1, so Lk >= 1 and Hkv >= 1
     _launch.launch(p, q, k, v, o, lse, path=_force_path, config=_config, num_splits=_num_splits,
-                   phases=_phases, tma=_tma, fold=_fold, pdl=_pdl, qreg=_qreg)
+                   phases=_phases, tma=_tma, fold=_fold, pdl=_pdl)
     return o, lse

@@ -343,7 +343,6 @@ def _swa_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
     PHASES: tl.constexpr = False, LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False,
-    Q_REG: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -373,8 +372,6 @@ def _swa_fwd_kernel(
 
     q_ptrs = q_base + offs_m[:, None].to(tl.int64) * sql + offs_dk[None, :] * sqd
     q = _load_tile(q_ptrs, row_ok, dk_ok, True, PAD_DK, UPCAST)
-    if Q_REG:
-        q = tl.where(row_ok[:, None], q, 0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -475,7 +472,6 @@ def _swa_fwd_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
     LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False, PHASES: tl.constexpr = False,
-    Q_REG: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -512,8 +508,6 @@ def _swa_fwd_tma_kernel(
     start = j_min + ((j_lo - j_min) // BLOCK_N) * BLOCK_N
 
     q = desc_q.load([b, h, m0, 0]).reshape(BLOCK_M, BLOCK_DK)
-    if Q_REG:
-        q = tl.where((offs_m < Lq)[:, None], q, 0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)

@@ -167,15 +167,6 @@ TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # decode 7.0 -> 7.1 us; predicted +2-5%): the 29 instructions are not on the
 # critical path. Off everywhere; the private _fold knob forces it.
 FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
-# q as the register operand of the QK^T product (kernels Q_REG): both prefill
-# kernels otherwise leave q in shared memory, and Hopper's wgmma then reads q
-# and k from shared memory on every instruction (two 2 KB operands per
-# 64x64x16 step at BLOCK_N = 64: half the flops per byte of shared memory that
-# the PV product, whose P is in registers, needs). SASS (Triton 3.9, sm_90, bf16,
-# on CPU): D=128 TMA 64x64 w4 s3 189 -> 223 registers, 116 -> 98 KB shared,
-# 506 -> 503 instructions per inside block; D=64 under the 128-register cap
-# spills. The private _qreg knob forces it.
-Q_REG: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
 # TMA only pays once the kernel outlasts the host cost of encoding four
 # descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
 # kernel time, +70 us host time): at least this many waves of programs.
@@ -594,8 +585,7 @@ def _pdl_ok(p: Problem, pdl) -> bool:
     return want and not interpreter_active() and capability(p.device)[0] >= 9
 
 
-def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None, pdl=None,
-               qreg=None) -> _Plan:
+def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None, pdl=None) -> _Plan:
     upcast = interpreter_active()
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
@@ -609,13 +599,11 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
     # D=64) and with it ptxas spills 4-8 registers in two fp32 configs.
     lmk_one_ok = p.mask_lmk and not ieee
     fold_on = FOLD_SCALE.get((cls, bucket), False) if fold is None else bool(fold)
-    qreg_on = Q_REG.get((cls, bucket), False) if qreg is None else bool(qreg)
     if path == "prefill":
         cfg = config or PREFILL[(cls, bucket)]
         ph = PHASES[(cls, bucket)] if phases is None else phases
         cx, st = _variants(dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **flags, PHASES=ph),
-                           lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on, dict(Q_REG=qreg_on),
-                           maxnreg=cfg.maxnreg)
+                           lmk_one_ok, cfg.num_warps, cfg.num_stages, fold_on, maxnreg=cfg.maxnreg)
         plan = _Plan(path, (_cdiv(p.Lq, cfg.block_m), p.B * p.Hq), (p.Hq, p.group, p.Lq), (), cx,
                      cfg.num_warps, cfg.num_stages, cfg.block_n, st, fold=fold_on)
         choice = _tma_choice(p, tma, config)
@@ -634,8 +622,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             tph = TMA_PHASES.get((cls, bucket), False) if phases is None else phases
             tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
                                       MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on,
-                                 dict(PHASES=tph, Q_REG=qreg_on),
+                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, dict(PHASES=tph),
                                  maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
@@ -735,14 +722,13 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> No
 
 
 def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=None, fold=None,
-          pdl=None, qreg=None) -> _Plan:
+          pdl=None) -> _Plan:
     """The cached launch plan of a call (:func:`launch`'s knobs; built on a miss)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p, path), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold, pdl,
-           qreg)
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, path, config, num_splits, phases, tma, fold, pdl)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, pdl, qreg)
+        plan = _make_plan(p, path, config, num_splits, phases, tma, fold, pdl)
         if tma and plan.path != "prefill":
             raise ValueError(f"tma={tma!r} applies to the prefill path, not {plan.path!r}")
         if len(_PLANS) >= PLANS_MAX:
@@ -783,8 +769,6 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
         text += f" r{st[4]}"
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
-    if cx.get("Q_REG"):
-        text += " qreg"
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
     return text
@@ -792,7 +776,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
            num_splits: int | None = None, phases: bool | None = None, tma=None,
-           fold: bool | None = None, pdl: bool | None = None, qreg: bool | None = None) -> str:
+           fold: bool | None = None, pdl: bool | None = None) -> str:
     """Run one call; returns the path taken. ``path`` (``"prefill"``,
     ``"packed"``, ``"splitkv"``), ``config``, ``num_splits``, ``phases`` (the
     key loop in phases: the pointer kernel's ``PHASES`` table, the TMA kernel's
@@ -800,10 +784,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     ``tma`` (``None``: the table decides; ``False``: never; a key of
     ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
     ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal
-    scale), ``pdl`` (``None``: ``SPLIT_PDL``; a bool forces the split-KV
+    scale) and ``pdl`` (``None``: ``SPLIT_PDL``; a bool forces the split-KV
     combine's programmatic dependent launch on or off, still only on Hopper)
-    and ``qreg`` (``None``: the ``Q_REG`` table; a bool forces q as the QK^T
-    product's register operand in both prefill kernels) are private knobs for tests and tuning (``tools/gpu_triton.py``,
+    are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
 
     ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
@@ -814,7 +797,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
-    plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl, qreg)
+    plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
         if _takes_tma(plan, tma, q, k, v):
