@@ -31,7 +31,7 @@ from reference.mask import rule_kwargs
 from reference.validation import default_scale
 
 __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case_seed",
-           "invisible_slots", "pairwise", "DTYPES"]
+           "invisible_slots", "poison_unseen", "pairwise", "DTYPES"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LAYOUTS = ("bhld", "bthd", "pad", "padt", "pad16", "mix")
@@ -546,30 +546,25 @@ def case_seed(case: Case | str, run_seed: int) -> int:
 
 
 def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
-    """``(Lk,)`` bool: key slots no query of the call can see, from ``reference.mask``.
+    """``(Lk,)`` bool: key slots no query of the call can see (``reference.seen_keys``,
+    linear in memory for long caches)."""
+    from reference.mask import seen_keys
 
-    Computed by query blocks, each over the key range ``visible_key_range``
-    says it can reach, so it stays linear in memory for long caches.
-    """
-    from reference.mask import key_positions, query_positions, visible, visible_key_range
+    return ~seen_keys(case.Lq, case.Lk, device=device, block=block, **case.rule())
 
-    seen = torch.zeros(case.Lk, dtype=torch.bool, device=device)
-    if case.Lq == 0:
-        return ~seen
-    rule = dict(window_size=case.window, chunk_size=case.chunk, mask_lmk=case.mask_lmk,
-                expand_to_chunk=case.expand)
-    qpos = query_positions(case.Lq, case.Lk, case.kv_start, device)
-    kpos = key_positions(case.Lk, case.kv_start, device)
-    for i0 in range(0, case.Lq, block):
-        i1 = min(case.Lq, i0 + block)
-        j0, j1 = visible_key_range(i0, i1, Lq=case.Lq, Lk=case.Lk, window_size=case.window,
-                                   chunk_size=case.chunk, expand_to_chunk=case.expand,
-                                   kv_start=case.kv_start)
-        if j0 >= j1:
-            continue
-        vis = visible(qpos[i0:i1, None], kpos[None, j0:j1], **rule)
-        seen[j0:j1] |= vis.any(dim=0)
-    return ~seen
+
+def poison_unseen(k: torch.Tensor, v: torch.Tensor, Lq: int, kw: dict) -> torch.Tensor:
+    """NaN into the ``k`` and ``v`` rows of every key slot no query of the call sees,
+    in place (views too: a ``transpose(1, 2)`` of BLHD storage is written through);
+    SPEC.md lets such a slot hold anything, so no output may change. ``kw``: the
+    call's keyword arguments (``sm_scale`` is ignored, any other unknown key refused:
+    ``reference.mask.rule_kwargs``). Returns the ``(Lk,)`` mask of those slots."""
+    from reference.mask import seen_keys
+
+    dead = ~seen_keys(Lq, k.shape[2], device=k.device, **rule_kwargs(kw))
+    k[:, :, dead] = float("nan")
+    v[:, :, dead] = float("nan")
+    return dead
 
 
 def seen_slot(Lq: int, Lk: int, **rule) -> int:
@@ -648,9 +643,7 @@ def make_inputs(case: Case, run_seed: int, device=None):
         return _break(case, q.to(device, dt), k.to(device, dt), v.to(device, dt), kw)
     q, k, v = (t.to(device=device, dtype=dt) for t in (q, k, v))
     if case.nan_slots and case.Lk:
-        dead = invisible_slots(case, device)
-        k[:, :, dead] = float("nan")
-        v[:, :, dead] = float("nan")
+        poison_unseen(k, v, case.Lq, kw)
     if case.nan_seen and case.Lk:
         k[:, :, seen_slot(case.Lq, case.Lk, **case.rule())] = float("nan")
     if case.nan_v and case.Lk:

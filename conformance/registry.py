@@ -116,10 +116,9 @@ def forgive_nan_v_spread(o, lse, q, k, v, kw, exp):
     tolerance are judged as usual."""
     import torch
 
-    from reference.mask import rule_kwargs, visibility_mask
+    from reference.mask import rule_kwargs, seen_keys
 
-    rule = rule_kwargs(kw)
-    seen = visibility_mask(q.shape[2], k.shape[2], device=v.device, **rule).any(0)
+    seen = seen_keys(q.shape[2], k.shape[2], device=v.device, **rule_kwargs(kw))
     bad = (~torch.isfinite(v[:, :, seen])).any(2)  # (B, Hkv, Dv)
     bad = bad.repeat_interleave(q.shape[1] // v.shape[1], 1)[:, :, None, :].to(o.device)
     take = bad & torch.isnan(o) & torch.isfinite(exp.o).to(o.device)

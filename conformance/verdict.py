@@ -34,6 +34,7 @@ import torch
 import reference
 
 __all__ = ["Expected", "Verdict", "expected", "same_dtype_device", "judge", "judge_error", "judge_pair",
+           "assert_pass",
            "floor", "ulp", "dot_length_factor", "mean_floor_share", "o_floor_ulps", "FLOOR_ULPS",
            "FLOOR_ULPS_FP32", "FLOOR_ULPS_LSE", "MAX_FACTOR", "MEAN_FACTOR"]
 
@@ -364,6 +365,16 @@ def judge(o, lse, exp: Expected) -> Verdict:
                      o_worst=list(so.worst) if so.worst else None,
                      lse_worst=list(sl.worst) if sl.worst else None)
     return v
+
+
+def assert_pass(o, lse, q, k, v, kw: dict[str, Any], what: str = "") -> Verdict:
+    """For tests and tools: :func:`judge` one call's ``(o, lse)`` against the reference
+    run on its inputs ``q, k, v`` with the call's keyword arguments ``kw``, and raise
+    ``AssertionError`` naming every problem (after ``what``) unless it passes."""
+    vd = judge(o, lse, expected(q, k, v, kw))
+    if vd.status != PASS:
+        raise AssertionError(f"{what}{': ' if what else ''}" + "; ".join(vd.problems))
+    return vd
 
 
 def judge_error(exc: BaseException | None, rule: str, tokens: tuple[str, ...]) -> Verdict:

@@ -16,6 +16,7 @@ from .mask import (
     key_positions,
     query_positions,
     render_mask,
+    seen_keys,
     visibility_mask,
     visible,
     visible_counts,
@@ -27,6 +28,7 @@ from .validation import CANONICAL_DTYPES, Problem, check_inputs
 __all__ = [
     "sliding_window_attention", "golden", "same_dtype", "UnsupportedConfig",
     "check_inputs", "Problem", "CANONICAL_DTYPES",
-    "visible", "visibility_mask", "visible_counts", "visible_key_range", "window_left", "is_landmark",
+    "visible", "visibility_mask", "visible_counts", "visible_key_range", "seen_keys", "window_left",
+    "is_landmark",
     "query_positions", "key_positions", "render_mask",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "visible",
     "visibility_mask",
     "visible_key_range",
+    "seen_keys",
     "render_mask",
     "visible_counts",
     "RULE_KEYS",
@@ -160,6 +161,40 @@ def visible_key_range(
     j_lo = max(0, left - kv_start)
     j_hi = min(Lk, offset + i1 - 1 - kv_start + 1)
     return j_lo, max(j_lo, j_hi)
+
+
+def seen_keys(
+    Lq: int,
+    Lk: int,
+    *,
+    window_size: int,
+    chunk_size: int,
+    mask_lmk: bool = True,
+    expand_to_chunk: bool = True,
+    kv_start: int = 0,
+    device=None,
+    block: int = 4096,
+) -> torch.Tensor:
+    """``(Lk,)`` bool: the keys some query of the call sees, ``visibility_mask(...).any(0)``.
+
+    Computed by blocks of ``block`` queries, each over the key range
+    :func:`visible_key_range` says it can reach, so memory stays linear for long
+    caches. Its complement is what SPEC.md lets hold any value (NaN included):
+    keys left of every window, and landmarks with ``mask_lmk``.
+    """
+    seen = torch.zeros(Lk, dtype=torch.bool, device=device)
+    qpos = query_positions(Lq, Lk, kv_start, device)
+    kpos = key_positions(Lk, kv_start, device)
+    for i0 in range(0, Lq, block):
+        i1 = min(Lq, i0 + block)
+        j0, j1 = visible_key_range(i0, i1, Lq=Lq, Lk=Lk, window_size=window_size,
+                                   chunk_size=chunk_size, expand_to_chunk=expand_to_chunk,
+                                   kv_start=kv_start)
+        if j0 < j1:
+            vis = visible(qpos[i0:i1, None], kpos[None, j0:j1], window_size=window_size,
+                          chunk_size=chunk_size, mask_lmk=mask_lmk, expand_to_chunk=expand_to_chunk)
+            seen[j0:j1] |= vis.any(dim=0)
+    return seen
 
 
 def visible_counts(

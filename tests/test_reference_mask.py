@@ -14,6 +14,7 @@ from reference import (
     visibility_mask,
     visible,
     visible_counts,
+    seen_keys,
     visible_key_range,
     window_left,
 )
@@ -145,6 +146,8 @@ def test_counts_and_key_range_agree_with_mask(mask_lmk, expand):
                   kv_start=ks)
         m = visibility_mask(Lq, Lk, **kw)
         assert torch.equal(visible_counts(Lq, Lk, **kw), m.sum(1))
+        for block in (1, 4, 4096):  # seen_keys walks query blocks over their key ranges
+            assert torch.equal(seen_keys(Lq, Lk, block=block, **kw), m.any(0)), (Lq, Lk, kw, block)
         for i0 in range(0, Lq, 4):
             i1 = min(Lq, i0 + 4)
             lo, hi = visible_key_range(i0, i1, Lq=Lq, Lk=Lk, window_size=W, chunk_size=C,
@@ -152,6 +155,7 @@ def test_counts_and_key_range_agree_with_mask(mask_lmk, expand):
             cols = m[i0:i1].any(0).nonzero().flatten()
             if len(cols):
                 assert lo <= int(cols.min()) and int(cols.max()) < hi
+    assert seen_keys(0, 9, window_size=3, chunk_size=2).tolist() == [False] * 9  # no query sees anything
 
 
 def test_render_marks_hidden_landmarks():

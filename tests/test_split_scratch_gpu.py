@@ -15,6 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance import verdict
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 # (B, Hq, Hkv, Lq, Lk, D, rule)
@@ -30,13 +32,11 @@ IDS = [f"B{c[0]}-H{c[1]}x{c[2]}-q{c[3]}k{c[4]}-D{c[5]}-W{c[6]['window_size']}" f
 
 
 def _inputs(B, Hq, Hkv, Lq, Lk, D, rule, seed):
-    from reference import visibility_mask
+    from conformance.cases import poison_unseen
     g = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
                for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
-    seen = visibility_mask(Lq, Lk, device="cuda", **rule).any(dim=0)
-    k[:, :, ~seen] = float("nan")
-    v[:, :, ~seen] = float("nan")
+    poison_unseen(k, v, Lq, rule)
     return q, k, v
 
 
@@ -48,12 +48,6 @@ def _same_bits(out):
     for f in FILLS[1:]:
         assert torch.equal(out[f][0], out["0"][0]), f"o differs with scratch filled with {f}"
         assert torch.equal(out[f][1], out["0"][1]), f"lse differs with scratch filled with {f}"
-
-
-def _judge(o, lse, q, k, v, rule):
-    from conformance import verdict
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, dict(rule)))
-    assert vd.status == verdict.PASS, "; ".join(vd.problems)
 
 
 def _ragged(L, p):
@@ -90,7 +84,7 @@ def test_triton_combine_reads_only_written_partials(case, splits):
             buf.fill_(float(fill))
         out[fill] = swa(q, k, v, **kw)
     _same_bits(out)
-    _judge(*out["nan"], q, k, v, rule)
+    verdict.assert_pass(*out["nan"], q, k, v, dict(rule))
 
 
 # TileLang has split variants at Dv = 96 and 128 only (launch.SPLIT_DV, asserted below)
@@ -126,4 +120,4 @@ def test_tilelang_combine_reads_only_written_partials(case, splits, monkeypatch)
         fill[0] = f
         out[f] = api._run_cuda(p, q, k, v, force_split=S)
     _same_bits(out)
-    _judge(*out["nan"], q, k, v, rule)
+    verdict.assert_pass(*out["nan"], q, k, v, dict(rule))

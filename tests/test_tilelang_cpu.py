@@ -16,7 +16,8 @@ pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from reference import UnsupportedConfig, check_inputs, visibility_mask  # noqa: E402
+from conformance.cases import poison_unseen  # noqa: E402
+from reference import UnsupportedConfig, check_inputs  # noqa: E402
 import tilelang_impl  # noqa: E402
 from tilelang_impl import launch, sliding_window_attention as swa  # noqa: E402
 
@@ -33,13 +34,8 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, seed=0, blhd=False):
 def _poison(q, k, v, kw):
     """Copies of ``k`` and ``v`` with NaN in every key slot no query of the call
     sees (landmarks, left of every window), and that ``(Lk,)`` mask."""
-    rule = {n: kw[n] for n in ("window_size", "chunk_size", "mask_lmk", "expand_to_chunk",
-                               "kv_start") if n in kw}
-    bad = ~visibility_mask(q.shape[2], k.shape[2], **rule).any(0)
     k, v = k.clone(), v.clone()
-    k[:, :, bad] = float("nan")
-    v[:, :, bad] = float("nan")
-    return k, v, bad
+    return k, v, poison_unseen(k, v, q.shape[2], kw)
 
 
 def _assert_exact(o, lse, go, gl, what=""):
@@ -61,8 +57,7 @@ def _check(q, k, v, *, nan_slots=False, **kw):
         k, v, bad = _poison(q, k, v, kw)
         assert bad.any(), "test must poison at least one slot"
     o, lse = swa(q, k, v, **kw)
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+    verdict.assert_pass(o, lse, q, k, v, kw)
     return o, lse
 
 
@@ -317,8 +312,7 @@ def test_knobs_scale_inside_the_mask(knobs, sm_scale, mask_lmk):
     kw = dict(window_size=40, chunk_size=4, mask_lmk=mask_lmk, expand_to_chunk=True, kv_start=3,
               sm_scale=sm_scale)
     o, lse = _cpu_knobs(q, k, v, knobs, **kw)
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+    verdict.assert_pass(o, lse, q, k, v, kw)
 
 
 def test_tc_kernel_args_keeps_default_cache_key():
@@ -439,8 +433,7 @@ def test_lmk_cols_scale_inside_the_mask(modes, sm_scale):
     kw = dict(window_size=40, chunk_size=16, mask_lmk=True, expand_to_chunk=True, kv_start=3,
               sm_scale=sm_scale)
     o, lse = _cpu_knobs(q, k, v, modes + (1,), **kw)
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+    verdict.assert_pass(o, lse, q, k, v, kw)
 
 
 def test_lmk_cols_too_few_is_wrong():
@@ -503,8 +496,7 @@ def test_new_knobs_match_golden_with_nan_slots(case, modes, new):
     full = knobs + tuple(d for _, d in launch.TC_KNOBS[len(knobs):])
     assert full[5] == (new[1] and (sm is None or sm > 0))
     o, lse = _cpu_knobs(q, k, v, knobs, **kw)
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-    assert vd.status == verdict.PASS, f"{knobs}: " + "; ".join(vd.problems)
+    verdict.assert_pass(o, lse, q, k, v, kw, str(knobs))
     _assert_exact(o, lse, go, gl)
 
 
@@ -611,8 +603,7 @@ def test_lmk_rows_j0_sm_scale_and_fold_knobs():
         knobs = launch.call_knobs(("rows", True, True, 2, True, True, True, True), True, Ck, 16,
                                   sl2)
         o, lse = _cpu_knobs(q, k, v, knobs, **kw)
-        vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-        assert vd.status == verdict.PASS, f"{sm}: " + "; ".join(vd.problems)
+        verdict.assert_pass(o, lse, q, k, v, kw, str(sm))
 
 
 def test_a_config_with_ws_where_min_blocks_sits_is_refused():

@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from reference.mask import rule_kwargs, visibility_mask  # noqa: E402
+from conformance.cases import poison_unseen  # noqa: E402
 import triton_impl  # noqa: E402
 from triton_impl import UnsupportedConfig, sliding_window_attention  # noqa: E402
 from triton_impl import api as _api  # noqa: E402
@@ -62,8 +62,7 @@ def _check(o, lse, q, k, v, **kw):
     """The suite's tolerance policy (conformance.verdict): errors against float64
     golden within 2x the same-dtype reference's plus a floor, max and mean;
     empty rows, NaN and infinities exact."""
-    vd = verdict.judge(o, lse, verdict.expected(q, k, v, kw))
-    assert vd.status == verdict.PASS, "; ".join(vd.problems)
+    verdict.assert_pass(o, lse, q, k, v, kw)
 
 
 # (B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, dtype, extra kwargs, path, phases)
@@ -107,12 +106,10 @@ def test_nan_in_slots_no_query_sees(path):
     kw = dict(window_size=20, chunk_size=8, kv_start=3)
     Lq, Lk = (3, 120) if path == "splitkv" else (40, 120)
     q, k, v = _inputs(1, 4, 2, Lq, Lk, 32, 32, torch.float32)
-    unseen = ~visibility_mask(Lq, Lk, window_size=20, chunk_size=8, kv_start=3, device=DEV).any(0)
-    assert unseen[:60].any() and unseen[-20:].any(), "the case must have unseen slots left and among landmarks"
     o_clean, l_clean, _ = _run(q, k, v, path=path, **kw)
     k2, v2 = k.clone(), v.clone()
-    k2[:, :, unseen] = float("nan")
-    v2[:, :, unseen] = float("nan")
+    unseen = poison_unseen(k2, v2, Lq, kw)
+    assert unseen[:60].any() and unseen[-20:].any(), "the case must have unseen slots left and among landmarks"
     k2[:, :, unseen.nonzero()[0]] = float("inf")
     o, lse, _ = _run(q, k2, v2, path=path, **kw)
     assert torch.equal(o, o_clean) and torch.equal(lse, l_clean)
@@ -237,9 +234,8 @@ def test_fold_scale(path, sm_scale):
     kw = dict(window_size=37, chunk_size=16, kv_start=5, sm_scale=sm_scale)
     Lq = 3 if path == "splitkv" else 70
     q, k, v = _inputs(1, 2, 1, Lq, 120, 32, 32, torch.float16)
-    unseen = ~visibility_mask(Lq, 120, window_size=37, chunk_size=16, kv_start=5, device=DEV).any(0)
     k2, v2 = k.clone(), v.clone()
-    k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
+    poison_unseen(k2, v2, Lq, kw)
     o, lse, _ = _run(q, k2, v2, path=path, fold=True, **kw)
     _check(o, lse, q, k, v, **kw)
     qk = reference.check_inputs(q, k, v, **kw).sm_scale * L.LOG2E
@@ -495,10 +491,8 @@ def test_prefill_loop_forms(phases, kernel):
     for B, Hq, Hkv, Lq, Lk, Dqk, Dv, W, C, extra in TMA_CASES:
         kw = dict(window_size=W, chunk_size=C, **extra)
         q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, torch.float16)
-        rule = rule_kwargs(kw)
-        unseen = ~visibility_mask(Lq, Lk, device=DEV, **rule).any(0)
         k2, v2 = k.clone(), v.clone()
-        k2[:, :, unseen], v2[:, :, unseen] = float("nan"), float("nan")
+        poison_unseen(k2, v2, Lq, kw)
         for cfg in (L.Config(32, 16, 4, 2), L.Config(16, 32, 4, 2)):
             p = reference.check_inputs(q, k, v, **kw)
             outs = []

@@ -39,6 +39,7 @@ import torch
 
 import reference
 from conformance import verdict
+from conformance.cases import poison_unseen
 from reference.mask import is_landmark, key_positions, query_positions, visible, visibility_mask
 from reference.validation import default_scale
 
@@ -161,11 +162,9 @@ def make_inputs(case: Case, device) -> tuple[torch.Tensor, torch.Tensor, torch.T
     k = t(case.Hkv, case.Lk, case.Dqk)
     v = t(case.Hkv, case.Lk, case.Dv, wide=8)
     if case.nan_unseen:
-        seen = visibility_mask(case.Lq, case.Lk, device=device, **case.rule).any(dim=0)
         k = k.clone()
         v = v.clone()
-        k[:, :, ~seen] = float("nan")
-        v[:, :, ~seen] = float("nan")
+        poison_unseen(k, v, case.Lq, case.rule)
     if case.nan_seen:
         from conformance.cases import seen_slot
 

@@ -34,6 +34,7 @@ import traceback
 
 import torch
 
+from conformance.cases import poison_unseen
 from reference.validation import default_scale
 from tools._common import attention_flops, capture_graph, visible_pairs
 
@@ -53,16 +54,6 @@ def _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd=False, seed=0):
     return mk(Hq, Lq, Dqk), mk(Hkv, Lk, Dqk), mk(Hkv, Lk, Dv)
 
 
-def _poison_invisible(k, v, Lq, Lk, kw):
-    """NaN into every key slot no query of the call sees (left of all windows, landmarks)."""
-    from reference import visibility_mask
-    seen = visibility_mask(Lq, Lk, **kw, device="cuda").any(0)
-    bad = ~seen
-    k[:, :, bad] = float("nan")
-    v[:, :, bad] = float("nan")
-    return int(bad.sum())
-
-
 def check_case(name, fn, B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, *, window_size, chunk_size,
                mask_lmk=True, expand_to_chunk=True, kv_start=0, sm_scale=None, blhd=False,
                nan_slots=False, seed=0):
@@ -73,7 +64,7 @@ def check_case(name, fn, B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, *, window_size, chu
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd, seed)
     n_nan = 0
     if nan_slots:
-        n_nan = _poison_invisible(k, v, Lq, Lk, kw)
+        n_nan = int(poison_unseen(k, v, Lq, kw).sum())
     o, lse = fn(q, k, v, sm_scale=sm_scale, **kw)
     torch.cuda.synchronize()
     vd = verdict.judge(o, lse, verdict.expected(q, k, v, dict(kw, sm_scale=sm_scale)))

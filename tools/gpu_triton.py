@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from reference.mask import rule_kwargs, visibility_mask  # noqa: E402
+from conformance.cases import poison_unseen  # noqa: E402
 from tools._common import attention_flops, capture_graph  # noqa: E402
 from triton_impl import launch as L  # noqa: E402
 from triton_impl import sliding_window_attention as swa  # noqa: E402
@@ -64,9 +64,7 @@ def check_case(c, results):
               sm_scale=c.get("sm_scale"))
     q, k, v = make(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, c.get("blhd", False), seed=c.get("seed", 0))
     if c.get("nan_invisible"):
-        seen = visibility_mask(Lq, Lk, device=DEV, **rule_kwargs(kw)).any(0)
-        k[:, :, ~seen] = float("nan")
-        v[:, :, ~seen] = float("nan")
+        poison_unseen(k, v, Lq, kw)
     p = reference.check_inputs(q, k, v, **kw)
     o, lse = p.new_outputs(poison=True)
     knobs = dict(path=c.get("path"), phases=c.get("phases"), tma=c.get("tma"), config=c.get("config"),
