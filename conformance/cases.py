@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from reference.mask import rule_kwargs
+from reference.mask import rule_kwargs, seen_keys
 from reference.validation import default_scale
 
 __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case_seed",
@@ -548,19 +548,21 @@ def case_seed(case: Case | str, run_seed: int) -> int:
 def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
     """``(Lk,)`` bool: key slots no query of the call can see (``reference.seen_keys``,
     linear in memory for long caches)."""
-    from reference.mask import seen_keys
-
     return ~seen_keys(case.Lq, case.Lk, device=device, block=block, **case.rule())
 
 
 def poison_unseen(k: torch.Tensor, v: torch.Tensor, Lq: int, kw: dict) -> torch.Tensor:
     """NaN into the ``k`` and ``v`` rows of every key slot no query of the call sees,
-    in place (views too: a ``transpose(1, 2)`` of BLHD storage is written through);
-    SPEC.md lets such a slot hold anything, so no output may change. ``kw``: the
-    call's keyword arguments (``sm_scale`` is ignored, any other unknown key refused:
-    ``reference.mask.rule_kwargs``). Returns the ``(Lk,)`` mask of those slots."""
-    from reference.mask import seen_keys
-
+    **in place** (clone first to keep the clean inputs). ``k`` and ``v`` are the call's
+    canonical ``(B, H, Lk, D)`` tensors; views are written through (a ``transpose(1, 2)``
+    of BLHD storage, a column slice). SPEC.md lets such a slot hold anything, so no
+    output may change. ``kw``: the call's keyword arguments (``sm_scale`` is ignored,
+    any other unknown key refused: ``reference.mask.rule_kwargs``). Returns the
+    ``(Lk,)`` mask of those slots. ``ValueError`` when ``k`` and ``v`` disagree on
+    ``Lk`` (raw BLHD storage passed instead of its canonical view, for instance)."""
+    if k.dim() != 4 or v.dim() != 4 or k.shape[2] != v.shape[2]:
+        raise ValueError(f"poison_unseen: k {tuple(k.shape)} and v {tuple(v.shape)} must be 4-D (B, H, Lk, D) "
+                         "with the same Lk")
     dead = ~seen_keys(Lq, k.shape[2], device=k.device, **rule_kwargs(kw))
     k[:, :, dead] = float("nan")
     v[:, :, dead] = float("nan")

@@ -9,7 +9,7 @@ import torch
 
 import reference
 from conformance.cases import (CATEGORIES, ERROR_RULES, Case, case_seed, generate, invisible_slots,
-                               make_inputs, pairwise)
+                               make_inputs, pairwise, poison_unseen)
 
 QUICK_CPU = generate("quick", "cpu")
 FULL_CPU = generate("full", "cpu")
@@ -131,6 +131,25 @@ def test_empty_rows_category_has_empty_rows():
         n = reference.visible_counts(c.Lq, c.Lk, window_size=c.window, chunk_size=c.chunk,
                                      mask_lmk=c.mask_lmk, expand_to_chunk=c.expand, kv_start=c.kv_start)
         assert bool((n == 0).any()), c.id
+
+
+def test_poison_unseen_writes_through_views():
+    """NaN exactly in the unseen slots of k and v, written through a BLHD transposed view
+    and a column-sliced v; the mask returned is invisible_slots'; bad arguments refused."""
+    c = Case(category="x", Lq=7, Lk=60, window=5, chunk=4, kv_start=3)
+    g = torch.Generator().manual_seed(1)
+    k_store = torch.randn(2, 60, 3, 8, generator=g)
+    v_store = torch.randn(2, 3, 60, 12, generator=g)
+    k, v = k_store.transpose(1, 2), v_store[..., 2:10]
+    dead = poison_unseen(k, v, c.Lq, c.kwargs())
+    assert torch.equal(dead, invisible_slots(c)) and dead.any() and (~dead).any()
+    for t in (k_store.transpose(1, 2), v_store[..., 2:10]):
+        assert t[:, :, dead].isnan().all() and t[:, :, ~dead].isfinite().all()
+    assert v_store[..., :2].isfinite().all() and v_store[..., 10:].isfinite().all()  # outside the view
+    with pytest.raises(TypeError, match="windw"):
+        poison_unseen(k, v, c.Lq, dict(c.rule(), windw=3))
+    with pytest.raises(ValueError, match="same Lk"):
+        poison_unseen(k_store, v, c.Lq, c.kwargs())  # raw BLHD storage: H would be taken for Lk
 
 
 def test_invisible_slots_match_the_mask():

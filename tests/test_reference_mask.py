@@ -11,10 +11,10 @@ import torch
 
 from reference import (
     render_mask,
+    seen_keys,
     visibility_mask,
     visible,
     visible_counts,
-    seen_keys,
     visible_key_range,
     window_left,
 )

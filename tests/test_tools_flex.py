@@ -48,7 +48,8 @@ def test_flex_strided_inputs_and_nan_in_unseen_slots():
     v = torch.randn(1, 24, 1, 24, generator=g)[..., :16].transpose(1, 2)
     exp = verdict.expected(q, k, v, dict(rule))
     k2, v2 = k.clone(), v.clone()
-    assert poison_unseen(k2, v2, 6, rule).sum() >= 10  # the left prefix and the landmarks
+    dead = poison_unseen(k2, v2, 6, rule)
+    assert dead.sum() >= 10 and k2[:, :, dead].isnan().all()  # the left prefix and the landmarks
     o, lse = flex.sliding_window_attention(q, k2, v2, **rule)
     res = verdict.judge(o, lse, exp)
     assert res.status == "pass", res.message("flex", "nan")
