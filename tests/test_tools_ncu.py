@@ -1,0 +1,85 @@
+"""CPU tests of tools/gpu_ncu.py: the parsing of Nsight Compute's CSV pages and the CLI's
+refusals (the profiling itself needs the device and ncu)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools import gpu_ncu
+
+RAW = (
+    '"ID","Kernel Name","gpu__time_duration.sum","smsp__issue_active.avg.pct_of_peak_sustained_active",'
+    '"sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",'
+    '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",'
+    '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+    '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","l1tex__t_bytes.sum"\n'
+    '"","","usecond","%","%","ratio","ratio","ratio","byte"\n'
+    '"0","_swa_fwd_tma_kernel","228.50","41.2","38.9","0.50","0","2.25","1,024"\n'
+    '"1","_swa_combine_kernel","2,000.5","n/a","3.0","0.1","0.7","0.3","5"\n'
+)
+
+
+def test_parse_raw_reads_units_numbers_and_thousands_separators():
+    rows = gpu_ncu.parse_raw("==PROF== noise\n" + RAW)
+    assert len(rows) == 2
+    assert rows[0]["Kernel Name"] == "_swa_fwd_tma_kernel"
+    assert rows[0]["gpu__time_duration.sum"] == 228.5
+    assert rows[1]["gpu__time_duration.sum"] == 2000.5
+    assert rows[0]["l1tex__t_bytes.sum"] == 1024.0
+    assert rows[1]["smsp__issue_active.avg.pct_of_peak_sustained_active"] == "n/a"
+    assert rows[0]["_units"]["gpu__time_duration.sum"] == "usecond"
+    assert gpu_ncu.parse_raw("") == []
+
+
+def test_summarize_kernel_keeps_named_metrics_and_sorts_positive_stalls():
+    k = gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW)[0])
+    assert k["kernel"] == "_swa_fwd_tma_kernel"
+    assert k["duration_us"] == pytest.approx(228.5)
+    assert k["metrics"]["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"] == 38.9
+    assert "l1tex__t_bytes.sum" not in k["metrics"]          # not in KEEP
+    assert list(k["stalls"]) == ["long_scoreboard", "wait"]  # sorted, the zero dropped
+    ns = gpu_ncu.parse_raw(RAW.replace('"usecond"', '"nsecond"'))[0]
+    assert gpu_ncu.summarize_kernel(ns)["duration_us"] == pytest.approx(0.2285)
+
+
+SOURCE = (
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
+    '"0x10","HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ","5","4"\n'
+    '"0x20","@P0 BRA 0x30","1","1"\n'
+    '"0x30","MUFU.EX2 R3, R3","12","10"\n'
+    '"0x40","@!UP1 MUFU.EX2 R4, R4","3","2"\n'
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
+    '"0x10","EXIT","2","2"\n'
+)
+
+
+def test_parse_sources_splits_kernels_and_groups_by_opcode_without_predicates():
+    a, b = gpu_ncu.parse_sources(SOURCE, top=2)
+    assert a["samples"] == 21
+    assert a["by_opcode"] == {"MUFU.EX2": 15, "HGMMA.64x64x16.F32.BF16": 5, "BRA": 1}
+    assert a["top"] == [[12, "MUFU.EX2 R3, R3"], [5, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ"]]
+    assert b["by_opcode"] == {"EXIT": 2}
+    assert gpu_ncu.parse_sources("no table here\n") == []
+
+
+def test_table_and_summarize_round_trip(tmp_path, capsys):
+    k = gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW)[0])
+    k["source"] = gpu_ncu.parse_sources(SOURCE)[0]
+    summary = {"triton__train-8k": {"status": "ok", "note": "gate: pass", "kernels": [k]},
+               "tilelang__x": {"status": "failed", "note": "rc 3"}}
+    (tmp_path / "ncu_summary.json").write_text(json.dumps(summary))
+    assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "_swa_fwd_tma_kernel: 228.5 us, issue 41.2 %" in text
+    assert "long_scoreboard 2.25, wait 0.50" in text
+    assert "MUFU.EX2 71%" in text
+    assert "tilelang__x: failed rc 3" in text
+
+
+def test_cli_refuses_unknown_shapes_and_a_missing_out():
+    with pytest.raises(SystemExit):
+        gpu_ncu.main(["--out", "/tmp/x", "--shapes", "train-8k-32/32/128,nope"])
+    with pytest.raises(SystemExit):
+        gpu_ncu.main([])

@@ -1,0 +1,287 @@
+"""Hardware counters of the shipped kernels on the benchmark shapes (Nsight Compute).
+
+    python -m tools.gpu_ncu --out $OUT [--shapes a,b] [--backends triton,tilelang,sdpa]
+    python -m tools.gpu_ncu --summarize DIR      (CPU: tables from a run's files)
+
+Where the kernel time goes, measured instead of inferred: for each (backend, shape)
+one child process builds the bench's inputs (``tools.bench``: same shapes, bf16,
+fresh random data), warms the call up (compiles, sizes the split-KV workspace),
+checks batch element 0 against the float64 reference under the suite's verdict
+(``bench.Gate``: a profile of a wrong kernel is worthless), then runs the public call
+once between ``cudaProfilerStart`` / ``cudaProfilerStop``. ``ncu --profile-from-start
+off --clock-control none --set full`` records every kernel of that call (the split-KV
+decode: the split kernel and the combine), replaying each kernel with its memory
+restored, so the counters of one launch come from many passes. Clocks are left
+alone (METHOD.md); the profiled kernel runs with a warm L2 only as far as the
+replays leave it (ncu's default cache control flushes caches before each pass).
+
+Per kernel the run keeps, in ``ncu_raw.csv`` files and the summary: duration, SM
+clock, issue-slot and tensor-pipe utilisation, achieved occupancy, DRAM throughput,
+and the warp-stall breakdown (cycles per issued instruction by reason); from the
+source page, the sampled stalls per SASS opcode and the most-stalled instructions.
+Everything goes into ``$OUT/ncu.tar.xz`` (reports and CSVs) and ``$OUT/ncu_summary.json``;
+``--summarize`` prints the tables again from those files on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+
+DEFAULT_SHAPES = ("train-8k-32/32/128", "train-8k-32/4/64", "chunk512of8k-32/32/128",
+                  "decode-8k-32/32/128", "decode-b8-32k-32/4/64")
+DEFAULT_BACKENDS = ("triton", "tilelang")
+#: (backend, shape) pairs profiled besides the grid above: a dense kernel for contrast
+EXTRA = (("sdpa", "train-8k-32/32/128"),)
+
+#: Raw-page metrics kept in the summary (regular expressions on the metric name)
+KEEP = (r"^gpu__time_duration\.sum$", r"^sm__cycles_elapsed\.avg\.per_second$",
+        r"^smsp__issue_active\.avg\.pct_of_peak_sustained_active$",
+        r"^sm__inst_executed\.avg\.per_cycle_active$",
+        r"tensor_op.*pct_of_peak_sustained_(active|elapsed)$",
+        r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
+        r"^dram__throughput\.avg\.pct_of_peak_sustained_elapsed$",
+        r"^launch__(grid_size|block_size|registers_per_thread|occupancy_limit_.*|shared_mem_per_block.*)$",
+        r"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$")
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio$")
+
+
+def _tag(backend: str, shape: str) -> str:
+    return f"{backend}__{shape.replace('/', '-')}"
+
+
+# ------------------------------------------------------------------ child (profiled)
+
+def _child(backend: str, shape_name: str) -> int:
+    import torch
+
+    from . import bench
+
+    shape = next(s for s in bench.SHAPES if s.name == shape_name)
+    if backend == "sdpa":
+        runner = bench._sdpa_runner(shape, "cuda")
+        if shape.Hq != shape.Hkv:
+            runner = bench._sdpa_expanded(shape, "cuda")
+    else:
+        runner = bench._canonical_runner(backend, shape)
+    (q, k, v), = bench._inputs(shape, "cuda", torch.bfloat16, 1, seed=7)
+    args = runner.prepare(q, k, v) if runner.prepare else (q, k, v)
+    for _ in range(2):
+        out = runner.call(*args)
+    torch.cuda.synchronize()
+    if runner.canonical:
+        ok, text = bench.Gate(shape, q, k, v).check(out)
+        print(f"gate {backend} {shape_name}: {text}", flush=True)
+        if not ok:
+            return 3
+    del out
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    runner.call(*args)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+# ------------------------------------------------------------------ parsing (CPU-testable)
+
+def parse_raw(text: str) -> list[dict]:
+    """Rows of ``ncu --page raw --csv``: one dict per kernel, metric -> value (a float
+    where the cell is a number, else the string), plus ``"_units"`` (metric -> unit)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    rows = [r for r in rows if r and not r[0].startswith("==")]
+    if len(rows) < 2:
+        return []
+    head, units, body = rows[0], rows[1], rows[2:]
+    out = []
+    for r in body:
+        d = {"_units": dict(zip(head, units))}
+        for name, cell in zip(head, r):
+            c = cell.replace(",", "")
+            try:
+                d[name] = float(c)
+            except ValueError:
+                d[name] = cell
+        out.append(d)
+    return out
+
+
+def summarize_kernel(row: dict) -> dict:
+    """The kept metrics of one kernel (:data:`KEEP`) and its stall breakdown, sorted."""
+    keep = {k: v for k, v in row.items() if k != "_units" and any(re.search(p, k) for p in KEEP)}
+    stalls = {STALL.match(k).group(1): v for k, v in keep.items()
+              if STALL.match(k) and isinstance(v, float) and v > 0}
+    keep = {k: v for k, v in keep.items() if not STALL.match(k)}
+    unit = row.get("_units", {}).get("gpu__time_duration.sum", "")
+    dur = row.get("gpu__time_duration.sum")
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit)
+    return {"kernel": row.get("Kernel Name", row.get("kernel_name", "?")),
+            "duration_us": dur * scale if isinstance(dur, float) and scale else None,
+            "metrics": keep,
+            "stalls": dict(sorted(stalls.items(), key=lambda kv: -kv[1]))}
+
+
+def _is_head(r) -> bool:
+    return "Source" in r and any("Samples" in c for c in r)
+
+
+def parse_sources(text: str, top: int = 25) -> list[dict]:
+    """Sampled warp stalls per SASS opcode and the ``top`` most-sampled instructions,
+    one dict per kernel table of ``ncu --page source --csv --print-source sass`` (a
+    report of several kernels prints one table each, a header row opening each; the
+    columns are found by name: ``Source`` and the all-samples count)."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    heads = [i for i, r in enumerate(rows) if _is_head(r)]
+    out = []
+    for n_, hi in enumerate(heads):
+        end = heads[n_ + 1] if n_ + 1 < len(heads) else len(rows)
+        head = rows[hi]
+        src = head.index("Source")
+        smp = next(i for i, c in enumerate(head) if "Samples" in c and "Not" not in c)
+        by_op: dict[str, float] = {}
+        instrs = []
+        total = 0.0
+        for r in rows[hi + 1:end]:
+            if len(r) <= max(src, smp):
+                continue
+            try:
+                n = float(r[smp].replace(",", "") or 0)
+            except ValueError:
+                continue
+            text_ = r[src].strip()
+            op = re.sub(r"^@!?U?P\w+\s+", "", text_).split(" ")[0] if text_ else "?"
+            by_op[op] = by_op.get(op, 0.0) + n
+            total += n
+            instrs.append((n, text_))
+        instrs.sort(key=lambda t: -t[0])
+        out.append({"samples": total,
+                    "by_opcode": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:20]),
+                    "top": [[n, t] for n, t in instrs[:top]]})
+    return out
+
+
+def table(summary: dict) -> str:
+    """A compact text table of a summary (``ncu_summary.json``)."""
+    lines = []
+    for tag, ent in summary.items():
+        lines.append(f"== {tag}: {ent.get('status')} {ent.get('note', '')}".rstrip())
+        for k in ent.get("kernels", []):
+            m = k["metrics"]
+            tens = {n: v for n, v in m.items() if "tensor_op" in n}
+            lines.append(f"  {k['kernel'][:60]}: {k['duration_us'] and round(k['duration_us'], 1)} us, "
+                         f"issue {m.get('smsp__issue_active.avg.pct_of_peak_sustained_active')} %, "
+                         f"warps {m.get('sm__warps_active.avg.pct_of_peak_sustained_active')} %, "
+                         f"dram {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed')} %")
+            for n, v in sorted(tens.items()):
+                lines.append(f"    {n} = {v}")
+            st = list(k["stalls"].items())[:8]
+            lines.append("    stalls (cycles / issue): " + ", ".join(f"{n} {v:.2f}" for n, v in st))
+            src = k.get("source") or {}
+            if src:
+                ops = list(src["by_opcode"].items())[:8]
+                tot = src["samples"] or 1
+                lines.append("    samples by opcode: " + ", ".join(f"{o} {100 * n / tot:.0f}%" for o, n in ops))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ parent (on the device)
+
+def _run(cmd, log, timeout):
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log.write("timeout\n")
+        return None
+    log.write(p.stdout[-20000:] + p.stderr[-20000:] + f"\n[rc {p.returncode}]\n")
+    log.flush()
+    return p
+
+
+def _profile(out: str, pairs, budget_s: float, ncu: str) -> dict:
+    wd = os.path.join(out, "ncu")
+    os.makedirs(wd, exist_ok=True)
+    summary = {}
+    t0 = time.time()
+    with open(os.path.join(out, "ncu.log"), "w") as log:
+        for backend, shape in pairs:
+            tag = _tag(backend, shape)
+            left = budget_s - (time.time() - t0)
+            if left < 30:
+                summary[tag] = {"status": "no-time"}
+                continue
+            rep = os.path.join(wd, tag)
+            p = _run([ncu, "--clock-control", "none", "--profile-from-start", "off", "--set", "full",
+                      "-f", "-o", rep, sys.executable, "-m", "tools.gpu_ncu", "--child", backend, shape],
+                     log, min(left, 240))
+            if p is None or p.returncode != 0 or not os.path.exists(rep + ".ncu-rep"):
+                summary[tag] = {"status": "failed", "note": "" if p is None else f"rc {p.returncode}"}
+                continue
+            gate = [ln for ln in p.stdout.splitlines() if ln.startswith("gate ")]
+            raw = _run([ncu, "-i", rep + ".ncu-rep", "--page", "raw", "--csv"], log, 120)
+            rows = parse_raw(raw.stdout) if raw is not None else []
+            with open(os.path.join(wd, tag + ".raw.csv"), "w") as f:
+                f.write(raw.stdout if raw is not None else "")
+            kernels = [summarize_kernel(r) for r in rows]
+            s = _run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
+                     log, 180)
+            if s is not None and s.returncode == 0:
+                with open(os.path.join(wd, tag + ".source.csv"), "w") as f:
+                    f.write(s.stdout)
+                for k, src in zip(kernels, parse_sources(s.stdout)):
+                    k["source"] = src
+            summary[tag] = {"status": "ok", "note": gate[0] if gate else "", "kernels": kernels}
+            with open(os.path.join(out, "ncu_summary.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+    with tarfile.open(os.path.join(out, "ncu.tar.xz"), "w:xz") as tf:
+        tf.add(wd, arcname="ncu")
+    for name in os.listdir(wd):
+        os.remove(os.path.join(wd, name))
+    os.rmdir(wd)
+    return summary
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.gpu_ncu", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="output folder ($OUT on the device)")
+    ap.add_argument("--shapes", help="comma-separated bench shape names (default: %s)" % ",".join(DEFAULT_SHAPES))
+    ap.add_argument("--backends", help="comma-separated backends (default: %s)" % ",".join(DEFAULT_BACKENDS))
+    ap.add_argument("--no-extra", action="store_true", help="skip the dense SDPA contrast profile")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="stop starting profiles after this")
+    ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
+    ap.add_argument("--summarize", metavar="DIR", help="print the tables of a run's ncu_summary.json")
+    ap.add_argument("--child", nargs=2, metavar=("BACKEND", "SHAPE"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        return _child(*a.child)
+    if a.summarize:
+        with open(os.path.join(a.summarize, "ncu_summary.json")) as f:
+            print(table(json.load(f)))
+        return 0
+    if not a.out:
+        ap.error("--out is required (or --summarize DIR)")
+    from . import bench
+
+    names = {s.name for s in bench.SHAPES}
+    shapes = a.shapes.split(",") if a.shapes else list(DEFAULT_SHAPES)
+    bad = [s for s in shapes if s not in names]
+    if bad:
+        ap.error(f"unknown shape(s) {bad}; bench shapes: {sorted(names)}")
+    backends = a.backends.split(",") if a.backends else list(DEFAULT_BACKENDS)
+    pairs = [(b, s) for s in shapes for b in backends] + ([] if a.no_extra else list(EXTRA))
+    summary = _profile(a.out, pairs, a.budget_s, a.ncu)
+    print(table(summary))
+    return 0 if all(e["status"] == "ok" for e in summary.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
