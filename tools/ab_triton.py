@@ -13,7 +13,7 @@ the base commit, renamed (its imports are relative or from ``reference``)::
    ``conformance.verdict``.
 2. Kernel-only time (CUDA-graph replay, three input sets rotated, median of 7
    replays) of the issue's shapes through each public function, base and new
-   interleaved shape by shape, L2 not flushed (the bench tool flushes; this
+   interleaved shape by shape (``--passes N``: the whole list N times), L2 not flushed (the bench tool flushes; this
    compares two kernels under the same conditions).
 3. Host time per eager call (no GPU wait in the loop): a fixed decode call,
    and a decode loop whose ``Lk`` grows by one each step (the serving case).
@@ -71,6 +71,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="time every shape this many times (base and new interleaved each time)")
     a = ap.parse_args(argv)
     t_start = time.time()
     os.makedirs(a.out, exist_ok=True)
@@ -105,7 +107,7 @@ def main(argv=None):
         dump()
 
     kw = dict(window_size=W, chunk_size=C)
-    for name, B, Hq, Hkv, Lq, Lk, D in SHAPES:
+    for name, B, Hq, Hkv, Lq, Lk, D in [s for _ in range(max(a.passes, 1)) for s in SHAPES]:
         if time.time() - t_start > a.budget_s:
             print(f"budget reached before {name}", flush=True)
             break
