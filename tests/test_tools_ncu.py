@@ -42,6 +42,11 @@ def test_summarize_kernel_keeps_named_metrics_and_sorts_positive_stalls():
     assert list(k["stalls"]) == ["long_scoreboard", "wait"]  # sorted, the zero dropped
     ns = gpu_ncu.parse_raw(RAW.replace('"usecond"', '"nsecond"'))[0]
     assert gpu_ncu.summarize_kernel(ns)["duration_us"] == pytest.approx(0.2285)
+    # ncu 2025+ prints the short unit names
+    us = gpu_ncu.parse_raw(RAW.replace('"usecond"', '"us"'))[0]
+    assert gpu_ncu.summarize_kernel(us)["duration_us"] == pytest.approx(228.5)
+    assert gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW.replace('"usecond"', '"parsec"'))[0])[
+        "duration_us"] is None
 
 
 SOURCE = (

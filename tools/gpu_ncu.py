@@ -46,7 +46,9 @@ EXTRA = (("sdpa", "train-8k-32/32/128"),)
 KEEP = (r"^gpu__time_duration\.sum$", r"^sm__cycles_elapsed\.avg\.per_second$",
         r"^smsp__issue_active\.avg\.pct_of_peak_sustained_active$",
         r"^sm__inst_executed\.avg\.per_cycle_active$",
-        r"tensor_op.*pct_of_peak_sustained_(active|elapsed)$",
+        r"^sm__pipe_tensor_op_(hmma|gmma)_cycles_active\.avg\.pct_of_peak_sustained_active$",
+        r"^sm__inst_executed_pipe_(alu|fma|xu)\.avg\.pct_of_peak_sustained_active$",
+        r"^dram__bytes_read\.sum\.pct_of_peak_sustained_elapsed$",
         r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
         r"^dram__throughput\.avg\.pct_of_peak_sustained_elapsed$",
         r"^launch__(grid_size|block_size|registers_per_thread|occupancy_limit_.*|shared_mem_per_block.*)$",
@@ -122,7 +124,8 @@ def summarize_kernel(row: dict) -> dict:
     keep = {k: v for k, v in keep.items() if not STALL.match(k)}
     unit = row.get("_units", {}).get("gpu__time_duration.sum", "")
     dur = row.get("gpu__time_duration.sum")
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0,
+             "msecond": 1e3, "ms": 1e3}.get(unit)
     return {"kernel": row.get("Kernel Name", row.get("kernel_name", "?")),
             "duration_us": dur * scale if isinstance(dur, float) and scale else None,
             "metrics": keep,
