@@ -292,6 +292,19 @@ def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
     assert fast.count("MUFU.EX2") >= 64
 
 
+@pytest.mark.parametrize("name", ["d128-blhd", "d64"])
+def test_finish_divides_once_per_row(name, tmp_path):
+    """macros.finalize_output: one IEEE division per row, then a multiply per element.
+    A division per element of the output tile was MUFU.RCP + FCHK + a call to the slow
+    path each: 64 calls at D = 128 (32 at D = 64) in every prefill program's epilogue,
+    1111 instructions and 19% of the D = 128 kernel's sampled warp time under Nsight
+    Compute (d4faf39, BENCHMARKS.md session 18). At sm_90a the shipped kernels now keep
+    the two divisions of a thread's two rows."""
+    sass = _sass("fwd_tc", TC_VARIANTS[name], tmp_path)
+    calls = sass.count("CALL.REL")
+    assert sass.count("FCHK") <= 4 and calls <= 4, (sass.count("FCHK"), calls)
+
+
 def test_lmk_rows_j0_drops_the_64_bit_divisions(tmp_path):
     """lmk_rows_j0 (macros.zero_landmark_rows with the tile's j0 register): the shipped
     D = 128 kernel's landmark-row zeroing re-derives the first landmark row in 64-bit
