@@ -14,10 +14,12 @@ RAW = (
     '"sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",'
     '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",'
     '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
-    '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","l1tex__t_bytes.sum"\n'
-    '"","","usecond","%","%","ratio","ratio","ratio","byte"\n'
-    '"0","_swa_fwd_tma_kernel","228.50","41.2","38.9","0.50","0","2.25","1,024"\n'
-    '"1","_swa_combine_kernel","2,000.5","n/a","3.0","0.1","0.7","0.3","5"\n'
+    '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","l1tex__t_bytes.sum",'
+    '"dram__bytes_read.sum.pct_of_peak_sustained_elapsed",'
+    '"sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active"\n'
+    '"","","usecond","%","%","ratio","ratio","ratio","byte","%","%"\n'
+    '"0","_swa_fwd_tma_kernel","228.50","41.2","38.9","0.50","0","2.25","1,024","18.4","39.8"\n'
+    '"1","_swa_combine_kernel","2,000.5","n/a","3.0","0.1","0.7","0.3","5","1.0","2.0"\n'
 )
 
 
@@ -77,7 +79,8 @@ def test_table_and_summarize_round_trip(tmp_path, capsys):
     (tmp_path / "ncu_summary.json").write_text(json.dumps(summary))
     assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "_swa_fwd_tma_kernel: 228.5 us, issue 41.2 %" in text
+    assert "_swa_fwd_tma_kernel: 228.5 us, issue 41.2 %, warps n/a, dram 18.4 %, alu pipe 39.8 %" in text
+    assert "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active = 38.9 %" in text
     assert "long_scoreboard 2.25, wait 0.50" in text
     assert "MUFU.EX2 71%" in text
     assert "tilelang__x: failed rc 3" in text

@@ -171,6 +171,10 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
     return out
 
 
+def _pct(v) -> str:
+    return f"{v:.1f} %" if isinstance(v, float) else "n/a"
+
+
 def table(summary: dict) -> str:
     """A compact text table of a summary (``ncu_summary.json``)."""
     lines = []
@@ -179,12 +183,17 @@ def table(summary: dict) -> str:
         for k in ent.get("kernels", []):
             m = k["metrics"]
             tens = {n: v for n, v in m.items() if "tensor_op" in n}
+            dram = m.get("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                         m.get("dram__bytes_read.sum.pct_of_peak_sustained_elapsed"))
+            pipes = {p: m.get(f"sm__inst_executed_pipe_{p}.avg.pct_of_peak_sustained_active")
+                     for p in ("alu", "fma", "xu")}
             lines.append(f"  {k['kernel'][:60]}: {k['duration_us'] and round(k['duration_us'], 1)} us, "
-                         f"issue {m.get('smsp__issue_active.avg.pct_of_peak_sustained_active')} %, "
-                         f"warps {m.get('sm__warps_active.avg.pct_of_peak_sustained_active')} %, "
-                         f"dram {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed')} %")
+                         f"issue {_pct(m.get('smsp__issue_active.avg.pct_of_peak_sustained_active'))}, "
+                         f"warps {_pct(m.get('sm__warps_active.avg.pct_of_peak_sustained_active'))}, "
+                         f"dram {_pct(dram)}, "
+                         + ", ".join(f"{p} pipe {_pct(v)}" for p, v in pipes.items()))
             for n, v in sorted(tens.items()):
-                lines.append(f"    {n} = {v}")
+                lines.append(f"    {n} = {_pct(v)}")
             st = list(k["stalls"].items())[:8]
             lines.append("    stalls (cycles / issue): " + ", ".join(f"{n} {v:.2f}" for n, v in st))
             src = k.get("source") or {}
@@ -247,6 +256,9 @@ def _profile(out: str, pairs, budget_s: float, ncu: str) -> dict:
                 json.dump(summary, f, indent=1)
     with tarfile.open(os.path.join(out, "ncu.tar.xz"), "w:xz") as tf:
         tf.add(wd, arcname="ncu")
+        # a second copy inside: the device tool returns at most 8 files from $OUT
+        if os.path.exists(os.path.join(out, "ncu_summary.json")):
+            tf.add(os.path.join(out, "ncu_summary.json"), arcname="ncu/ncu_summary.json")
     for name in os.listdir(wd):
         os.remove(os.path.join(wd, name))
     os.rmdir(wd)
