@@ -42,6 +42,7 @@ def test_summarize_kernel_keeps_named_metrics_and_sorts_positive_stalls():
     assert k["metrics"]["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"] == 38.9
     assert "l1tex__t_bytes.sum" not in k["metrics"]          # not in KEEP
     assert list(k["stalls"]) == ["long_scoreboard", "wait"]  # sorted, the zero dropped
+    assert k["units"]["gpu__time_duration.sum"] == "usecond" and "l1tex__t_bytes.sum" not in k["units"]
     ns = gpu_ncu.parse_raw(RAW.replace('"usecond"', '"nsecond"'))[0]
     assert gpu_ncu.summarize_kernel(ns)["duration_us"] == pytest.approx(0.2285)
     # ncu 2025+ prints the short unit names
@@ -52,11 +53,13 @@ def test_summarize_kernel_keeps_named_metrics_and_sorts_positive_stalls():
 
 
 SOURCE = (
+    '"Kernel Name","_swa_fwd_tma_kernel",\n'
     '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
     '"0x10","HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ","5","4"\n'
     '"0x20","@P0 BRA 0x30","1","1"\n'
     '"0x30","MUFU.EX2 R3, R3","12","10"\n'
     '"0x40","@!UP1 MUFU.EX2 R4, R4","3","2"\n'
+    '"Kernel Name","_swa_combine_kernel",\n'
     '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
     '"0x10","EXIT","2","2"\n'
 )
@@ -64,11 +67,30 @@ SOURCE = (
 
 def test_parse_sources_splits_kernels_and_groups_by_opcode_without_predicates():
     a, b = gpu_ncu.parse_sources(SOURCE, top=2)
+    assert (a["kernel"], b["kernel"]) == ("_swa_fwd_tma_kernel", "_swa_combine_kernel")
     assert a["samples"] == 21
+    # the next table's "Kernel Name" row is not read as an instruction of this one
     assert a["by_opcode"] == {"MUFU.EX2": 15, "HGMMA.64x64x16.F32.BF16": 5, "BRA": 1}
     assert a["top"] == [[12, "MUFU.EX2 R3, R3"], [5, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ"]]
     assert b["by_opcode"] == {"EXIT": 2}
     assert gpu_ncu.parse_sources("no table here\n") == []
+    # a page without the name rows still splits by header
+    bare = "".join(ln + "\n" for ln in SOURCE.splitlines() if not ln.startswith('"Kernel Name"'))
+    assert [t["kernel"] for t in gpu_ncu.parse_sources(bare)] == [None, None]
+
+
+def test_sources_attach_by_kernel_name_else_in_order():
+    kernels = [gpu_ncu.summarize_kernel(r) for r in gpu_ncu.parse_raw(RAW)]
+    srcs = gpu_ncu.parse_sources(SOURCE)
+    gpu_ncu.attach_sources(kernels, srcs[::-1])        # tables in the other order
+    assert kernels[0]["source"]["by_opcode"] == {"MUFU.EX2": 15, "HGMMA.64x64x16.F32.BF16": 5, "BRA": 1}
+    assert kernels[1]["source"]["by_opcode"] == {"EXIT": 2}
+    kernels = [gpu_ncu.summarize_kernel(r) for r in gpu_ncu.parse_raw(RAW)]
+    gpu_ncu.attach_sources(kernels, [dict(t, kernel=None) for t in srcs])
+    assert kernels[1]["source"]["samples"] == 2
+    kernels = [gpu_ncu.summarize_kernel(r) for r in gpu_ncu.parse_raw(RAW)]
+    gpu_ncu.attach_sources(kernels, [dict(srcs[0], kernel="other")])  # named, no match: none
+    assert "source" not in kernels[0]
 
 
 def test_table_and_summarize_round_trip(tmp_path, capsys):
@@ -79,7 +101,7 @@ def test_table_and_summarize_round_trip(tmp_path, capsys):
     (tmp_path / "ncu_summary.json").write_text(json.dumps(summary))
     assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "_swa_fwd_tma_kernel: 228.5 us, issue 41.2 %, warps n/a, dram 18.4 %, alu pipe 39.8 %" in text
+    assert "_swa_fwd_tma_kernel: 228.5 us, issue 41.2 %, warps n/a, dram read 18.4 %, alu pipe 39.8 %" in text
     assert "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active = 38.9 %" in text
     assert "long_scoreboard 2.25, wait 0.50" in text
     assert "MUFU.EX2 71%" in text
@@ -91,3 +113,47 @@ def test_cli_refuses_unknown_shapes_and_a_missing_out():
         gpu_ncu.main(["--out", "/tmp/x", "--shapes", "train-8k-32/32/128,nope"])
     with pytest.raises(SystemExit):
         gpu_ncu.main([])
+
+
+def _fake_ncu(tmp_path, raw_rc: int) -> str:
+    """A stand-in for ncu: profiling writes the report and prints the child's gate line;
+    the raw page prints RAW (or fails with ``raw_rc``); the source page prints SOURCE."""
+    (tmp_path / "raw.csv").write_text(RAW)
+    (tmp_path / "source.csv").write_text(SOURCE)
+    script = tmp_path / "ncu"
+    script.write_text(f"""#!/usr/bin/env python3
+import sys
+a = sys.argv[1:]
+if "-o" in a:
+    open(a[a.index("-o") + 1] + ".ncu-rep", "w").write("rep")
+    print("gate fake: pass")
+elif "raw" in a:
+    assert "--print-units" in a and "base" in a
+    if {raw_rc}:
+        sys.exit({raw_rc})
+    print(open({str(tmp_path / "raw.csv")!r}).read())
+else:
+    print(open({str(tmp_path / "source.csv")!r}).read())
+""")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("raw_rc", [0, 3])
+def test_profile_with_a_stand_in_ncu_writes_the_summary_and_fails_on_no_data(tmp_path, raw_rc):
+    out = tmp_path / "out"
+    out.mkdir()
+    rc = gpu_ncu.main(["--out", str(out), "--shapes", "train-8k-32/32/128", "--backends", "triton",
+                       "--no-extra", "--ncu", _fake_ncu(tmp_path, raw_rc)])
+    summary = json.loads((out / "ncu_summary.json").read_text())
+    ent = summary["triton__train-8k-32-32-128"]
+    import tarfile
+    with tarfile.open(out / "ncu.tar.xz") as tf:
+        assert "ncu/ncu_summary.json" in tf.getnames()   # rides in the tarball too
+    if raw_rc:
+        assert rc == 1 and ent["status"] == "failed" and "rc 3" in ent["note"]
+    else:
+        assert rc == 0 and ent["status"] == "ok" and ent["note"] == "gate fake: pass"
+        k0, k1 = ent["kernels"]
+        assert k0["source"]["kernel"] == k0["kernel"] == "_swa_fwd_tma_kernel"
+        assert k1["source"]["by_opcode"] == {"EXIT": 2}

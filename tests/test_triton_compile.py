@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import re
 import sys
 import time
 
@@ -274,6 +275,8 @@ def _run_group(group: str) -> dict:
                 res[name] = dict(ok=True, shared=ck.metadata.shared, hgmma="HGMMA" in sass,
                                  want_hgmma=hgmma, exit="EXIT" in sass, s=round(time.time() - t0, 2),
                                  local_mem=("LDL" in sass) or ("STL" in sass),
+                                 fdiv=len(re.findall(r"\bdiv\.(?:full|rn|approx)[a-z.]*\.f32\b", ck.asm["ptx"])),
+                                 per_thread=consts.get("BLOCK_M", 0) * consts.get("BLOCK_DV", 0) // (32 * warps),
                                  griddep="griddepcontrol" in ck.asm["ptx"], want_pdl=bool(consts.get("PDL")),
                                  maxnreg=consts.get("__maxnreg"),
                                  maxnreg_ptx=".maxnreg" in ck.asm["ptx"])
@@ -321,6 +324,12 @@ def test_config_table_compiles_for_sm90(group):
         # instructions are there, and nowhere else
         assert r["griddep"] == r["want_pdl"], f"{name}: griddepcontrol {r['griddep']}, PDL {r['want_pdl']}"
         assert r["maxnreg_ptx"] == bool(r["maxnreg"]), f"{name}: register cap {r['maxnreg']} not in the PTX"
+        # kernels._finish: one fp32 division per row a thread holds (at most 4 rows in every
+        # tile here), then a multiply per element; a division per output element puts
+        # `per_thread` (8 to 128) div.full.f32 in the PTX, each 2-3 more SASS instructions
+        # (FMUL, FSEL of the range scaling: 2552 -> 2368 instructions at D = 128, TMA)
+        if r["per_thread"] >= 8:
+            assert r["fdiv"] <= 4, f"{name}: {r['fdiv']} fp32 divisions for {r['per_thread']} outputs a thread"
 
 
 def test_groups_cover_every_variant():

@@ -50,7 +50,6 @@ KEEP = (r"^gpu__time_duration\.sum$", r"^sm__cycles_elapsed\.avg\.per_second$",
         r"^sm__inst_executed_pipe_(alu|fma|xu)\.avg\.pct_of_peak_sustained_active$",
         r"^dram__bytes_read\.sum\.pct_of_peak_sustained_elapsed$",
         r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
-        r"^dram__throughput\.avg\.pct_of_peak_sustained_elapsed$",
         r"^launch__(grid_size|block_size|registers_per_thread|occupancy_limit_.*|shared_mem_per_block.*)$",
         r"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$")
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio$")
@@ -126,9 +125,11 @@ def summarize_kernel(row: dict) -> dict:
     dur = row.get("gpu__time_duration.sum")
     scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0,
              "msecond": 1e3, "ms": 1e3}.get(unit)
+    units = row.get("_units", {})
     return {"kernel": row.get("Kernel Name", row.get("kernel_name", "?")),
             "duration_us": dur * scale if isinstance(dur, float) and scale else None,
             "metrics": keep,
+            "units": {k: units[k] for k in keep if units.get(k)},
             "stalls": dict(sorted(stalls.items(), key=lambda kv: -kv[1]))}
 
 
@@ -147,13 +148,15 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
     for n_, hi in enumerate(heads):
         end = heads[n_ + 1] if n_ + 1 < len(heads) else len(rows)
         head = rows[hi]
+        # ncu opens each kernel's table with a "Kernel Name",<name> row
+        name = rows[hi - 1][1] if hi > 0 and rows[hi - 1][:1] == ["Kernel Name"] and len(rows[hi - 1]) > 1 else None
         src = head.index("Source")
         smp = next(i for i, c in enumerate(head) if "Samples" in c and "Not" not in c)
         by_op: dict[str, float] = {}
         instrs = []
         total = 0.0
         for r in rows[hi + 1:end]:
-            if len(r) <= max(src, smp):
+            if len(r) <= max(src, smp) or r[0] == "Kernel Name":
                 continue
             try:
                 n = float(r[smp].replace(",", "") or 0)
@@ -165,10 +168,25 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
             total += n
             instrs.append((n, text_))
         instrs.sort(key=lambda t: -t[0])
-        out.append({"samples": total,
+        out.append({"kernel": name, "samples": total,
                     "by_opcode": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:20]),
                     "top": [[n, t] for n, t in instrs[:top]]})
     return out
+
+
+def attach_sources(kernels: list[dict], sources: list[dict]) -> None:
+    """Give each kernel summary its source table: by kernel name where the page names
+    its tables, else in order (one table per profiled kernel, in launch order)."""
+    named = {}
+    for src in sources:
+        if src.get("kernel"):
+            named.setdefault(src["kernel"], []).append(src)
+    for i, k in enumerate(kernels):
+        if named:
+            if named.get(k["kernel"]):
+                k["source"] = named[k["kernel"]].pop(0)
+        elif i < len(sources):
+            k["source"] = sources[i]
 
 
 def _pct(v) -> str:
@@ -183,14 +201,13 @@ def table(summary: dict) -> str:
         for k in ent.get("kernels", []):
             m = k["metrics"]
             tens = {n: v for n, v in m.items() if "tensor_op" in n}
-            dram = m.get("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                         m.get("dram__bytes_read.sum.pct_of_peak_sustained_elapsed"))
+            dram = m.get("dram__bytes_read.sum.pct_of_peak_sustained_elapsed")
             pipes = {p: m.get(f"sm__inst_executed_pipe_{p}.avg.pct_of_peak_sustained_active")
                      for p in ("alu", "fma", "xu")}
             lines.append(f"  {k['kernel'][:60]}: {k['duration_us'] and round(k['duration_us'], 1)} us, "
                          f"issue {_pct(m.get('smsp__issue_active.avg.pct_of_peak_sustained_active'))}, "
                          f"warps {_pct(m.get('sm__warps_active.avg.pct_of_peak_sustained_active'))}, "
-                         f"dram {_pct(dram)}, "
+                         f"dram read {_pct(dram)}, "
                          + ", ".join(f"{p} pipe {_pct(v)}" for p, v in pipes.items()))
             for n, v in sorted(tens.items()):
                 lines.append(f"    {n} = {_pct(v)}")
@@ -205,6 +222,12 @@ def table(summary: dict) -> str:
 
 
 # ------------------------------------------------------------------ parent (on the device)
+
+def _dump(out: str, summary: dict) -> None:
+    """Write the summary so far (after every profile: a later crash keeps the rest)."""
+    with open(os.path.join(out, "ncu_summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
 
 def _run(cmd, log, timeout):
     log.write("$ " + " ".join(cmd) + "\n")
@@ -230,6 +253,7 @@ def _profile(out: str, pairs, budget_s: float, ncu: str) -> dict:
             left = budget_s - (time.time() - t0)
             if left < 30:
                 summary[tag] = {"status": "no-time"}
+                _dump(out, summary)
                 continue
             rep = os.path.join(wd, tag)
             p = _run([ncu, "--clock-control", "none", "--profile-from-start", "off", "--set", "full",
@@ -237,23 +261,29 @@ def _profile(out: str, pairs, budget_s: float, ncu: str) -> dict:
                      log, min(left, 240))
             if p is None or p.returncode != 0 or not os.path.exists(rep + ".ncu-rep"):
                 summary[tag] = {"status": "failed", "note": "" if p is None else f"rc {p.returncode}"}
+                _dump(out, summary)
                 continue
             gate = [ln for ln in p.stdout.splitlines() if ln.startswith("gate ")]
-            raw = _run([ncu, "-i", rep + ".ncu-rep", "--page", "raw", "--csv"], log, 120)
-            rows = parse_raw(raw.stdout) if raw is not None else []
+            raw = _run([ncu, "-i", rep + ".ncu-rep", "--page", "raw", "--csv", "--print-units", "base"],
+                       log, 120)
+            rows = parse_raw(raw.stdout) if raw is not None and raw.returncode == 0 else []
             with open(os.path.join(wd, tag + ".raw.csv"), "w") as f:
                 f.write(raw.stdout if raw is not None else "")
+            if not rows:
+                summary[tag] = {"status": "failed", "note": "raw page: " + (
+                    "timeout" if raw is None else f"rc {raw.returncode}, no kernel row")}
+                _dump(out, summary)
+                continue
             kernels = [summarize_kernel(r) for r in rows]
             s = _run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
                      log, 180)
             if s is not None and s.returncode == 0:
                 with open(os.path.join(wd, tag + ".source.csv"), "w") as f:
                     f.write(s.stdout)
-                for k, src in zip(kernels, parse_sources(s.stdout)):
-                    k["source"] = src
+                attach_sources(kernels, parse_sources(s.stdout))
             summary[tag] = {"status": "ok", "note": gate[0] if gate else "", "kernels": kernels}
-            with open(os.path.join(out, "ncu_summary.json"), "w") as f:
-                json.dump(summary, f, indent=1)
+            _dump(out, summary)
+    _dump(out, summary)
     with tarfile.open(os.path.join(out, "ncu.tar.xz"), "w:xz") as tf:
         tf.add(wd, arcname="ncu")
         # a second copy inside: the device tool returns at most 8 files from $OUT
