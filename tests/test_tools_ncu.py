@@ -4,6 +4,7 @@ refusals (the profiling itself needs the device and ncu)."""
 from __future__ import annotations
 
 import json
+import tarfile
 
 import pytest
 
@@ -147,7 +148,6 @@ def test_profile_with_a_stand_in_ncu_writes_the_summary_and_fails_on_no_data(tmp
                        "--no-extra", "--ncu", _fake_ncu(tmp_path, raw_rc)])
     summary = json.loads((out / "ncu_summary.json").read_text())
     ent = summary["triton__train-8k-32-32-128"]
-    import tarfile
     with tarfile.open(out / "ncu.tar.xz") as tf:
         assert "ncu/ncu_summary.json" in tf.getnames()   # rides in the tarball too
     if raw_rc:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import re
+import subprocess
 import sys
 import time
 

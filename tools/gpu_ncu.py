@@ -52,6 +52,8 @@ KEEP = (r"^gpu__time_duration\.sum$", r"^sm__cycles_elapsed\.avg\.per_second$",
         r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
         r"^launch__(grid_size|block_size|registers_per_thread|occupancy_limit_.*|shared_mem_per_block.*)$",
         r"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$")
+#: Microseconds per unit of a duration, in ncu's long and short unit names
+TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio$")
 
 
@@ -121,11 +123,9 @@ def summarize_kernel(row: dict) -> dict:
     stalls = {STALL.match(k).group(1): v for k, v in keep.items()
               if STALL.match(k) and isinstance(v, float) and v > 0}
     keep = {k: v for k, v in keep.items() if not STALL.match(k)}
-    unit = row.get("_units", {}).get("gpu__time_duration.sum", "")
-    dur = row.get("gpu__time_duration.sum")
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0,
-             "msecond": 1e3, "ms": 1e3}.get(unit)
     units = row.get("_units", {})
+    dur = row.get("gpu__time_duration.sum")
+    scale = TO_US.get(units.get("gpu__time_duration.sum", ""))
     return {"kernel": row.get("Kernel Name", row.get("kernel_name", "?")),
             "duration_us": dur * scale if isinstance(dur, float) and scale else None,
             "metrics": keep,
