@@ -632,6 +632,130 @@ def test_int64_offsets_past_2_to_31_elements():
     _check(o, lse, q, k[:, :, tail:], v[:, :, tail:], kv_start=tail, **kw)
 
 
+def _fake_tma_kernel(metas, make_arg_calls, raw_calls, scratch=0):
+    """A compiled kernel shaped like Triton 3.6's: ``ck.run`` a launcher whose ``launch``
+    is the descriptor-handling wrapper closing over the C ``launcher`` and the kernel's
+    ``tensordesc_meta``; the C launch records its arguments."""
+    from types import SimpleNamespace
+
+    def launcher(*args):
+        raw_calls.append(args)
+
+    def wrap(launcher, tensordesc_meta):
+        def inner(*args):
+            return launcher(*args), tensordesc_meta
+        return inner
+
+    run = SimpleNamespace(launch=wrap(launcher, metas), global_scratch_size=scratch, profile_scratch_size=0,
+                          num_ctas=1, launch_cooperative_grid=False, launch_pdl=True)
+    return SimpleNamespace(run=run, function=0xF00, packed_metadata=("packed",))
+
+
+def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
+    """``launch._TmaFast`` on a stand-in of Triton 3.6's launcher: the C launch gets
+    the launcher's leading arguments (grid, stream, function, cooperative, PDL, no
+    scratch, packed metadata, no launch metadata or hooks), then each descriptor as
+    the encoder expands it, then the rest in order; a descriptor is encoded once per
+    ``(data_ptr, shape, strides)`` (a new address or shape encodes again), the cache
+    is bounded; a launcher of another structure (Triton 3.9's three-argument encoder,
+    scratch memory, a missing meta) gets no fast path."""
+    from triton.backends.nvidia import driver as nv
+
+    enc = []
+
+    def make_arg(arg, meta):  # Triton 3.6's signature: (descriptor, metadata)
+        enc.append((arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), meta["b"]))
+        return [("map", arg.base.data_ptr(), meta["b"]), *arg.shape, *arg.strides]
+
+    real_make = nv.make_tensordesc_arg
+    monkeypatch.setattr(nv, "make_tensordesc_arg", make_arg)
+    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    monkeypatch.setattr(L, "_stream", lambda: 77)
+    raw = []
+    metas = [{"b": 1}, {"b": 2}]
+    fast = L._TmaFast.of(_fake_tma_kernel(metas, enc, raw), 2)
+    assert fast is not None
+    d0, d1 = (4096, (1, 2, 8, 16), (256, 128, 16, 1)), (8192, (1, 2, 5, 16), (256, 128, 16, 1))
+    fast.launch((3, 4), (d0, d1), ("v", "lse", 9, 0.5, True))  # a 2-D grid, as the prefill plans have
+    assert raw[-1] == (3, 4, 1, 77, 0xF00, False, True, None, None, ("packed",), None, None, None,
+                       ("map", 4096, 1), 1, 2, 8, 16, 256, 128, 16, 1,
+                       ("map", 8192, 2), 1, 2, 5, 16, 256, 128, 16, 1, "v", "lse", 9, 0.5, True)
+    assert len(enc) == 2
+    fast.launch((3, 4, 1), (d0, d1), ("v", "lse", 9, 0.5, True))
+    assert len(enc) == 2 and raw[-1] == raw[-2]  # encodings reused
+    moved = (4096 + 16, *d0[1:])
+    fast.launch((3, 4, 1), (moved, d1), ("v", "lse", 9, 0.5, True))
+    assert enc[-1] == (4096 + 16, (1, 2, 8, 16), (256, 128, 16, 1), 1) and len(enc) == 3
+    for i in range(L._TmaFast.ENC_MAX + 5):  # bounded
+        fast.launch((1, 1, 1), ((16 * i, *d0[1:]), d1), ())
+    assert len(fast.enc) <= L._TmaFast.ENC_MAX
+    # launchers the fast path does not know
+    assert L._TmaFast.of(_fake_tma_kernel(metas, enc, raw, scratch=128), 2) is None
+    assert L._TmaFast.of(_fake_tma_kernel([{"b": 1}, None], enc, raw), 2) is None
+    assert L._TmaFast.of(_fake_tma_kernel(metas, enc, raw), 3) is None
+    assert L._TmaFast.of(object(), 2) is None
+    monkeypatch.setattr(nv, "make_tensordesc_arg", real_make)
+    if real_make.__code__.co_argcount != 2:  # this Triton's encoder is not 3.6's
+        assert L._TmaFast.of(_fake_tma_kernel(metas, enc, raw), 2) is None
+    # launch hooks: unset (None or an empty chain) -> the direct launches pass none; a hook set -> not
+    import triton
+    assert L._no_launch_hooks()
+    chain = triton.knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        hook = lambda metadata: None  # noqa: E731
+        chain.add(hook)
+        try:
+            assert not L._no_launch_hooks()
+        finally:
+            chain.remove(hook)
+        assert L._no_launch_hooks()
+
+
+def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
+    """``_Kernel.launch_tma``: the first call of a key goes through ``__call__`` (the
+    JIT) and records a ``_TmaFast``; later calls take it; when it raises, the TMA fast
+    path is off for the process and the call goes through ``__call__`` again (once:
+    no kernel launched twice)."""
+    monkeypatch.setattr(L, "interpreter_active", lambda: False)
+    monkeypatch.setattr(L._Kernel, "enabled", True)
+    monkeypatch.setattr(L._TmaFast, "enabled", True)
+    monkeypatch.setattr(L, "_no_launch_hooks", lambda: True)  # Triton 3.9: hook chains, never None
+    jit_calls, fast_calls = [], []
+
+    class FakeFast:
+        fail = False
+
+        def launch(self, grid, descs, rest):
+            fast_calls.append(rest)
+            if FakeFast.fail:
+                raise RuntimeError("launcher drift")
+
+    monkeypatch.setattr(L._TmaFast, "of", classmethod(lambda cls, ck, n: FakeFast()))
+    kern = L._Kernel(L.kernels._swa_fwd_tma_kernel)
+
+    def call(grid, tensors, ints, floats, cx, static):
+        jit_calls.append(tensors)
+        return object()
+
+    monkeypatch.setattr(L._Kernel, "__call__", lambda self, *a: call(*a))
+    names = L.kernels._swa_fwd_tma_kernel.arg_names
+    v = torch.zeros(4)
+    cx = {n: 0 for n in names[6 + 12 + 1:]}  # 4 descriptors, v, lse; 12 ints; qk_scale
+    ints = tuple(range(12))
+    args = ((8, 1), ((0, (1,), (1,)),) * 4, lambda: ("D",) * 4, (v, v), ints, (0.5,), cx, ("static",))
+    kern.launch_tma(*args)
+    kern.launch_tma(*args)
+    assert len(jit_calls) == 1 and len(fast_calls) == 1
+    FakeFast.fail = True
+    monkeypatch.setattr(L, "FAST_PATH_OFF", [])
+    with pytest.warns(RuntimeWarning, match="TMA descriptor fast launch failed .*launcher drift"):
+        kern.launch_tma(*args)
+    assert len(jit_calls) == 2 and len(fast_calls) == 2 and not L._TmaFast.enabled
+    assert len(L.FAST_PATH_OFF) == 1
+    kern.launch_tma(*args)
+    assert len(jit_calls) == 3 and len(fast_calls) == 2
+
+
 def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     """Every launch path hands its kernel exactly the kernel's parameters: runtime
     args in order, then the constexprs by name, and the precomputed static key of
@@ -649,6 +773,13 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __call__(self, grid, tensors, ints, floats, cx, static):
             calls.append((self.fn, tensors, ints, floats, cx, static))
 
+        def launch_tma(self, grid, descs, build, tensors, ints, floats, cx, static):
+            built = build()  # the TensorDescriptor objects of the JIT path
+            # the fast path's (data_ptr, shape, strides) name the same memory as those objects
+            assert [(d.base.data_ptr(), tuple(d.shape), tuple(d.strides)) for d in built] == \
+                [(ptr, tuple(shape), tuple(st)) for ptr, shape, st in descs]
+            self(grid, (*built, *tensors), ints, floats, cx, static)
+
     for name in ("_FWD", "_FWD_TMA", "_SPLIT", "_COMBINE"):
         monkeypatch.setattr(L, name, Rec(getattr(L, name).fn))
     monkeypatch.setattr(L, "_PLANS", {})
@@ -665,6 +796,14 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     monkeypatch.setattr(L, "sm_count", lambda device: 132)
     pc = dataclasses.replace(p, device=torch.device("cuda"))
     assert L.launch(pc, q, k, v, o, lse) == "prefill_tma"
+    # a key range that starts past key 0 (j_min = 3072: k and v descriptors moved by it), BLHD q
+    qc = torch.randn(1, 512, 32, 128, dtype=torch.bfloat16).transpose(1, 2)
+    pc0 = reference.check_inputs(qc, k, v, **kw)
+    oc, lsec = pc0.new_outputs()
+    pcc = dataclasses.replace(pc0, device=torch.device("cuda"))
+    assert L.launch(pcc, qc, k, v, oc, lsec, tma="v_ptr") == "prefill_tma"
+    assert calls[-1][2][-3] == 3072  # j_min (ints end Lk, r, j_min, W, C)
+    calls.pop()
     # split-KV as planned for a Hopper GPU: the combine is a programmatic dependent launch
     monkeypatch.setattr(L, "capability", lambda device: (9, 0))
     monkeypatch.setattr(L, "workspace", lambda device, numel: torch.empty(numel))  # a CPU stand-in

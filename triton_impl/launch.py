@@ -11,7 +11,8 @@ configuration (dtype, head dims, block sizes, flags, stride specialisation).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -224,6 +225,7 @@ class _Kernel:
     def __init__(self, fn):
         self.fn = fn
         self.cache: dict = {}
+        self.tma_cache: dict = {}  # launch_tma's key -> _TmaFast
 
     # Specialisation of a tuple of runtime ints (see _key), memoised by the tuple
     # itself: a repeated call shape skips the per-int arithmetic. Bounded: cleared
@@ -245,8 +247,11 @@ class _Kernel:
     def _key(static, tensors, ints):
         # Tensors: dtype and 16-byte alignment; TMA descriptors: what their type
         # carries (block shape, element type, padding); shapes/strides are runtime.
-        align = tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor)
-                      else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
+        try:
+            align = tuple([(t.dtype, not t.data_ptr() & 15) for t in tensors])
+        except AttributeError:  # TMA descriptor objects among them (no dtype, no data_ptr)
+            align = tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor)
+                          else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
         return static, _Kernel._int_spec(ints), align
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple):
@@ -256,25 +261,177 @@ class _Kernel:
         static part and the only source of the compile options (``launch_pdl``:
         launch as a programmatic dependent of the previous kernel on the stream,
         carried by the compiled kernel, so the direct launch keeps it; ``maxnreg``:
-        the register cap per thread, ``Config.maxnreg``)."""
+        the register cap per thread, ``Config.maxnreg``). Returns the compiled kernel
+        launched (what ``JITFunction.run`` returns; None where it returns nothing)."""
         args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
-            self.fn[grid](*args, **constexprs, **_options(static))
-            return
+            return self.fn[grid](*args, **constexprs, **_options(static))
         key = self._key(static, tensors, ints)
         ck = self.cache.get(key)
         if ck is not None:
             try:
                 _direct_launch(ck, grid, (*args, *constexprs.values()))
-                return
-            except Exception:  # version drift in Triton's private launch API: use the JIT from now on
+                return ck
+            except Exception as e:  # version drift in Triton's private launch API: use the JIT from now on
                 _Kernel.enabled = False
+                _fast_path_off("the direct launch of cached kernels", e)
         ck = self.fn[grid](*args, **constexprs, **_options(static))
         # Cache only when the direct call will pass the arguments in the kernel's own order.
         names = list(getattr(self.fn, "arg_names", ()))
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
                 and names[len(args):] == list(constexprs)):
             self.cache[key] = ck
+        return ck
+
+    def launch_tma(self, grid, descs, build, tensors, ints, floats, constexprs: dict, static: tuple):
+        """A launch whose first ``len(descs)`` arguments are TMA tensor descriptors.
+
+        ``descs``: per descriptor ``(data_ptr, shape, strides)`` of the tensor it
+        describes (block shapes, element type and padding are the kernel's: static
+        in ``static`` and the dtypes of ``tensors``); ``build()``: the same
+        descriptors as :class:`TensorDescriptor` objects, built only where a call
+        goes through :meth:`__call__`. The rest as :meth:`__call__`.
+
+        After the first call of a key, Triton 3.6's launcher is entered below its
+        per-call descriptor handling (:class:`_TmaFast`): each descriptor is encoded
+        once per ``(data_ptr, shape, strides)`` and the encoding reused, instead
+        of four ``TensorDescriptor`` objects built and four ``cuTensorMapEncodeTiled``
+        calls per call. Elsewhere (another Triton's launcher, launch hooks set, the
+        fast paths off) every call takes :meth:`__call__`.
+        """
+        if interpreter_active() or not _Kernel.enabled or not _TmaFast.enabled:
+            self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+            return
+        key = self._key(static, tensors, ints)
+        fast = self.tma_cache.get(key, False)  # False: not seen; None: no fast path for this kernel
+        if fast and _no_launch_hooks():
+            try:
+                fast.launch(grid, descs, (*tensors, *ints, *floats, *constexprs.values()))
+                return
+            except Exception as e:  # drift in Triton's private launcher: __call__ from now on
+                _TmaFast.enabled = False
+                _fast_path_off("the TMA descriptor fast launch", e)
+        ck = self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+        names = list(getattr(self.fn, "arg_names", ()))
+        n_args = len(descs) + len(tensors) + len(ints) + len(floats)
+        if fast is False and ck is not None and names[n_args:] == list(constexprs):
+            self.tma_cache[key] = _TmaFast.of(ck, len(descs))
+
+
+#: Why a host fast path was turned off in this process (``_fast_path_off``), or empty.
+FAST_PATH_OFF: list[str] = []
+
+
+def _fast_path_off(what: str, exc: BaseException) -> None:
+    """Record and warn (once per path) that a host fast path failed and is off for the
+    process; the call that failed is then launched through Triton's own path."""
+    msg = f"triton_impl: {what} failed ({type(exc).__name__}: {exc}); Triton's own launch from now on"
+    FAST_PATH_OFF.append(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _hook_unset(hook) -> bool:
+    """``None``, or a ``triton.knobs.HookChain`` with no hook in it (Triton 3.6's default:
+    the launcher then calls an empty chain twice per launch)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
+def _no_launch_hooks() -> bool:
+    """Whether Triton's launch enter/exit hooks (profilers such as Proton) are unset.
+    Then the direct launches pass no hooks and no launch metadata (which only the
+    hooks read); a set hook gets both, as from the JIT."""
+    knobs = getattr(triton, "knobs", None)
+    return knobs is None or (_hook_unset(knobs.runtime.launch_enter_hook)
+                             and _hook_unset(knobs.runtime.launch_exit_hook))
+
+
+class _Base:
+    """``base`` of a :class:`_DescArg`: what Triton's descriptor encoder reads of it."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class _DescArg:
+    """The fields of a ``TensorDescriptor`` that Triton's ``make_tensordesc_arg``
+    reads, without the tensor (a descriptor of a key range starting past key 0
+    has no tensor of its own) or ``TensorDescriptor``'s per-object checks (the
+    launcher checked the strides and bases once: ``_tma_strides_ok``)."""
+
+    __slots__ = ("base", "shape", "strides", "padding")
+
+    def __init__(self, ptr: int, shape, strides):
+        self.base, self.shape, self.strides, self.padding = _Base(ptr), list(shape), list(strides), "zero"
+
+
+class _TmaFast:
+    """The raw launch of a compiled kernel with TMA descriptor arguments (Triton 3.6).
+
+    Triton 3.6's ``CudaLauncher`` wraps its C launch in a Python function that,
+    on every call, turns each ``TensorDescriptor`` argument into an encoded
+    ``CUtensorMap`` plus its shape and strides (``make_tensordesc_arg``, one
+    ``cuTensorMapEncodeTiled`` each). The encoding is a pure function of the
+    descriptor's base address, shape, strides and the kernel's block shape,
+    swizzle and element type, so it is cached here per compiled kernel, keyed by
+    ``(descriptor index, data_ptr, shape, strides)``, and the C launch is called
+    with the cached arguments. :meth:`of` accepts only a launcher of exactly that
+    structure (the wrapper's closure holding ``launcher`` and one non-empty
+    ``tensordesc_meta`` entry per descriptor, no scratch memory); anything else
+    keeps the JIT path.
+    """
+
+    ENC_MAX = 64  # cached encodings per compiled kernel; cleared when full
+    enabled = True  # False after a raw launch raised: every TMA call through _Kernel.__call__
+
+    def __init__(self, raw, metas, make_arg, ck, coop, pdl):
+        self.raw, self.metas, self.make_arg = raw, metas, make_arg
+        self.function, self.packed = ck.function, ck.packed_metadata
+        self.coop, self.pdl = coop, pdl
+        self.enc: dict = {}
+
+    @classmethod
+    def of(cls, ck, n_desc: int) -> "_TmaFast | None":
+        try:
+            from triton.backends.nvidia import driver as nv
+            run = ck.run
+            inner = run.launch
+            cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__ or ())))
+            raw, metas = cells.get("launcher"), cells.get("tensordesc_meta")
+            make_arg = nv.make_tensordesc_arg
+            if (raw is None or not callable(raw) or not metas or len(metas) != n_desc
+                    or any(m is None for m in metas) or make_arg.__code__.co_argcount != 2
+                    or run.global_scratch_size or run.profile_scratch_size
+                    or getattr(run, "num_ctas", 1) != 1 or nv._BASE_ARGS_FORMAT_LEN != 13):
+                return None
+            return cls(raw, list(metas), make_arg, ck, bool(run.launch_cooperative_grid), bool(run.launch_pdl))
+        except Exception:  # any other launcher: no fast path
+            return None
+
+    def encode(self, i: int, d: tuple) -> list:
+        enc = self.make_arg(_DescArg(*d), self.metas[i])
+        if len(self.enc) >= self.ENC_MAX:
+            self.enc.clear()
+        self.enc[(i, *d)] = enc
+        return enc
+
+    def launch(self, grid, descs, rest: tuple) -> None:
+        args = []
+        enc = self.enc
+        for i, d in enumerate(descs):
+            e = enc.get((i, *d))
+            args += e if e is not None else self.encode(i, d)
+        stream = _stream()
+        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
+        # stream, function, cooperative, PDL, global and profile scratch (none), the packed
+        # metadata, the launch metadata and the enter / exit hooks (none: _no_launch_hooks).
+        self.raw(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None,
+                 self.packed, None, None, None, *args, *rest)
 
 
 def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False,
@@ -305,16 +462,25 @@ def _options(static: tuple) -> dict:
     return opts
 
 
-def _direct_launch(ck, grid, full_args) -> None:
-    """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9)."""
+def _stream() -> int:
+    """The current CUDA stream as Triton's launchers take it (torch's current stream)."""
     drv = triton.runtime.driver.active
-    stream = drv.get_current_stream(drv.get_current_device())
+    return drv.get_current_stream(drv.get_current_device())
+
+
+def _direct_launch(ck, grid, full_args) -> None:
+    """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9), except
+    that with no launch hook set (:func:`_no_launch_hooks`) it builds no launch
+    metadata and passes ``None`` for the hooks instead of two empty chains."""
+    stream = _stream()
     g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-    knobs = getattr(triton, "knobs", None)
-    enter = knobs.runtime.launch_enter_hook if knobs is not None else None
-    exit_ = knobs.runtime.launch_exit_hook if knobs is not None else None
+    if _no_launch_hooks():
+        ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None, *full_args)
+        return
+    knobs = triton.knobs
     meta = ck.launch_metadata(g, stream, *full_args)
-    ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, meta, enter, exit_, *full_args)
+    ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, meta, knobs.runtime.launch_enter_hook,
+           knobs.runtime.launch_exit_hook, *full_args)
 
 
 _FWD = _Kernel(kernels._swa_fwd_kernel)
@@ -410,6 +576,7 @@ class _Plan:
     tma: "_Plan | None" = None
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
     fold: bool = False  # the plan has FOLD variants (launch.FOLD_SCALE or the _fold knob)
+    j_mins: dict = field(default_factory=dict)  # TMA plan: (kv_start, Lk) -> j_min (_j_min)
 
     def pick(self, c: int, qk_scale: float) -> tuple[dict, tuple]:
         """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
@@ -569,12 +736,24 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
 def _tma_strides_ok(*tensors) -> bool:
     """The copy engine's rules: innermost stride 1, the others positive (a broadcast
     dimension of stride 0 takes the pointer kernel) and, like the base, 16-byte aligned."""
-    for t in tensors:
-        st = t.stride()
-        es = t.element_size()
-        if st[-1] != 1 or t.data_ptr() % 16 or any(s <= 0 or (s * es) % 16 for s in st[:-1]):
-            return False
-    return True
+    return all(t.data_ptr() % 16 == 0 and _strides_fit((t.stride(),), t.element_size()) for t in tensors)
+
+
+_STRIDES_FIT: dict = {}
+
+
+def _strides_fit(strides: tuple, es: int) -> bool:
+    """Whether each stride tuple of ``strides`` (elements of ``es`` bytes) suits the copy
+    engine: innermost stride 1, the others positive multiples of 16 bytes. Memoised
+    (a caller's strides repeat from call to call); the table is cleared when full."""
+    key = (strides, es)
+    ok = _STRIDES_FIT.get(key)
+    if ok is None:
+        ok = all(st[-1] == 1 and all(s > 0 and (s * es) % 16 == 0 for s in st[:-1]) for st in strides)
+        if len(_STRIDES_FIT) >= 1024:
+            _STRIDES_FIT.clear()
+        _STRIDES_FIT[key] = ok
+    return ok
 
 
 def _pdl_ok(p: Problem, pdl) -> bool:
@@ -699,26 +878,51 @@ def _gluon_descs(q, k, v, bm, bn, bdk, bdv):
                  for t, (blk, lay) in zip((q, k, v), lays))
 
 
-def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float) -> None:
-    """``plan`` is the TMA plan (``prefill_plan.tma``)."""
+def _j_min(plan: _Plan, p: Problem) -> int:
+    """The first key any query of the call sees (``reference.mask.visible_key_range``),
+    memoised per plan by ``(kv_start, Lk)``, the call values it depends on besides the
+    plan's static problem."""
+    key = (p.kv_start, p.Lk)
+    j = plan.j_mins.get(key)
+    if j is None:
+        j = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size, chunk_size=p.chunk_size,
+                              expand_to_chunk=p.expand_to_chunk, kv_start=p.kv_start)[0]
+        if len(plan.j_mins) >= 64:
+            plan.j_mins.clear()
+        plan.j_mins[key] = j
+    return j
+
+
+def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: tuple) -> None:
+    """``plan`` is the TMA plan (``prefill_plan.tma``); ``ops`` the ``(data_ptr, strides)``
+    of ``q``, ``k``, ``v`` (:func:`_tma_operands`)."""
     bm, bn, bdk, bdv = plan.blocks
     r, w, c = _frame(p)
-    j_min = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
-                              chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
-                              kv_start=p.kv_start)[0]  # the first key any query of the call sees
-    kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+    j_min = _j_min(plan, p)
     cx, st = plan.pick(c, qk_scale)
     if plan.path == "prefill_gluon":
+        kk, vv = k[:, :, j_min:], v[:, :, j_min:]
         _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
                    (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
         return
-    descs = (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
-             TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
-             TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
-             TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
     st = _frame_static(st, (r, w, c))
-    _FWD_TMA(plan.grid, (*descs, v, lse), (*v.stride(), *plan.head, p.Lk, r, j_min, w, c), (qk_scale,),
-             cx, st)
+    (pq, sq), (pk, sk), (pv, sv) = ops
+    if j_min == 0:
+        kd, vd = (pk, k.shape, sk), (pv, v.shape, sv)
+    else:  # the key range from j_min on: the base moved by j_min rows, Lk - j_min rows
+        es = k.element_size()
+        kd = (pk + j_min * sk[2] * es, (p.B, p.Hkv, p.Lk - j_min, p.Dqk), sk)
+        vd = (pv + j_min * sv[2] * es, (p.B, p.Hkv, p.Lk - j_min, p.Dv), sv)
+
+    def build():  # the same four descriptors as TensorDescriptor objects (the JIT path)
+        kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+        return (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
+                TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
+                TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
+                TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
+
+    _FWD_TMA.launch_tma(plan.grid, ((pq, q.shape, sq), kd, vd, (o.data_ptr(), o.shape, o.stride())), build,
+                        (v, lse), (*sv, *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
 
 
 def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=None, fold=None,
@@ -737,19 +941,23 @@ def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=
     return plan
 
 
-def _takes_tma(plan: _Plan, tma, q, k, v) -> bool:
-    """Whether a prefill call runs the TMA kernel: the plan has one and the call's
-    strides and base addresses suit the copy engine (``o``: decided with the
-    plan). When ``tma`` names a mode and the kernel cannot serve the call,
-    :class:`UnsupportedConfig` (asked for explicitly: no other kernel runs)."""
-    if plan.tma is not None and _tma_strides_ok(q, k, v):
-        return True
+def _tma_operands(plan: _Plan, tma, q, k, v) -> tuple | None:
+    """``((data_ptr, strides) of q, k, v)`` when a prefill call runs the TMA kernel (the
+    plan has one and the call's strides and base addresses suit the copy engine;
+    ``o``: decided with the plan), else None. When ``tma`` names a mode and the
+    kernel cannot serve the call, :class:`UnsupportedConfig` (asked for explicitly:
+    no other kernel runs). ``q``, ``k``, ``v`` share one dtype (``check_inputs``)."""
+    if plan.tma is not None:
+        ops = ((q.data_ptr(), q.stride()), (k.data_ptr(), k.stride()), (v.data_ptr(), v.stride()))
+        if not (ops[0][0] | ops[1][0] | ops[2][0]) & 15 and _strides_fit(
+                (ops[0][1], ops[1][1], ops[2][1]), q.element_size()):
+            return ops
     if tma:
         raise UnsupportedConfig(
             "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors (fp16 CPU tensors under "
             "TRITON_INTERPRET=1) whose innermost stride is 1, whose other strides and base addresses "
             "are positive multiples of 16 bytes, and whose Dv rows are multiples of 16 bytes")
-    return False
+    return None
 
 
 def describe(p: Problem, q, k, v, **knobs) -> str:
@@ -759,7 +967,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     (cached like a call's); launches nothing."""
     plan = _plan(p, **knobs)
     kind = plan.path
-    if kind == "prefill" and _takes_tma(plan, knobs.get("tma"), q, k, v):
+    if kind == "prefill" and _tma_operands(plan, knobs.get("tma"), q, k, v) is not None:
         plan = plan.tma
         kind = plan.path  # "prefill_tma" or "prefill_gluon"
     cx = next(iter(plan.constexprs.values()))
@@ -800,8 +1008,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
-        if _takes_tma(plan, tma, q, k, v):
-            _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale)
+        ops = _tma_operands(plan, tma, q, k, v)
+        if ops is not None:
+            _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale, ops)
             return plan.tma.path  # "prefill_tma" or "prefill_gluon"
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)

@@ -1,0 +1,255 @@
+"""Host-time lab of the Triton backend's TMA prefill call, in one device call.
+
+    PYTHONUNBUFFERED=1 python tools/lab_host.py --out $OUT
+
+Session 19: ``launch._TmaFast`` (the four TMA descriptors encoded once per
+``(data_ptr, shape, strides)`` and Triton 3.6's C launch called below its
+per-call descriptor handling) against the launch it replaces (four
+``TensorDescriptor`` objects and four encodings per call, ``_TmaFast.enabled =
+False``), in one process.
+
+1. Checks (fresh random inputs, outputs poisoned, NaN in slots no query sees),
+   each on the TMA kernel (``tma="v_ptr"``), key ranges that start at key 0 and
+   past it (``j_min > 0``: descriptors of ``k`` / ``v`` whose base is moved by
+   ``j_min`` rows), BHLD and BLHD strides, GQA, ``kv_start``, ``Dqk != Dv``:
+   ``tools.gpu_triton.check_case`` (the first call through the JIT, the second
+   through the fast path, compared bit for bit, and ``conformance.verdict``
+   against float64). Then the fast path must have been taken; six calls on new
+   tensors (new addresses) must equal the slow path bit for bit; a CUDA graph
+   captured through the fast path must replay new data exactly.
+2. Timing, per shape and variant (also the launches as at 046bff9: launch
+   metadata built and Triton 3.6's two empty hook chains passed and called per
+   launch, which the direct launches now skip): the bench's eager and host columns
+   (``tools.bench.Timer.eager_host``: L2 flushed, device idle) and its
+   kernel-only graph replay; host time per call back to back; the call's pieces.
+
+Predicted before the run (written down with the change): TMA prefill host time
+per call 64-67 us (bench at 046bff9) -> 35-42 us, eager minus kernel down by
+the same 25-30 us; kernel time unchanged; pointer and split-KV calls 1-3 us
+less per launch from the skipped hook chains (within the host's noise).
+
+Writes ``lab_host.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import reference  # noqa: E402
+from tools import gpu_triton as G  # noqa: E402
+from tools._common import capture_graph  # noqa: E402
+from tools.bench import Timer  # noqa: E402
+from triton_impl import launch as L  # noqa: E402
+from triton_impl import sliding_window_attention as swa  # noqa: E402
+
+DEV = "cuda"
+RES: dict = {}
+NO_HOOKS = L._no_launch_hooks
+
+
+class Counter:
+    """Counts :meth:`launch._TmaFast.launch` calls (the fast path taken)."""
+
+    n = 0
+    orig = L._TmaFast.launch
+
+    @staticmethod
+    def wrap(self, *a):
+        Counter.n += 1
+        return Counter.orig(self, *a)
+
+
+L._TmaFast.launch = Counter.wrap
+
+
+def bits(t):
+    return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+
+def same(a, b):
+    return bool(torch.equal(bits(a[0]), bits(b[0])) and torch.equal(bits(a[1]), bits(b[1])))
+
+
+def checks():
+    bf, fp = torch.bfloat16, torch.float16
+    base = dict(W=200, C=64, nan_invisible=True, tma="v_ptr", path="prefill")
+    cases = [
+        dict(base, B=2, Hq=4, Hkv=2, Lq=600, Lk=700, Dqk=128, Dv=128, dtype=bf),            # j_min = 0
+        dict(base, B=2, Hq=4, Hkv=2, Lq=300, Lk=1000, Dqk=128, Dv=128, dtype=bf),           # j_min = 448
+        dict(base, B=1, Hq=8, Hkv=2, Lq=300, Lk=1000, Dqk=64, Dv=64, dtype=fp, kv_start=5, blhd=True),
+        dict(base, B=2, Hq=6, Hkv=3, Lq=333, Lk=1200, Dqk=96, Dv=64, dtype=bf, kv_start=70, blhd=True),
+        dict(base, B=1, Hq=4, Hkv=4, Lq=1000, Lk=1000, Dqk=128, Dv=128, dtype=fp, kv_start=3, W=37, C=16),
+    ]
+    rows = RES.setdefault("checks", [])
+    before = Counter.n
+    for c in cases:
+        try:
+            G.check_case(c, rows)
+        except Exception as e:
+            traceback.print_exc()
+            rows.append(dict(case={k: str(v) for k, v in c.items()}, ok=False, error=f"{type(e).__name__}: {e}"[:300]))
+    fast_calls = Counter.n - before
+    RES["diagnosis"] = diagnose()
+    RES["fast_calls_in_checks"] = fast_calls
+    ok = all(r["ok"] for r in rows) and fast_calls >= len(cases) and not L.FAST_PATH_OFF
+    print(f"checks: {sum(r['ok'] for r in rows)}/{len(rows)} ok, fast-path launches {fast_calls}, "
+          f"fast paths off: {L.FAST_PATH_OFF}", flush=True)
+
+    # New tensors each call (new addresses, the encodings' cache keys), fast against slow.
+    kw = dict(window_size=200, chunk_size=64, _tma="v_ptr", _force_path="prefill")
+    reuse = []
+    for i in range(6):
+        Lq, Lk = ((300, 1000), (1000, 1000))[i % 2]
+        q, k, v = G.make(1, 8, 2, Lq, Lk, 128, 128, torch.bfloat16, blhd=bool(i % 3 == 2), seed=50 + i)
+        n0 = Counter.n
+        fast = swa(q, k, v, **kw)
+        took = Counter.n - n0
+        L._TmaFast.enabled = False
+        try:
+            slow = swa(q, k, v, **kw)
+        finally:
+            L._TmaFast.enabled = True
+        reuse.append(dict(i=i, Lq=Lq, Lk=Lk, fast=took, equal=same(fast, slow)))
+    RES["reuse"] = reuse
+    ok = ok and all(r["equal"] for r in reuse) and sum(r["fast"] for r in reuse) >= 5
+    print(f"reuse: {reuse}", flush=True)
+
+    # A CUDA graph captured through the fast path replays new data exactly.
+    q, k, v = G.make(1, 8, 2, 300, 1000, 128, 128, torch.bfloat16, seed=7)
+    n0 = Counter.n
+    g, out = capture_graph(lambda: swa(q, k, v, **kw))
+    captured_fast = Counter.n - n0
+    q2, k2, v2 = G.make(1, 8, 2, 300, 1000, 128, 128, torch.bfloat16, seed=8)
+    q.copy_(q2), k.copy_(k2), v.copy_(v2)
+    g.replay()
+    torch.cuda.synchronize()
+    want = swa(q2, k2, v2, **kw)
+    RES["graph"] = dict(fast_calls=captured_fast, equal=same(out, want))
+    ok = ok and RES["graph"]["equal"] and captured_fast >= 1
+    print(f"graph: {RES['graph']}", flush=True)
+    RES["fast_path_off"] = list(L.FAST_PATH_OFF)
+    ok = ok and not L.FAST_PATH_OFF
+    RES["checks_ok"] = ok
+    return ok
+
+
+def diagnose():
+    """Why ``_TmaFast.of`` accepts or refuses the compiled TMA kernels seen so far."""
+    import triton
+    from triton.backends.nvidia import driver as nv
+    out = dict(no_launch_hooks=L._no_launch_hooks(), tma_cache=[repr(v) for v in L._FWD_TMA.tma_cache.values()],
+               make_arg_argcount=nv.make_tensordesc_arg.__code__.co_argcount,
+               base_len=getattr(nv, "_BASE_ARGS_FORMAT_LEN", None),
+               enter_hook=repr(triton.knobs.runtime.launch_enter_hook))
+    for ck in list(L._FWD_TMA.cache.values())[:1]:
+        run = ck.run
+        inner = getattr(run, "launch", None)
+        code = getattr(inner, "__code__", None)
+        out.update(run_type=type(run).__name__, inner=repr(inner),
+                   freevars=list(code.co_freevars) if code else None,
+                   metas=repr(dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__ or ())))
+                              .get("tensordesc_meta")) if code else None,
+                   scratch=(getattr(run, "global_scratch_size", "?"), getattr(run, "profile_scratch_size", "?")),
+                   num_ctas=getattr(run, "num_ctas", "?"), of=repr(L._TmaFast.of(ck, 4)))
+    print(f"diagnosis: {out}", flush=True)
+    return out
+
+
+SHAPES = {
+    "mha D128 L8K (tma)": (1, 32, 32, 8192, 8192, 128),
+    "mha D128 L16K (tma)": (1, 32, 32, 16384, 16384, 128),
+    "gqa32/4 D64 L8K (tma)": (1, 32, 4, 8192, 8192, 64),
+    "batch4x4K D64 (tma)": (4, 32, 4, 4096, 4096, 64),
+    "chunk 512/8K D128": (1, 32, 32, 512, 8192, 128),
+    "decode B1 8K": (1, 32, 32, 1, 8192, 128),
+}
+
+
+def back_to_back(fn, args, n=100, rounds=5):
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        out.append((time.perf_counter() - t0) * 1e6 / n)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def timings():
+    timer = Timer(DEV, 30)
+    kw = dict(window_size=512, chunk_size=64)
+    rows = RES.setdefault("timings", [])
+    for name, (B, Hq, Hkv, Lq, Lk, D) in SHAPES.items():
+        sets = [G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=200 + i) for i in range(3)]
+        call = lambda q, k, v: swa(q, k, v, **kw)  # noqa: E731
+        for variant, on, hooks in (("fast (_TmaFast)", True, False), ("descriptors per call", False, False),
+                                   ("as at 046bff9", False, True), ("fast again", True, False)):
+            L._TmaFast.enabled = on
+            if hooks:  # the direct launches as before: launch metadata and the two empty hook chains
+                L._no_launch_hooks = lambda: False
+            try:
+                call(*sets[0])
+                torch.cuda.synchronize()
+                ms, why = timer.graph(call, sets)
+                eager_ms, host_us = timer.eager_host(call, sets)
+                b2b = back_to_back(call, sets[0], n=20 if Lq >= 8192 else 100)
+                p = reference.check_inputs(*sets[0], **kw)
+                o, lse = p.new_outputs()
+                parts = dict(check_inputs=back_to_back(lambda: reference.check_inputs(*sets[0], **kw), ()),
+                             new_outputs=back_to_back(lambda: p.new_outputs(), ()),
+                             launch=back_to_back(lambda: L.launch(p, *sets[0], o, lse), (), n=20 if Lq >= 8192 else 100))
+                kern = ms * 1e3 if ms is not None else float("nan")
+                row = dict(shape=name, variant=variant, kernel_us=kern, eager_us=eager_ms * 1e3, host_us=host_us,
+                           eager_minus_kernel_us=eager_ms * 1e3 - kern, host_b2b_us=b2b, parts=parts,
+                           graph_note=why)
+            except Exception as e:
+                traceback.print_exc()
+                row = dict(shape=name, variant=variant, error=f"{type(e).__name__}: {e}"[:300])
+            finally:
+                L._TmaFast.enabled = True
+                L._no_launch_hooks = NO_HOOKS
+            rows.append(row)
+            if "error" not in row:
+                print(f"  {name:24s} {variant:22s} kern {row['kernel_us']:7.1f} eager {row['eager_us']:7.1f} "
+                      f"host {row['host_us']:6.1f} e-k {row['eager_minus_kernel_us']:6.1f} b2b {b2b:6.1f} "
+                      + " ".join(f"{k}={v:.1f}" for k, v in parts.items()), flush=True)
+        del sets
+        torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    G.DEV = DEV
+    import triton
+    RES.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
+    path = os.path.join(args.out, "lab_host.json")
+    t0 = time.time()
+    ok = checks()
+    with open(path, "w") as f:
+        json.dump(RES, f, indent=1, default=str)
+    timings()
+    RES["fast_path_off_end"] = list(L.FAST_PATH_OFF)
+    RES["wall_s"] = time.time() - t0
+    with open(path, "w") as f:
+        json.dump(RES, f, indent=1, default=str)
+    print(f"checks ok: {ok}; {time.time() - t0:.0f} s", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
