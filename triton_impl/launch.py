@@ -168,9 +168,12 @@ TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # decode 7.0 -> 7.1 us; predicted +2-5%): the 29 instructions are not on the
 # critical path. Off everywhere; the private _fold knob forces it.
 FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
-# TMA only pays once the kernel outlasts the host cost of encoding four
-# descriptors per call (chunked prefill Lq=512 of 8K, 256 programs: same
-# kernel time, +70 us host time): at least this many waves of programs.
+# TMA only where the grid has at least this many waves of programs. Chosen when
+# every call built and encoded four descriptors (chunked prefill Lq=512 of 8K, 256
+# programs: the same kernel time as the pointer kernel, +70 us host time). Since
+# _TmaFast (session 19) a call whose tensors sit at addresses seen before encodes
+# nothing; the gate stays because the short grids gained nothing in kernel time
+# (not re-measured).
 TMA_MIN_WAVES = 4
 # Split-KV on Hopper: the combine kernel is launched as a programmatic dependent
 # of the split kernel (CUDA programmatic dependent launch; kernels._swa_splitkv_kernel
@@ -385,7 +388,9 @@ class _TmaFast:
     keeps the JIT path.
     """
 
-    ENC_MAX = 64  # cached encodings per compiled kernel; cleared when full
+    # Cached encodings per compiled kernel (about 0.3 KB each); cleared when full. A model
+    # whose layers keep their own q / k / v / o alive needs four per layer for every hit.
+    ENC_MAX = 1024
     enabled = True  # False after a raw launch raised: every TMA call through _Kernel.__call__
 
     def __init__(self, raw, metas, make_arg, ck, coop, pdl):
