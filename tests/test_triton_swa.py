@@ -670,24 +670,25 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
     real_make = nv.make_tensordesc_arg
     monkeypatch.setattr(nv, "make_tensordesc_arg", make_arg)
     monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
-    monkeypatch.setattr(L, "_stream", lambda: 77)
+    monkeypatch.setattr(L, "_stream", lambda dev: 77 + dev)
     raw = []
     metas = [{"b": 1}, {"b": 2}]
     fast = L._TmaFast.of(_fake_tma_kernel(metas, enc, raw), 2)
     assert fast is not None
     d0, d1 = (4096, (1, 2, 8, 16), (256, 128, 16, 1)), (8192, (1, 2, 5, 16), (256, 128, 16, 1))
-    fast.launch((3, 4), (d0, d1), ("v", "lse", 9, 0.5, True))  # a 2-D grid, as the prefill plans have
+    fast.launch((3, 4), (d0, d1), ("v", "lse", 9, 0.5, True), 0)  # a 2-D grid, as the prefill plans have
     assert raw[-1] == (3, 4, 1, 77, 0xF00, False, True, None, None, ("packed",), None, None, None,
                        ("map", 4096, 1), 1, 2, 8, 16, 256, 128, 16, 1,
                        ("map", 8192, 2), 1, 2, 5, 16, 256, 128, 16, 1, "v", "lse", 9, 0.5, True)
     assert len(enc) == 2
-    fast.launch((3, 4, 1), (d0, d1), ("v", "lse", 9, 0.5, True))
+    fast.launch((3, 4, 1), (d0, d1), ("v", "lse", 9, 0.5, True), 0)
     assert len(enc) == 2 and raw[-1] == raw[-2]  # encodings reused
     moved = (4096 + 16, *d0[1:])
-    fast.launch((3, 4, 1), (moved, d1), ("v", "lse", 9, 0.5, True))
+    fast.launch((3, 4, 1), (moved, d1), ("v", "lse", 9, 0.5, True), 0)
     assert enc[-1] == (4096 + 16, (1, 2, 8, 16), (256, 128, 16, 1), 1) and len(enc) == 3
     for i in range(L._TmaFast.ENC_MAX + 5):  # bounded
-        fast.launch((1, 1, 1), ((16 * i, *d0[1:]), d1), ())
+        fast.launch((1, 1, 1), ((16 * i, *d0[1:]), d1), (), 1)
+    assert raw[-1][3] == 78  # the stream of the device it was given
     assert len(fast.enc) <= L._TmaFast.ENC_MAX
     # launchers the fast path does not know
     assert L._TmaFast.of(_fake_tma_kernel(metas, enc, raw, scratch=128), 2) is None
@@ -720,12 +721,13 @@ def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
     monkeypatch.setattr(L._Kernel, "enabled", True)
     monkeypatch.setattr(L._TmaFast, "enabled", True)
     monkeypatch.setattr(L, "_no_launch_hooks", lambda: True)  # Triton 3.9: hook chains, never None
+    monkeypatch.setattr(L, "_device", lambda: 0)
     jit_calls, fast_calls = [], []
 
     class FakeFast:
         fail = False
 
-        def launch(self, grid, descs, rest):
+        def launch(self, grid, descs, rest, dev):
             fast_calls.append(rest)
             if FakeFast.fail:
                 raise RuntimeError("launcher drift")

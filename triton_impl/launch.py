@@ -269,11 +269,12 @@ class _Kernel:
         args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
             return self.fn[grid](*args, **constexprs, **_options(static))
-        key = self._key(static, tensors, ints)
+        dev = _device()
+        key = (dev, self._key(static, tensors, ints))  # a compiled kernel is loaded per device
         ck = self.cache.get(key)
         if ck is not None:
             try:
-                _direct_launch(ck, grid, (*args, *constexprs.values()))
+                _direct_launch(ck, grid, (*args, *constexprs.values()), dev)
                 return ck
             except Exception as e:  # version drift in Triton's private launch API: use the JIT from now on
                 _Kernel.enabled = False
@@ -305,11 +306,12 @@ class _Kernel:
         if interpreter_active() or not _Kernel.enabled or not _TmaFast.enabled:
             self(grid, (*build(), *tensors), ints, floats, constexprs, static)
             return
-        key = self._key(static, tensors, ints)
+        dev = _device()
+        key = (dev, self._key(static, tensors, ints))
         fast = self.tma_cache.get(key, False)  # False: not seen; None: no fast path for this kernel
         if fast and _no_launch_hooks():
             try:
-                fast.launch(grid, descs, (*tensors, *ints, *floats, *constexprs.values()))
+                fast.launch(grid, descs, (*tensors, *ints, *floats, *constexprs.values()), dev)
                 return
             except Exception as e:  # drift in Triton's private launcher: __call__ from now on
                 _TmaFast.enabled = False
@@ -424,13 +426,15 @@ class _TmaFast:
         self.enc[(i, *d)] = enc
         return enc
 
-    def launch(self, grid, descs, rest: tuple) -> None:
+    def launch(self, grid, descs, rest: tuple, dev: int) -> None:
+        """Launch on the current stream of device ``dev`` (the current device, whose
+        compiled kernel this is)."""
         args = []
         enc = self.enc
         for i, d in enumerate(descs):
             e = enc.get((i, *d))
             args += e if e is not None else self.encode(i, d)
-        stream = _stream()
+        stream = _stream(dev)
         g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
         # stream, function, cooperative, PDL, global and profile scratch (none), the packed
@@ -467,17 +471,22 @@ def _options(static: tuple) -> dict:
     return opts
 
 
-def _stream() -> int:
-    """The current CUDA stream as Triton's launchers take it (torch's current stream)."""
-    drv = triton.runtime.driver.active
-    return drv.get_current_stream(drv.get_current_device())
+def _device() -> int:
+    """The current CUDA device, where Triton's JIT compiles, loads and launches."""
+    return triton.runtime.driver.active.get_current_device()
 
 
-def _direct_launch(ck, grid, full_args) -> None:
+def _stream(dev: int) -> int:
+    """The current CUDA stream of device ``dev`` as Triton's launchers take it (torch's)."""
+    return triton.runtime.driver.active.get_current_stream(dev)
+
+
+def _direct_launch(ck, grid, full_args, dev: int) -> None:
     """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9), except
     that with no launch hook set (:func:`_no_launch_hooks`) it builds no launch
-    metadata and passes ``None`` for the hooks instead of two empty chains."""
-    stream = _stream()
+    metadata and passes ``None`` for the hooks instead of two empty chains. ``dev``: the
+    current device, ``ck``'s."""
+    stream = _stream(dev)
     g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
     if _no_launch_hooks():
         ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None, *full_args)
@@ -1002,7 +1011,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
 
-    ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
+    The kernels run on the tensors' device and its current stream (the current
+    device is switched for the call when it is another; compiled kernels are kept per
+    device). ``o`` and ``lse`` are ``p.new_outputs()`` (fresh, contiguous). The launch
     plan (path, grids, constexprs, split sizes) depends only on the static
     problem, not on ``kv_start``, strides or data, and is cached. The
     TMA prefill kernel is taken when the plan has one and the call's strides
@@ -1010,6 +1021,12 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
+    if p.device.index is not None and p.device.type == "cuda" and p.device.index != torch.cuda.current_device():
+        # Triton compiles, loads and launches on the current device: make it the tensors'
+        # (their streams, their context) for this call, as torch's own ops do.
+        with torch.cuda.device(p.device):
+            return launch(p, q, k, v, o, lse, path=path, config=config, num_splits=num_splits,
+                          phases=phases, tma=tma, fold=fold, pdl=pdl)
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
