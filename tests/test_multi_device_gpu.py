@@ -6,7 +6,8 @@ take the current device's stream: a call whose tensors sit on ``cuda:1`` while
 and give the bits of the same call made with ``cuda:1`` current, leaving the current
 device as it was. Calls alternate between the devices, so a compiled kernel kept for
 one device and launched on the other (``triton_impl.launch._Kernel``'s caches are per
-device) would fail here. Needs two GPUs in one process: run without xdist's one-GPU
+device) would fail its direct launch and be recorded in ``launch.FAST_PATH_OFF`` (the call
+itself falls back to Triton's JIT with the right bits). Needs two GPUs in one process: run without xdist's one-GPU
 pinning (``pytest -m gpu tests/test_multi_device_gpu.py``).
 """
 
@@ -53,3 +54,7 @@ def test_tensors_on_a_device_that_is_not_current(backend, lq):
             if want is None:
                 want = got
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (dev, step)
+    if backend == "triton":  # a kernel of the wrong device would fail its direct launch, then
+        # fall back to the JIT with the right bits: only the record of fallbacks shows it
+        from triton_impl import launch
+        assert not launch.FAST_PATH_OFF, launch.FAST_PATH_OFF

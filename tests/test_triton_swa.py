@@ -558,6 +558,13 @@ def test_tma_prefill_path_choice_and_graph_replay():
     assert torch.equal(ref[0], o) and torch.equal(ref[1], lse)
     out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+    # the TMA calls after the first went through the descriptor fast path (launch._TmaFast:
+    # Triton 3.6's launcher, the device image's), which never turned itself off
+    import triton
+    if triton.__version__.startswith("3.6."):
+        assert any(isinstance(f, L._TmaFast) for f in L._FWD_TMA.tma_cache.values()), \
+            "no TMA fast launch recorded: this Triton's launcher is not the one _TmaFast knows"
+    assert not L.FAST_PATH_OFF, L.FAST_PATH_OFF
     _check(*sliding_window_attention(q[:, :4, -700:], k[:, :4], v[:, :4], **kw, _force_path="prefill",
                                      _tma="v_ptr"), q[:, :4, -700:], k[:, :4], v[:, :4], **kw)
 
