@@ -461,6 +461,19 @@ def test_tma_stride_rules():
     if DEV == "cpu":  # under the interpreter the TMA kernel runs fp16 only: bf16 forced -> refused
         with pytest.raises(UnsupportedConfig, match="TMA prefill kernel runs fp16 only"):
             sliding_window_attention(x, x, x, window_size=8, chunk_size=4, _force_path="prefill", _tma="v_ptr")
+    # the launch path's own check (launch._tma_operands): the same rules on q, k, v at once
+    from types import SimpleNamespace
+    plan = SimpleNamespace(tma=object())
+    ops = L._tma_operands(plan, None, x, x, x)
+    assert ops == ((x.data_ptr(), x.stride()),) * 3
+    shifted = torch.randn(2 * 3 * 40 * 64 + 8, dtype=torch.bfloat16)[8:].view(2, 3, 40, 64)  # 16-byte base
+    assert L._tma_operands(plan, None, x, shifted, x) is not None
+    odd = torch.randn(2 * 3 * 40 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 3, 40, 64)  # 2-byte base
+    assert L._tma_operands(plan, None, x, odd, x) is None and L._tma_operands(plan, None, x, x, odd) is None
+    assert L._tma_operands(plan, None, x, x, x[:, :1].expand(2, 3, 40, 64)) is None
+    with pytest.raises(UnsupportedConfig, match="TMA prefill kernel needs"):
+        L._tma_operands(plan, "v_ptr", odd, x, x)
+    assert L._tma_operands(SimpleNamespace(tma=None), None, x, x, x) is None
     with pytest.raises(ValueError, match="prefill path"):  # a TMA mode on another path is a mistake
         sliding_window_attention(x.to(DEV), x.to(DEV), x.to(DEV), window_size=8, chunk_size=4,
                                  _force_path="splitkv", _tma="v_ptr")
@@ -649,8 +662,10 @@ def _fake_tma_kernel(metas, make_arg_calls, raw_calls, scratch=0):
         raw_calls.append(args)
 
     def wrap(launcher, tensordesc_meta):
+        tensordesc_indices = set(range(len(tensordesc_meta)))
+
         def inner(*args):
-            return launcher(*args), tensordesc_meta
+            return launcher(*args), tensordesc_meta, tensordesc_indices
         return inner
 
     run = SimpleNamespace(launch=wrap(launcher, metas), global_scratch_size=scratch, profile_scratch_size=0,
@@ -812,7 +827,11 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     pcc = dataclasses.replace(pc0, device=torch.device("cuda"))
     assert L.launch(pcc, qc, k, v, oc, lsec, tma="v_ptr") == "prefill_tma"
     assert calls[-1][2][-3] == 3072  # j_min (ints end Lk, r, j_min, W, C)
-    calls.pop()
+    # the same with BLHD-stored k and v: their bases move by j_min rows of H * D elements
+    kb, vb = (torch.randn(1, 4096, 32, 128, dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+    assert L.launch(dataclasses.replace(pcc), qc, kb, vb, oc, lsec, tma="v_ptr") == "prefill_tma"
+    assert calls[-1][2][-3] == 3072
+    del calls[-2:]
     # split-KV as planned for a Hopper GPU: the combine is a programmatic dependent launch
     monkeypatch.setattr(L, "capability", lambda device: (9, 0))
     monkeypatch.setattr(L, "workspace", lambda device, numel: torch.empty(numel))  # a CPU stand-in

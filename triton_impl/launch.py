@@ -366,7 +366,7 @@ class _DescArg:
     """The fields of a ``TensorDescriptor`` that Triton's ``make_tensordesc_arg``
     reads, without the tensor (a descriptor of a key range starting past key 0
     has no tensor of its own) or ``TensorDescriptor``'s per-object checks (the
-    launcher checked the strides and bases once: ``_tma_strides_ok``)."""
+    launcher checked the strides and bases once: ``_tma_operands``)."""
 
     __slots__ = ("base", "shape", "strides", "padding")
 
@@ -385,8 +385,9 @@ class _TmaFast:
     swizzle and element type, so it is cached here per compiled kernel, keyed by
     ``(descriptor index, data_ptr, shape, strides)``, and the C launch is called
     with the cached arguments. :meth:`of` accepts only a launcher of exactly that
-    structure (the wrapper's closure holding ``launcher`` and one non-empty
-    ``tensordesc_meta`` entry per descriptor, no scratch memory); anything else
+    structure (the wrapper's closure holding ``launcher``, the descriptors as the
+    leading arguments and one non-empty ``tensordesc_meta`` entry each, no scratch
+    memory); anything else
     keeps the JIT path.
     """
 
@@ -411,6 +412,7 @@ class _TmaFast:
             raw, metas = cells.get("launcher"), cells.get("tensordesc_meta")
             make_arg = nv.make_tensordesc_arg
             if (raw is None or not callable(raw) or not metas or len(metas) != n_desc
+                    or cells.get("tensordesc_indices") != set(range(n_desc))  # the leading arguments
                     or any(m is None for m in metas) or make_arg.__code__.co_argcount != 2
                     or run.global_scratch_size or run.profile_scratch_size
                     or getattr(run, "num_ctas", 1) != 1 or nv._BASE_ARGS_FORMAT_LEN != 13):
