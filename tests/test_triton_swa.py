@@ -736,9 +736,10 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
 
 def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
     """``_Kernel.launch_tma``: the first call of a key goes through ``__call__`` (the
-    JIT) and records a ``_TmaFast``; later calls take it; when it raises, the TMA fast
-    path is off for the process and the call goes through ``__call__`` again (once:
-    no kernel launched twice)."""
+    JIT) and records a ``_TmaFast``; later calls take it. When it raises and ``__call__``
+    raises too (the call's own fault: a CUDA error, say), that error propagates and
+    the fast path stays; when ``__call__`` succeeds, the TMA fast path is off for the
+    process (warned, recorded) and the call ran once through ``__call__``."""
     monkeypatch.setattr(L, "interpreter_active", lambda: False)
     monkeypatch.setattr(L._Kernel, "enabled", True)
     monkeypatch.setattr(L._TmaFast, "enabled", True)
@@ -757,8 +758,12 @@ def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
     monkeypatch.setattr(L._TmaFast, "of", classmethod(lambda cls, ck, n: FakeFast()))
     kern = L._Kernel(L.kernels._swa_fwd_tma_kernel)
 
+    jit_fails = []
+
     def call(grid, tensors, ints, floats, cx, static):
         jit_calls.append(tensors)
+        if jit_fails:
+            raise jit_fails[0]
         return object()
 
     monkeypatch.setattr(L._Kernel, "__call__", lambda self, *a: call(*a))
@@ -772,12 +777,66 @@ def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
     assert len(jit_calls) == 1 and len(fast_calls) == 1
     FakeFast.fail = True
     monkeypatch.setattr(L, "FAST_PATH_OFF", [])
+    jit_fails.append(RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"))
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        kern.launch_tma(*args)
+    assert len(jit_calls) == 2 and len(fast_calls) == 2 and L._TmaFast.enabled and not L.FAST_PATH_OFF
+    jit_fails.clear()
     with pytest.warns(RuntimeWarning, match="TMA descriptor fast launch failed .*launcher drift"):
         kern.launch_tma(*args)
-    assert len(jit_calls) == 2 and len(fast_calls) == 2 and not L._TmaFast.enabled
+    assert len(jit_calls) == 3 and len(fast_calls) == 3 and not L._TmaFast.enabled
     assert len(L.FAST_PATH_OFF) == 1
     kern.launch_tma(*args)
-    assert len(jit_calls) == 3 and len(fast_calls) == 2
+    assert len(jit_calls) == 4 and len(fast_calls) == 3
+
+
+def test_direct_launch_falls_back_only_when_the_jit_succeeds(monkeypatch):
+    """``_Kernel.__call__``'s direct launch of a cached compiled kernel: when it raises,
+    the same call goes through the JIT once; the fast path is turned off (warned,
+    recorded) only if the JIT succeeds, and a JIT error propagates with the fast path
+    kept."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(L, "interpreter_active", lambda: False)
+    monkeypatch.setattr(L._Kernel, "enabled", True)
+    monkeypatch.setattr(L, "FAST_PATH_OFF", [])
+    monkeypatch.setattr(L, "_device", lambda: 0)
+    direct, jit = [], []
+    direct_fail, jit_fail = [], []
+
+    def run(*a):
+        direct.append(a)
+        if direct_fail:
+            raise direct_fail[0]
+
+    ck = SimpleNamespace(run=run, packed_metadata=(4, 1, 0), function=1)
+
+    class Fn:
+        arg_names = ["X", "n", "BLOCK"]
+
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                jit.append(a)
+                if jit_fail:
+                    raise jit_fail[0]
+                return ck
+            return launch
+
+    monkeypatch.setattr(L, "_direct_launch", lambda ck, grid, args, dev: ck.run(*args))
+    kern = L._Kernel(Fn())
+    x = torch.zeros(4)
+    call = ((1,), (x,), (5,), (), {"BLOCK": 16}, L.static_key({"BLOCK": 16}, 4, 1))
+    assert kern(*call) is ck and len(jit) == 1  # first call: the JIT, cached
+    assert kern(*call) is ck and len(direct) == 1 and len(jit) == 1  # then the direct launch
+    direct_fail.append(TypeError("function takes exactly 40 arguments"))
+    jit_fail.append(RuntimeError("Triton Error [CUDA]: unspecified launch failure"))
+    with pytest.raises(RuntimeError, match="launch failure"):
+        kern(*call)
+    assert L._Kernel.enabled and not L.FAST_PATH_OFF and len(jit) == 2
+    jit_fail.clear()
+    with pytest.warns(RuntimeWarning, match="direct launch of cached kernels failed .*40 arguments"):
+        assert kern(*call) is ck
+    assert not L._Kernel.enabled and len(L.FAST_PATH_OFF) == 1 and len(jit) == 3 and len(direct) == 3
 
 
 def test_launch_plumbing_matches_kernel_signatures(monkeypatch):

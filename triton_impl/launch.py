@@ -219,8 +219,10 @@ class _Kernel:
     stages, each pointer's 16-byte alignment, each int's ``== 1`` /
     ``% 16 == 0`` / 32-bit range), and later calls with the same key launch it
     directly, skipping the JIT's per-call binding and cache lookup (the bulk
-    of a small call's host time). Any failure of the direct launch turns the
-    fast path off for the process and falls back to the JIT.
+    of a small call's host time). A direct launch that fails is retried through
+    the JIT: if that succeeds, the fast path is off for the process (with a
+    ``RuntimeWarning``, :data:`FAST_PATH_OFF`); if it fails too, its error is
+    raised and the fast path stays.
     """
 
     enabled = os.environ.get("HILS_SWA_TRITON_FAST_LAUNCH", "1") != "0"
@@ -276,9 +278,15 @@ class _Kernel:
             try:
                 _direct_launch(ck, grid, (*args, *constexprs.values()), dev)
                 return ck
-            except Exception as e:  # version drift in Triton's private launch API: use the JIT from now on
-                _Kernel.enabled = False
-                _fast_path_off("the direct launch of cached kernels", e)
+            except Exception as e:
+                failed = e
+            # Triton's own launch of the same call. If it fails too, the fault is the call's
+            # (a CUDA error left by an earlier kernel, say): it raises, the fast path stays.
+            # If it succeeds, the direct launch no longer fits this Triton: off from now on.
+            ck = self.fn[grid](*args, **constexprs, **_options(static))
+            _Kernel.enabled = False
+            _fast_path_off("the direct launch of cached kernels", failed)
+            return ck
         ck = self.fn[grid](*args, **constexprs, **_options(static))
         # Cache only when the direct call will pass the arguments in the kernel's own order.
         names = list(getattr(self.fn, "arg_names", ()))
@@ -313,9 +321,14 @@ class _Kernel:
             try:
                 fast.launch(grid, descs, (*tensors, *ints, *floats, *constexprs.values()), dev)
                 return
-            except Exception as e:  # drift in Triton's private launcher: __call__ from now on
-                _TmaFast.enabled = False
-                _fast_path_off("the TMA descriptor fast launch", e)
+            except Exception as e:
+                failed = e
+            # As in __call__: the call again through __call__; only if that succeeds is the
+            # fast path at fault (drift in Triton's private launcher), and off from now on.
+            self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+            _TmaFast.enabled = False
+            _fast_path_off("the TMA descriptor fast launch", failed)
+            return
         ck = self(grid, (*build(), *tensors), ints, floats, constexprs, static)
         names = list(getattr(self.fn, "arg_names", ()))
         n_args = len(descs) + len(tensors) + len(ints) + len(floats)
@@ -328,8 +341,8 @@ FAST_PATH_OFF: list[str] = []
 
 
 def _fast_path_off(what: str, exc: BaseException) -> None:
-    """Record and warn (once per path) that a host fast path failed and is off for the
-    process; the call that failed is then launched through Triton's own path."""
+    """Record and warn (once per path) that a host fast path failed where Triton's own
+    launch of the same call succeeded: the path is off for the process."""
     msg = f"triton_impl: {what} failed ({type(exc).__name__}: {exc}); Triton's own launch from now on"
     FAST_PATH_OFF.append(msg)
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
