@@ -107,7 +107,7 @@ def main(argv=None):
         dump()
 
     kw = dict(window_size=W, chunk_size=C)
-    for name, B, Hq, Hkv, Lq, Lk, D in [s for _ in range(max(a.passes, 1)) for s in SHAPES]:
+    for pass_i, (name, B, Hq, Hkv, Lq, Lk, D) in [(i, s) for i in range(max(a.passes, 1)) for s in SHAPES]:
         if time.time() - t_start > a.budget_s:
             print(f"budget reached before {name}", flush=True)
             break
@@ -115,7 +115,7 @@ def main(argv=None):
         sets = [tuple(torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
                       for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))) for _ in range(3)]
         flops = attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
-        row = dict(shape=name, flops=flops)
+        row = dict(shape=name, pass_index=pass_i, flops=flops)
         order = (("base", base), ("new", new)) if len(res["timings"]) % 2 == 0 else (("new", new), ("base", base))
         for tag, fn in order:
             f = (lambda q, k, v, fn=fn: fn(q, k, v, **kw))
@@ -129,7 +129,7 @@ def main(argv=None):
         row["max_diff_lse"] = (l_b - l_n).abs().max().item()
         row["speedup"] = row["base_us"] / row["new_us"]
         res["timings"].append(row)
-        print(f"{name:28s} base {row['base_us']:9.2f} us {row['base_tflops']:7.1f} TF/s | new {row['new_us']:9.2f} us "
+        print(f"{name:28s} p{pass_i} base {row['base_us']:9.2f} us {row['base_tflops']:7.1f} TF/s | new {row['new_us']:9.2f} us "
               f"{row['new_tflops']:7.1f} TF/s | x{row['speedup']:.3f} | host {row['base_host_us']:.1f} -> "
               f"{row['new_host_us']:.1f} us | diff o {row['max_diff_o']:.2e}", flush=True)
         dump()
