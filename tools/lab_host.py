@@ -31,7 +31,7 @@ less per launch from the skipped hook chains (within the host's noise).
 Measured on the H200 at 4b2f26d (``bench_results/triton-lab19-host-4b2f26d.json``; the
 run before the stride / ``j_min`` memos, ``triton-lab19-host-prev.json``): checks 5 / 5,
 fast path taken, new addresses and graph replay bit-exact; ``launch()`` of the TMA
-prefill 56-103 us -> 19-37 us, the whole call back to back 80-144 -> 39-75 us, eager
+prefill 53-103 us -> 19-37 us, the whole call back to back 80-144 -> 39-75 us, eager
 minus kernel 86-186 -> 51-109 us on the four TMA shapes; pointer and split-KV calls
 within noise (decode's two launches 36 -> 32-33 us). See BENCHMARKS.md, session 19.
 
