@@ -6,9 +6,10 @@ take the current device's stream: a call whose tensors sit on ``cuda:1`` while
 and give the bits of the same call made with ``cuda:1`` current, leaving the current
 device as it was. Calls alternate between the devices, so a compiled kernel kept for
 one device and launched on the other (``triton_impl.launch._Kernel``'s caches are per
-device) would fail its direct launch and be recorded in ``launch.FAST_PATH_OFF`` (the call
-itself falls back to Triton's JIT with the right bits). Needs two GPUs in one process: run without xdist's one-GPU
-pinning (``pytest -m gpu tests/test_multi_device_gpu.py``).
+device) would fail its direct launch and be recorded in ``launch.FAST_PATH_OFF`` (the
+call itself falls back to Triton's JIT with the right bits). Needs two GPUs in one
+process: run without xdist's one-GPU pinning (``pytest -m gpu
+tests/test_multi_device_gpu.py``).
 """
 
 from __future__ import annotations
