@@ -65,7 +65,8 @@ NO_HOOKS = L._no_launch_hooks
 
 
 class Counter:
-    """Counts :meth:`launch._TmaFast.launch` calls (the fast path taken)."""
+    """Counts :meth:`launch._TmaFast.launch` calls (the fast path taken), once
+    :meth:`install` (``main``) has wrapped it."""
 
     n = 0
     orig = L._TmaFast.launch
@@ -75,8 +76,9 @@ class Counter:
         Counter.n += 1
         return Counter.orig(self, *a)
 
-
-L._TmaFast.launch = Counter.wrap
+    @staticmethod
+    def install():
+        L._TmaFast.launch = Counter.wrap
 
 
 def bits(t):
@@ -242,6 +244,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     G.DEV = DEV
+    Counter.install()
     import triton
     RES.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
     path = os.path.join(args.out, "lab_host.json")
