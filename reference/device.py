@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 _SM_COUNT: dict[int, int] = {}
@@ -30,3 +32,15 @@ def capability(device: torch.device) -> tuple[int, int]:
     if cc is None:
         cc = _CAPABILITY[idx] = tuple(torch.cuda.get_device_capability(idx))
     return cc
+
+
+_SAME = contextlib.nullcontext()
+
+
+def made_current(device: torch.device):
+    """A context in which ``device`` is the current CUDA device: ``torch.cuda.device(device)``
+    when the tensors of a call sit on a CUDA device that is not the current one (kernels
+    launch on the current device and its streams), else a no-op context."""
+    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return _SAME

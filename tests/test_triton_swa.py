@@ -760,7 +760,7 @@ def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
 
     jit_fails = []
 
-    def call(grid, tensors, ints, floats, cx, static):
+    def call(grid, tensors, ints, floats, cx, static, dev=None):
         jit_calls.append(tensors)
         if jit_fails:
             raise jit_fails[0]
@@ -853,10 +853,10 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __init__(self, fn):
             self.fn = fn
 
-        def __call__(self, grid, tensors, ints, floats, cx, static):
+        def __call__(self, grid, tensors, ints, floats, cx, static, dev=None):
             calls.append((self.fn, tensors, ints, floats, cx, static))
 
-        def launch_tma(self, grid, descs, build, tensors, ints, floats, cx, static):
+        def launch_tma(self, grid, descs, build, tensors, ints, floats, cx, static, dev=None):
             built = build()  # the TensorDescriptor objects of the JIT path
             # the fast path's (data_ptr, shape, strides) name the same memory as those objects
             assert [(d.base.data_ptr(), tuple(d.shape), tuple(d.strides)) for d in built] == \

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from reference.device import made_current
 from reference.errors import UnsupportedConfig
 from reference.validation import check_inputs
 
@@ -69,13 +70,9 @@ def _run_cuda(p, q, k, v, force_split: int | None = None):
     :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
     o, lse = p.new_outputs()
-    if p.device.index is not None and p.device.index != torch.cuda.current_device():
-        with torch.cuda.device(p.device):  # the tensors' device current for the call (its streams)
-            launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse,
-                            force_split=force_split)
-        return o, lse
-    launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse,
-                    force_split=force_split)
+    with made_current(p.device):  # TVM launches on the current device and its stream
+        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse,
+                        force_split=force_split)
     return o, lse
 
 

@@ -18,7 +18,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference.device import capability, sm_count
+from reference.device import capability, made_current, sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import LOG2E, Problem, positive_normal_f32
@@ -259,19 +259,21 @@ class _Kernel:
                           else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
         return static, _Kernel._int_spec(ints), align
 
-    def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple):
+    def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple, dev: int | None = None):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
         (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages,
         launch_pdl, maxnreg)``, precomputed by the caller's plan: the cache key's
         static part and the only source of the compile options (``launch_pdl``:
         launch as a programmatic dependent of the previous kernel on the stream,
         carried by the compiled kernel, so the direct launch keeps it; ``maxnreg``:
-        the register cap per thread, ``Config.maxnreg``). Returns the compiled kernel
-        launched (what ``JITFunction.run`` returns; None where it returns nothing)."""
+        the register cap per thread, ``Config.maxnreg``). ``dev``: the current CUDA device
+        when the caller knows it (:func:`launch`), else asked for. Returns the compiled
+        kernel launched (what ``JITFunction.run`` returns; None where it returns nothing)."""
         args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
             return self.fn[grid](*args, **constexprs, **_options(static))
-        dev = _device()
+        if dev is None:
+            dev = _device()
         key = (dev, self._key(static, tensors, ints))  # a compiled kernel is loaded per device
         ck = self.cache.get(key)
         if ck is not None:
@@ -295,7 +297,8 @@ class _Kernel:
             self.cache[key] = ck
         return ck
 
-    def launch_tma(self, grid, descs, build, tensors, ints, floats, constexprs: dict, static: tuple):
+    def launch_tma(self, grid, descs, build, tensors, ints, floats, constexprs: dict, static: tuple,
+                   dev: int | None = None):
         """A launch whose first ``len(descs)`` arguments are TMA tensor descriptors.
 
         ``descs``: per descriptor ``(data_ptr, shape, strides)`` of the tensor it
@@ -312,9 +315,10 @@ class _Kernel:
         fast paths off) every call takes :meth:`__call__`.
         """
         if interpreter_active() or not _Kernel.enabled or not _TmaFast.enabled:
-            self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+            self(grid, (*build(), *tensors), ints, floats, constexprs, static, dev)
             return
-        dev = _device()
+        if dev is None:
+            dev = _device()
         key = (dev, self._key(static, tensors, ints))
         fast = self.tma_cache.get(key, False)  # False: not seen; None: no fast path for this kernel
         if fast and _no_launch_hooks():
@@ -325,11 +329,11 @@ class _Kernel:
                 failed = e
             # As in __call__: the call again through __call__; only if that succeeds is the
             # fast path at fault (drift in Triton's private launcher), and off from now on.
-            self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+            self(grid, (*build(), *tensors), ints, floats, constexprs, static, dev)
             _TmaFast.enabled = False
             _fast_path_off("the TMA descriptor fast launch", failed)
             return
-        ck = self(grid, (*build(), *tensors), ints, floats, constexprs, static)
+        ck = self(grid, (*build(), *tensors), ints, floats, constexprs, static, dev)
         names = list(getattr(self.fn, "arg_names", ()))
         n_args = len(descs) + len(tensors) + len(ints) + len(floats)
         if fast is False and ck is not None and names[n_args:] == list(constexprs):
@@ -922,9 +926,10 @@ def _j_min(plan: _Plan, p: Problem) -> int:
     return j
 
 
-def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: tuple) -> None:
+def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: tuple,
+                dev: int | None) -> None:
     """``plan`` is the TMA plan (``prefill_plan.tma``); ``ops`` the ``(data_ptr, strides)``
-    of ``q``, ``k``, ``v`` (:func:`_tma_operands`)."""
+    of ``q``, ``k``, ``v`` (:func:`_tma_operands`); ``dev`` the current device (:func:`_run`)."""
     bm, bn, bdk, bdv = plan.blocks
     r, w, c = _frame(p)
     j_min = _j_min(plan, p)
@@ -932,7 +937,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: 
     if plan.path == "prefill_gluon":
         kk, vv = k[:, :, j_min:], v[:, :, j_min:]
         _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
-                   (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
+                   (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st, dev=dev)
         return
     st = _frame_static(st, (r, w, c))
     (pq, sq), (pk, sk), (pv, sv) = ops
@@ -951,7 +956,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: 
                 TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
 
     _FWD_TMA.launch_tma(plan.grid, ((pq, q.shape, sq), kd, vd, (o.data_ptr(), o.shape, o.stride())), build,
-                        (v, lse), (*sv, *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st)
+                        (v, lse), (*sv, *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st, dev=dev)
 
 
 def _plan(p: Problem, path=None, config=None, num_splits=None, phases=None, tma=None, fold=None,
@@ -1036,25 +1041,28 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
-    if p.device.index is not None and p.device.type == "cuda" and p.device.index != torch.cuda.current_device():
-        # Triton compiles, loads and launches on the current device: make it the tensors'
-        # (their streams, their context) for this call, as torch's own ops do.
-        with torch.cuda.device(p.device):
-            return launch(p, q, k, v, o, lse, path=path, config=config, num_splits=num_splits,
-                          phases=phases, tma=tma, fold=fold, pdl=pdl)
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
+    # Triton compiles, loads and launches on the current device: the tensors' device for
+    # the call (their streams, their context), as torch's own ops do; the kernels are
+    # kept per device (_Kernel), which is then p.device.index.
+    with made_current(p.device):
+        return _run(plan, p, q, k, v, o, lse, tma, p.device.index)
+
+
+def _run(plan: _Plan, p: Problem, q, k, v, o, lse, tma, dev: int | None) -> str:
+    """:func:`launch` on the current device ``dev`` (None: not a CUDA call)."""
     qk_scale = p.sm_scale * LOG2E
     if plan.path == "prefill":
         ops = _tma_operands(plan, tma, q, k, v)
         if ops is not None:
-            _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale, ops)
+            _launch_tma(plan.tma, p, q, k, v, o, lse, qk_scale, ops, dev)
             return plan.tma.path  # "prefill_tma" or "prefill_gluon"
         frame = _frame(p)
         cx, st = plan.pick(frame[2], qk_scale)
         st = _frame_static(st, frame)
         _FWD(plan.grid, (q, k, v, o, lse),
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
-             (qk_scale,), cx, st)
+             (qk_scale,), cx, st, dev=dev)
         return plan.path
     if plan.path == "packed":
         op, lp = o, lse
@@ -1070,8 +1078,8 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     st = _frame_static(st, frame)
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), cx, st)
+           (qk_scale,), cx, st, dev=dev)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
-                 plan.combine_static)
+                 plan.combine_static, dev=dev)
     return plan.path
