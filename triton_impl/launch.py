@@ -767,9 +767,18 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
 
 
 def _tma_strides_ok(*tensors) -> bool:
-    """The copy engine's rules: innermost stride 1, the others positive (a broadcast
-    dimension of stride 0 takes the pointer kernel) and, like the base, 16-byte aligned."""
-    return all(t.data_ptr() % 16 == 0 and _strides_fit((t.stride(),), t.element_size()) for t in tensors)
+    """The copy engine's rules (:func:`_tma_fits`) for each of ``tensors``."""
+    return all(_tma_fits((t.data_ptr(),), (t.stride(),), t.element_size()) for t in tensors)
+
+
+def _tma_fits(ptrs: tuple, strides: tuple, es: int) -> bool:
+    """Whether the copy engine can read tensors at ``ptrs`` with ``strides`` (elements of
+    ``es`` bytes): base 16-byte aligned, innermost stride 1, the others positive (a
+    broadcast dimension of stride 0 takes the pointer kernel) multiples of 16 bytes."""
+    for ptr in ptrs:
+        if ptr & 15:
+            return False
+    return _strides_fit(strides, es)
 
 
 _STRIDES_FIT: dict = {}
@@ -982,10 +991,9 @@ def _tma_operands(plan: _Plan, tma, q, k, v) -> tuple | None:
     kernel cannot serve the call, :class:`UnsupportedConfig` (asked for explicitly:
     no other kernel runs). ``q``, ``k``, ``v`` share one dtype (``check_inputs``)."""
     if plan.tma is not None:
-        ops = ((q.data_ptr(), q.stride()), (k.data_ptr(), k.stride()), (v.data_ptr(), v.stride()))
-        if not (ops[0][0] | ops[1][0] | ops[2][0]) & 15 and _strides_fit(
-                (ops[0][1], ops[1][1], ops[2][1]), q.element_size()):
-            return ops
+        ptrs, strides = (q.data_ptr(), k.data_ptr(), v.data_ptr()), (q.stride(), k.stride(), v.stride())
+        if _tma_fits(ptrs, strides, q.element_size()):
+            return (ptrs[0], strides[0]), (ptrs[1], strides[1]), (ptrs[2], strides[2])
     if tma:
         raise UnsupportedConfig(
             "triton: the TMA prefill kernel needs bf16/fp16 CUDA tensors (fp16 CPU tensors under "
