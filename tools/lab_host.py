@@ -185,15 +185,8 @@ SHAPES = {
 
 
 def back_to_back(fn, args, n=100, rounds=5):
-    out = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn(*args)
-        out.append((time.perf_counter() - t0) * 1e6 / n)
-        torch.cuda.synchronize()
-    return statistics.median(out)
+    """Median over ``rounds`` of ``gpu_triton.host_time`` (host microseconds per call)."""
+    return statistics.median(G.host_time(fn, args, n) for _ in range(rounds))
 
 
 def timings():
