@@ -691,7 +691,7 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
 
     real_make = nv.make_tensordesc_arg
     monkeypatch.setattr(nv, "make_tensordesc_arg", make_arg)
-    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO", raising=False)
     monkeypatch.setattr(L, "_stream", lambda dev: 77 + dev)
     raw = []
     metas = [{"b": 1}, {"b": 2}]
@@ -732,6 +732,83 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
         finally:
             chain.remove(hook)
         assert L._no_launch_hooks()
+
+
+class _FakeCLaunch:
+    """Stands in for Triton 3.6's compiled C launch (not a Python function): records its arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+def test_raw_launch_passes_pointers_as_ints(monkeypatch):
+    """``launch._RawLaunch`` on a stand-in of Triton 3.6's pointer-kernel launcher: the
+    C launch gets the leading arguments ``CudaLauncher.__call__`` would give it (grid,
+    stream, function, cooperative, PDL, no scratch, packed metadata, no launch metadata
+    or hooks), then the kernel's arguments; ``_Kernel.__call__``'s direct launches hand
+    it the tensors' ``data_ptr()`` ints in the kernel's order. A launcher of another
+    structure (another argument format, scratch memory, a Python wrapper) gets none."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver as nv
+
+    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO", raising=False)
+    monkeypatch.setattr(L, "_stream", lambda dev: 50 + dev)
+
+    def fake_ck(launch, scratch=0):
+        run = SimpleNamespace(launch=launch, global_scratch_size=scratch, profile_scratch_size=0, num_ctas=1,
+                              launch_cooperative_grid=False, launch_pdl=True)
+        return SimpleNamespace(run=run, function=0xBEEF, packed_metadata=(4, 1, 0))
+
+    c = _FakeCLaunch()
+    raw = L._RawLaunch.of(fake_ck(c))
+    assert raw is not None
+    raw.launch((6, 2), (111, 222, 7, 0.5, True), 1)
+    assert c.calls[-1] == (6, 2, 1, 51, 0xBEEF, False, True, None, None, (4, 1, 0), None, None, None,
+                           111, 222, 7, 0.5, True)
+    assert L._RawLaunch.of(fake_ck(c, scratch=64)) is None
+    assert L._RawLaunch.of(fake_ck(lambda *a: None)) is None  # a Python wrapper (descriptors): not this
+    assert L._RawLaunch.of(object()) is None
+    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOOO")  # another Triton's format
+    assert L._RawLaunch.of(fake_ck(c)) is None
+    monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO")
+
+    # _Kernel.__call__: the first call through the JIT caches the kernel and its raw
+    # launch; the next passes ints, in order, then the constexprs' values
+    monkeypatch.setattr(L, "interpreter_active", lambda: False)
+    monkeypatch.setattr(L._Kernel, "enabled", True)
+    monkeypatch.setattr(L, "_no_launch_hooks", lambda: True)
+    monkeypatch.setattr(L, "_device", lambda: 0)
+    c2 = _FakeCLaunch()
+    ck = fake_ck(c2)
+    jit = []
+
+    class Fn:
+        arg_names = ["X", "Y", "n", "s", "BLOCK"]
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: jit.append(a) or ck
+
+    kern = L._Kernel(Fn())
+    x, y = torch.zeros(8), torch.zeros(4, dtype=torch.float16)
+    call = ((3,), (x, y), (9,), (0.25,), {"BLOCK": 16}, L.static_key({"BLOCK": 16}, 4, 1))
+    kern(*call)
+    kern(*call)
+    assert len(jit) == 1 and jit[0][:2] == (x, y)  # the JIT got the tensors
+    assert c2.calls[-1][13:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
+    monkeypatch.setattr(L._RawLaunch, "enabled", False)  # the lab's switch: ck.run, with the ints
+    runs = []
+    ck.run = lambda *a: runs.append(a)
+    kern(*call)
+    assert runs[-1][9:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
+    # a launch hook set: Triton's own metadata is built from the tensors, so they travel
+    monkeypatch.setattr(L, "_no_launch_hooks", lambda: False)
+    ck.launch_metadata = lambda *a: "meta"
+    kern(*call)
+    assert runs[-1][6] == "meta" and runs[-1][9:11] == (x, y)
 
 
 def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):

@@ -330,7 +330,7 @@ def host_breakdown(res):
         import triton
         kern = L._SPLIT if Lq == 1 else (L._FWD_TMA if Lq >= 8192 else L._FWD)
         if kern.cache:
-            ck = next(iter(kern.cache.values()))
+            ck = next(iter(kern.cache.values()))[0]  # (compiled kernel, _RawLaunch)
             drv = triton.runtime.driver.active
             row["drv_active"] = per(lambda: triton.runtime.driver.active)
             row["get_stream"] = per(lambda: drv.get_current_stream(drv.get_current_device()))

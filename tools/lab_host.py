@@ -1,39 +1,41 @@
-"""Host-time lab of the Triton backend's TMA prefill call, in one device call.
+"""Host-time lab of the Triton backend's direct launches, in one device call.
 
     PYTHONUNBUFFERED=1 python tools/lab_host.py --out $OUT
 
-Session 19: ``launch._TmaFast`` (the four TMA descriptors encoded once per
-``(data_ptr, shape, strides)`` and Triton 3.6's C launch called below its
-per-call descriptor handling) against the launch it replaces (four
-``TensorDescriptor`` objects and four encodings per call, ``_TmaFast.enabled =
-False``), in one process.
+Session 20: ``launch._RawLaunch``: the pointer kernels' direct launches enter
+Triton 3.6's C launch below ``CudaLauncher.__call__``, and every direct launch
+(the TMA one too) passes pointers as the ``data_ptr()`` ints read for the cache
+key, which the C launch takes as they are (for a tensor it calls ``data_ptr()``
+and ``cuPointerGetAttribute`` per argument). Variants, in one process,
+interleaved per shape: the new path; ``ck.run`` with ints (``_RawLaunch.enabled
+= False``); as at 811d4fe (``ck.run`` with the tensors: the lab makes ``_key``
+return no ints); the new path again.
 
-1. Checks (fresh random inputs, outputs poisoned, NaN in slots no query sees),
-   each on the TMA kernel (``tma="v_ptr"``), key ranges that start at key 0 and
-   past it (``j_min > 0``: descriptors of ``k`` / ``v`` whose base is moved by
-   ``j_min`` rows), BHLD and BLHD strides, GQA, ``kv_start``, ``Dqk != Dv``:
+1. Checks (fresh random inputs, outputs poisoned, NaN in slots no query sees):
+   the TMA kernel (key ranges from key 0 and past it, BHLD and BLHD, GQA,
+   ``kv_start``, ``Dqk != Dv``), the pointer prefill kernel (bf16, fp16 one-loop,
+   fp32, BLHD), split-KV decode (MHA, MQA, GQA with ``kv_start`` past 10^6):
    ``tools.gpu_triton.check_case`` (the first call through the JIT, the second
-   through the fast path, compared bit for bit, and ``conformance.verdict``
-   against float64). Then the fast path must have been taken; six calls on new
-   tensors (new addresses) must equal the slow path bit for bit; a CUDA graph
-   captured through the fast path must replay new data exactly.
-2. Timing, per shape and variant (also the launches as at 046bff9: launch
-   metadata built and Triton 3.6's two empty hook chains passed and called per
-   launch, which the direct launches now skip): the bench's eager and host columns
+   through the direct launch, compared bit for bit, and ``conformance.verdict``
+   against float64). Then the raw and TMA fast paths must have been taken; calls
+   on new tensors equal the old path (tensors through ``ck.run`` and, for TMA,
+   descriptors per call) bit for bit; a CUDA graph captured through the new path
+   replays new data exactly (TMA prefill and decode).
+2. Timing, per shape and variant: the bench's eager and host columns
    (``tools.bench.Timer.eager_host``: L2 flushed, device idle) and its
    kernel-only graph replay; host time per call back to back; the call's pieces.
 
-Predicted before the run (written down with the change): TMA prefill host time
-per call 64-67 us (bench at 046bff9) -> 35-42 us, eager minus kernel down by
-the same 25-30 us; kernel time unchanged; pointer and split-KV calls 1-3 us
-less per launch from the skipped hook chains (within the host's noise).
+Predicted before the run (written down with the change): per pointer argument
+0.3-0.8 us less (``data_ptr()`` and ``cuPointerGetAttribute`` skipped), per
+pointer-kernel launch another 0.5-1.5 us (``CudaLauncher.__call__`` skipped): decode
+(two launches, 9 pointers) ``launch()`` 32 -> 24-29 us, the pointer prefill
+(chunked, 5 pointers) 2-5 us less, TMA prefill (3 pointers besides the
+descriptors) 1-2.5 us less; kernel times unchanged; outputs bit-identical.
 
-Measured on the H200 at 4b2f26d (``bench_results/triton-lab19-host-4b2f26d.json``; the
-run before the stride / ``j_min`` memos, ``triton-lab19-host-prev.json``): checks 5 / 5,
-fast path taken, new addresses and graph replay bit-exact; ``launch()`` of the TMA
-prefill 53-103 us -> 19-37 us, the whole call back to back 80-144 -> 39-75 us, eager
-minus kernel 86-186 -> 51-109 us on the four TMA shapes; pointer and split-KV calls
-within noise (decode's two launches 36 -> 32-33 us). See BENCHMARKS.md, session 19.
+Session 19 (``launch._TmaFast``, the TMA descriptors encoded once per ``(data_ptr,
+shape, strides)``) measured at 4b2f26d with this lab's predecessor
+(``bench_results/triton-lab19-host-4b2f26d.json``): ``launch()`` of the TMA prefill
+53-103 us -> 19-37 us; see BENCHMARKS.md, session 19.
 
 Writes ``lab_host.json`` under ``--out``.
 """
@@ -61,7 +63,6 @@ from triton_impl import sliding_window_attention as swa  # noqa: E402
 
 DEV = "cuda"
 RES: dict = {}
-NO_HOOKS = L._no_launch_hooks
 
 
 class Counter:
@@ -76,9 +77,45 @@ class Counter:
         Counter.n += 1
         return Counter.orig(self, *a)
 
+    raw = 0
+    orig_raw = L._RawLaunch.launch
+
+    @staticmethod
+    def wrap_raw(self, *a):
+        Counter.raw += 1
+        return Counter.orig_raw(self, *a)
+
     @staticmethod
     def install():
         L._TmaFast.launch = Counter.wrap
+        L._RawLaunch.launch = Counter.wrap_raw  # every raw launch, the TMA ones included
+
+
+ORIG_KEY = L._Kernel._key
+
+
+def _key_no_ints(static, tensors, ints):
+    """``_Kernel._key`` as at 811d4fe: no ``data_ptr()`` ints, so the tensors travel."""
+    return ORIG_KEY(static, tensors, ints)[0], None
+
+
+class Old:
+    """The direct launches as at 811d4fe (tensors through ``ck.run``) while in effect;
+    ``tma_too``: the TMA descriptors built and encoded per call as well."""
+
+    def __init__(self, tma_too=False):
+        self.tma_too = tma_too
+
+    def __enter__(self):
+        L._RawLaunch.enabled = False
+        L._Kernel._key = staticmethod(_key_no_ints)
+        if self.tma_too:
+            L._TmaFast.enabled = False
+
+    def __exit__(self, *exc):
+        L._RawLaunch.enabled = True
+        L._Kernel._key = staticmethod(ORIG_KEY)
+        L._TmaFast.enabled = True
 
 
 def bits(t):
@@ -99,38 +136,50 @@ def checks():
         dict(base, B=2, Hq=6, Hkv=3, Lq=333, Lk=1200, Dqk=96, Dv=64, dtype=bf, kv_start=70, blhd=True),
         dict(base, B=1, Hq=4, Hkv=4, Lq=1000, Lk=1000, Dqk=128, Dv=128, dtype=fp, kv_start=3, W=37, C=16),
     ]
+    ptr = dict(base, tma=False)
+    n_tma = len(cases)
+    cases += [  # the pointer kernels: prefill, then split-KV decode
+        dict(ptr, B=2, Hq=4, Hkv=2, Lq=600, Lk=700, Dqk=128, Dv=128, dtype=bf, phases=False),
+        dict(ptr, B=2, Hq=6, Hkv=3, Lq=333, Lk=1200, Dqk=96, Dv=64, dtype=fp, kv_start=70, blhd=True),
+        dict(ptr, B=1, Hq=4, Hkv=2, Lq=300, Lk=1000, Dqk=64, Dv=64, dtype=torch.float32, kv_start=5),
+        dict(base, B=1, Hq=8, Hkv=8, Lq=1, Lk=5000, Dqk=128, Dv=128, dtype=bf, path="splitkv", tma=None),
+        dict(base, B=1, Hq=8, Hkv=1, Lq=1, Lk=5000, Dqk=128, Dv=128, dtype=bf, path=None, tma=None),
+        dict(base, B=2, Hq=8, Hkv=2, Lq=3, Lk=1500, Dqk=64, Dv=64, dtype=fp, path="splitkv", tma=None,
+             kv_start=10 ** 6 + 3, blhd=True),
+    ]
     rows = RES.setdefault("checks", [])
-    before = Counter.n
+    before, raw_before = Counter.n, Counter.raw
     for c in cases:
         try:
             G.check_case(c, rows)
         except Exception as e:
             traceback.print_exc()
             rows.append(dict(case={k: str(v) for k, v in c.items()}, ok=False, error=f"{type(e).__name__}: {e}"[:300]))
-    fast_calls = Counter.n - before
+    fast_calls, raw_calls = Counter.n - before, Counter.raw - raw_before
     RES["diagnosis"] = diagnose()
-    RES["fast_calls_in_checks"] = fast_calls
-    ok = all(r["ok"] for r in rows) and fast_calls >= len(cases) and not L.FAST_PATH_OFF
-    print(f"checks: {sum(r['ok'] for r in rows)}/{len(rows)} ok, fast-path launches {fast_calls}, "
-          f"fast paths off: {L.FAST_PATH_OFF}", flush=True)
+    RES["fast_calls_in_checks"], RES["raw_calls_in_checks"] = fast_calls, raw_calls
+    # each case's second call takes the fast path: TMA cases one raw launch, pointer
+    # prefill one, split-KV decode two (split and combine)
+    ok = (all(r["ok"] for r in rows) and fast_calls >= n_tma and raw_calls >= len(cases) + 3
+          and not L.FAST_PATH_OFF)
+    print(f"checks: {sum(r['ok'] for r in rows)}/{len(rows)} ok, TMA fast launches {fast_calls}, raw launches "
+          f"{raw_calls}, fast paths off: {L.FAST_PATH_OFF}", flush=True)
 
     # New tensors each call (new addresses, the encodings' cache keys), fast against slow.
     kw = dict(window_size=200, chunk_size=64, _tma="v_ptr", _force_path="prefill")
     reuse = []
-    for i in range(6):
-        Lq, Lk = ((300, 1000), (1000, 1000))[i % 2]
-        q, k, v = G.make(1, 8, 2, Lq, Lk, 128, 128, torch.bfloat16, blhd=bool(i % 3 == 2), seed=50 + i)
-        n0 = Counter.n
-        fast = swa(q, k, v, **kw)
-        took = Counter.n - n0
-        L._TmaFast.enabled = False
-        try:
-            slow = swa(q, k, v, **kw)
-        finally:
-            L._TmaFast.enabled = True
-        reuse.append(dict(i=i, Lq=Lq, Lk=Lk, fast=took, equal=same(fast, slow)))
+    for i in range(9):
+        Lq, Lk = ((300, 1000), (1000, 1000), (1, 3000))[i % 3]
+        q, k, v = G.make(1, 8, 2, Lq, Lk, 128, 128, torch.bfloat16, blhd=bool(i % 2), seed=50 + i)
+        kwi = kw if Lq > 1 else dict(window_size=200, chunk_size=64)
+        n0 = Counter.raw
+        fast = swa(q, k, v, **kwi)
+        took = Counter.raw - n0
+        with Old(tma_too=True):
+            slow = swa(q, k, v, **kwi)
+        reuse.append(dict(i=i, Lq=Lq, Lk=Lk, raw=took, equal=same(fast, slow)))
     RES["reuse"] = reuse
-    ok = ok and all(r["equal"] for r in reuse) and sum(r["fast"] for r in reuse) >= 5
+    ok = ok and all(r["equal"] for r in reuse) and sum(r["raw"] > 0 for r in reuse) >= 8
     print(f"reuse: {reuse}", flush=True)
 
     # A CUDA graph captured through the fast path replays new data exactly.
@@ -145,7 +194,22 @@ def checks():
     want = swa(q2, k2, v2, **kw)
     RES["graph"] = dict(fast_calls=captured_fast, equal=same(out, want))
     ok = ok and RES["graph"]["equal"] and captured_fast >= 1
-    print(f"graph: {RES['graph']}", flush=True)
+    # and a decode (split and combine, raw launches) captured and replayed on new data
+    dkw = dict(window_size=512, chunk_size=64)
+    q, k, v = G.make(2, 8, 2, 1, 6000, 128, 128, torch.bfloat16, seed=9)
+    swa(q, k, v, **dkw)
+    n0 = Counter.raw
+    g, out = capture_graph(lambda: swa(q, k, v, **dkw))
+    captured_raw = Counter.raw - n0
+    q2, k2, v2 = G.make(2, 8, 2, 1, 6000, 128, 128, torch.bfloat16, seed=10)
+    q.copy_(q2), k.copy_(k2), v.copy_(v2)
+    g.replay()
+    torch.cuda.synchronize()
+    with Old():
+        want = swa(q2, k2, v2, **dkw)
+    RES["graph_decode"] = dict(raw_calls=captured_raw, equal=same(out, want))
+    ok = ok and RES["graph_decode"]["equal"] and captured_raw >= 2
+    print(f"graph: {RES['graph']}, decode {RES['graph_decode']}", flush=True)
     RES["fast_path_off"] = list(L.FAST_PATH_OFF)
     ok = ok and not L.FAST_PATH_OFF
     RES["checks_ok"] = ok
@@ -158,9 +222,9 @@ def diagnose():
     from triton.backends.nvidia import driver as nv
     out = dict(no_launch_hooks=L._no_launch_hooks(), tma_cache=[repr(v) for v in L._FWD_TMA.tma_cache.values()],
                make_arg_argcount=nv.make_tensordesc_arg.__code__.co_argcount,
-               base_len=getattr(nv, "_BASE_ARGS_FORMAT_LEN", None),
+               base_format=getattr(nv, "_BASE_ARGS_FORMAT", None),
                enter_hook=repr(triton.knobs.runtime.launch_enter_hook))
-    for ck in list(L._FWD_TMA.cache.values())[:1]:
+    for ck, _ in list(L._FWD_TMA.cache.values())[:1]:
         run = ck.run
         inner = getattr(run, "launch", None)
         code = getattr(inner, "__code__", None)
@@ -196,11 +260,12 @@ def timings():
     for name, (B, Hq, Hkv, Lq, Lk, D) in SHAPES.items():
         sets = [G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=200 + i) for i in range(3)]
         call = lambda q, k, v: swa(q, k, v, **kw)  # noqa: E731
-        for variant, on, hooks in (("fast (_TmaFast)", True, False), ("descriptors per call", False, False),
-                                   ("as at 046bff9", False, True), ("fast again", True, False)):
-            L._TmaFast.enabled = on
-            if hooks:  # the direct launches as before: launch metadata and the two empty hook chains
-                L._no_launch_hooks = lambda: False
+        for variant in ("raw, ints", "ck.run, ints", "as at 811d4fe", "raw, ints again"):
+            old = Old() if variant == "as at 811d4fe" else None
+            if old:
+                old.__enter__()
+            elif variant == "ck.run, ints":
+                L._RawLaunch.enabled = False
             try:
                 call(*sets[0])
                 torch.cuda.synchronize()
@@ -220,8 +285,9 @@ def timings():
                 traceback.print_exc()
                 row = dict(shape=name, variant=variant, error=f"{type(e).__name__}: {e}"[:300])
             finally:
-                L._TmaFast.enabled = True
-                L._no_launch_hooks = NO_HOOKS
+                if old:
+                    old.__exit__()
+                L._RawLaunch.enabled = True
             rows.append(row)
             if "error" not in row:
                 print(f"  {name:24s} {variant:22s} kern {row['kernel_us']:7.1f} eager {row['eager_us']:7.1f} "

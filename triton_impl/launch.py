@@ -11,6 +11,7 @@ configuration (dtype, head dims, block sizes, flags, stride specialisation).
 from __future__ import annotations
 
 import os
+import types
 import warnings
 from dataclasses import dataclass, field
 
@@ -250,14 +251,18 @@ class _Kernel:
 
     @staticmethod
     def _key(static, tensors, ints):
-        # Tensors: dtype and 16-byte alignment; TMA descriptors: what their type
-        # carries (block shape, element type, padding); shapes/strides are runtime.
+        """``(key, ptrs)``: the cache key of a call (tensors: dtype and 16-byte alignment;
+        TMA descriptor objects: what their type carries, block shape, element type,
+        padding; shapes and strides are runtime) and the tensors' ``data_ptr()`` ints
+        (None where descriptor objects are among them)."""
         try:
-            align = tuple([(t.dtype, not t.data_ptr() & 15) for t in tensors])
+            ptrs = [t.data_ptr() for t in tensors]
+            align = tuple([(t.dtype, not p & 15) for t, p in zip(tensors, ptrs)])
         except AttributeError:  # TMA descriptor objects among them (no dtype, no data_ptr)
+            ptrs = None
             align = tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor)
                           else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
-        return static, _Kernel._int_spec(ints), align
+        return (static, _Kernel._int_spec(ints), align), ptrs
 
     def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple, dev: int | None = None):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
@@ -274,11 +279,22 @@ class _Kernel:
             return self.fn[grid](*args, **constexprs, **_options(static))
         if dev is None:
             dev = _device()
-        key = (dev, self._key(static, tensors, ints))  # a compiled kernel is loaded per device
-        ck = self.cache.get(key)
-        if ck is not None:
+        key, ptrs = self._key(static, tensors, ints)
+        key = (dev, key)  # a compiled kernel is loaded per device
+        hit = self.cache.get(key)
+        if hit is not None:
+            ck, raw = hit
             try:
-                _direct_launch(ck, grid, (*args, *constexprs.values()), dev)
+                if _no_launch_hooks():
+                    # pointers as the ints already read for the key (_RawLaunch: why)
+                    rest = (*args, *constexprs.values()) if ptrs is None else \
+                        (*ptrs, *ints, *floats, *constexprs.values())
+                    if raw is not None and _RawLaunch.enabled:
+                        raw.launch(grid, rest, dev)
+                    else:
+                        _direct_launch(ck, grid, rest, dev)
+                else:  # a hook reads the launch metadata, which Triton builds from the tensors
+                    _direct_launch(ck, grid, (*args, *constexprs.values()), dev)
                 return ck
             except Exception as e:
                 failed = e
@@ -294,7 +310,7 @@ class _Kernel:
         names = list(getattr(self.fn, "arg_names", ()))
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
                 and names[len(args):] == list(constexprs)):
-            self.cache[key] = ck
+            self.cache[key] = (ck, _RawLaunch.of(ck))
         return ck
 
     def launch_tma(self, grid, descs, build, tensors, ints, floats, constexprs: dict, static: tuple,
@@ -319,11 +335,13 @@ class _Kernel:
             return
         if dev is None:
             dev = _device()
-        key = (dev, self._key(static, tensors, ints))
+        key, ptrs = self._key(static, tensors, ints)
+        key = (dev, key)
         fast = self.tma_cache.get(key, False)  # False: not seen; None: no fast path for this kernel
         if fast and _no_launch_hooks():
             try:
-                fast.launch(grid, descs, (*tensors, *ints, *floats, *constexprs.values()), dev)
+                fast.launch(grid, descs, (*(tensors if ptrs is None else ptrs), *ints, *floats,
+                                          *constexprs.values()), dev)
                 return
             except Exception as e:
                 failed = e
@@ -391,7 +409,58 @@ class _DescArg:
         self.base, self.shape, self.strides, self.padding = _Base(ptr), list(shape), list(strides), "zero"
 
 
-class _TmaFast:
+class _RawLaunch:
+    """Triton 3.6's C launch of one compiled pointer-argument kernel, entered directly.
+
+    For a kernel without TMA descriptors, Triton 3.6's ``CudaLauncher.launch`` is the
+    compiled C launch itself and ``CudaLauncher.__call__`` only adds the global and
+    profile scratch (None for our kernels) to its leading arguments; :meth:`launch`
+    passes them itself. Callers pass pointers as the ``data_ptr()`` ints they read for
+    the cache key: the C launch takes an int as the device address as it is, where for
+    a tensor it calls ``data_ptr()`` and ``cuPointerGetAttribute`` (which only checks
+    that the memory is the device's; ``check_inputs`` checked every input's device and
+    the outputs and scratch are allocated on it). :meth:`of` accepts only that
+    structure (``launch`` not a Python function, the 13-field argument format ``iiiKKppOOOOOO``,
+    no scratch, one CTA per program); anything else takes ``ck.run`` (with the ints).
+    """
+
+    FORMAT = "iiiKKppOOOOOO"  # Triton 3.6's _BASE_ARGS_FORMAT
+    enabled = True  # lab switch (tools/lab_host.py): False = every direct launch through ck.run
+
+    def __init__(self, raw, ck, coop, pdl):
+        self.raw, self.function, self.packed = raw, ck.function, ck.packed_metadata
+        self.coop, self.pdl = coop, pdl
+
+    @staticmethod
+    def _plain(run) -> bool:
+        from triton.backends.nvidia import driver as nv
+        return (getattr(nv, "_BASE_ARGS_FORMAT", None) == _RawLaunch.FORMAT and not run.global_scratch_size
+                and not run.profile_scratch_size and getattr(run, "num_ctas", 1) == 1)
+
+    @classmethod
+    def of(cls, ck) -> "_RawLaunch | None":
+        try:
+            run = ck.run
+            raw = run.launch
+            # the C launch itself, not a Python function (Triton 3.6's descriptor wrapper)
+            if not callable(raw) or isinstance(raw, types.FunctionType) or not cls._plain(run):
+                return None
+            return cls(raw, ck, bool(run.launch_cooperative_grid), bool(run.launch_pdl))
+        except Exception:  # any other launcher: ck.run
+            return None
+
+    def launch(self, grid, args: tuple, dev: int) -> None:
+        """Launch on the current stream of device ``dev`` (the current device, whose
+        compiled kernel this is); ``args`` the kernel's arguments in its order."""
+        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
+        # stream, function, cooperative, PDL, global and profile scratch (none), the packed
+        # metadata, the launch metadata and the enter / exit hooks (none: _no_launch_hooks).
+        self.raw(g[0], g[1], g[2], _stream(dev), self.function, self.coop, self.pdl, None, None,
+                 self.packed, None, None, None, *args)
+
+
+class _TmaFast(_RawLaunch):
     """The raw launch of a compiled kernel with TMA descriptor arguments (Triton 3.6).
 
     Triton 3.6's ``CudaLauncher`` wraps its C launch in a Python function that,
@@ -401,10 +470,10 @@ class _TmaFast:
     descriptor's base address, shape, strides and the kernel's block shape,
     swizzle and element type, so it is cached here per compiled kernel, keyed by
     ``(descriptor index, data_ptr, shape, strides)``, and the C launch is called
-    with the cached arguments. :meth:`of` accepts only a launcher of exactly that
-    structure (the wrapper's closure holding ``launcher``, the descriptors as the
-    leading arguments and one non-empty ``tensordesc_meta`` entry each, no scratch
-    memory); anything else
+    with the cached arguments (the other pointers as ints, as :class:`_RawLaunch`).
+    :meth:`of` accepts only a launcher of exactly that structure (the wrapper's
+    closure holding ``launcher``, the descriptors as the leading arguments and one
+    non-empty ``tensordesc_meta`` entry each, no scratch memory); anything else
     keeps the JIT path.
     """
 
@@ -414,9 +483,8 @@ class _TmaFast:
     enabled = True  # False after a raw launch raised: every TMA call through _Kernel.__call__
 
     def __init__(self, raw, metas, make_arg, ck, coop, pdl):
-        self.raw, self.metas, self.make_arg = raw, metas, make_arg
-        self.function, self.packed = ck.function, ck.packed_metadata
-        self.coop, self.pdl = coop, pdl
+        super().__init__(raw, ck, coop, pdl)
+        self.metas, self.make_arg = metas, make_arg
         self.enc: dict = {}
 
     @classmethod
@@ -431,8 +499,7 @@ class _TmaFast:
             if (raw is None or not callable(raw) or not metas or len(metas) != n_desc
                     or cells.get("tensordesc_indices") != set(range(n_desc))  # the leading arguments
                     or any(m is None for m in metas) or make_arg.__code__.co_argcount != 2
-                    or run.global_scratch_size or run.profile_scratch_size
-                    or getattr(run, "num_ctas", 1) != 1 or nv._BASE_ARGS_FORMAT_LEN != 13):
+                    or not _RawLaunch._plain(run)):
                 return None
             return cls(raw, list(metas), make_arg, ck, bool(run.launch_cooperative_grid), bool(run.launch_pdl))
         except Exception:  # any other launcher: no fast path
@@ -445,21 +512,15 @@ class _TmaFast:
         self.enc[(i, *d)] = enc
         return enc
 
-    def launch(self, grid, descs, rest: tuple, dev: int) -> None:
-        """Launch on the current stream of device ``dev`` (the current device, whose
-        compiled kernel this is)."""
+    def launch(self, grid, descs, rest: tuple, dev: int) -> None:  # noqa: D417
+        """As :meth:`_RawLaunch.launch`, the descriptors ``descs`` (``(data_ptr, shape,
+        strides)`` each) first, encoded (cached), then ``rest``."""
         args = []
         enc = self.enc
         for i, d in enumerate(descs):
             e = enc.get((i, *d))
             args += e if e is not None else self.encode(i, d)
-        stream = _stream(dev)
-        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
-        # stream, function, cooperative, PDL, global and profile scratch (none), the packed
-        # metadata, the launch metadata and the enter / exit hooks (none: _no_launch_hooks).
-        self.raw(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None,
-                 self.packed, None, None, None, *args, *rest)
+        _RawLaunch.launch(self, grid, (*args, *rest), dev)
 
 
 def static_key(constexprs: dict, num_warps: int, num_stages: int, launch_pdl: bool = False,
@@ -503,8 +564,9 @@ def _stream(dev: int) -> int:
 def _direct_launch(ck, grid, full_args, dev: int) -> None:
     """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9), except
     that with no launch hook set (:func:`_no_launch_hooks`) it builds no launch
-    metadata and passes ``None`` for the hooks instead of two empty chains. ``dev``: the
-    current device, ``ck``'s."""
+    metadata and passes ``None`` for the hooks instead of two empty chains (and
+    :meth:`_Kernel.__call__` then passes pointers as ints, which every one of these
+    launchers takes as the address). ``dev``: the current device, ``ck``'s."""
     stream = _stream(dev)
     g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
     if _no_launch_hooks():
