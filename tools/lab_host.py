@@ -66,29 +66,26 @@ RES: dict = {}
 
 
 class Counter:
-    """Counts :meth:`launch._TmaFast.launch` calls (the fast path taken), once
-    :meth:`install` (``main``) has wrapped it."""
+    """Counts the calls of :meth:`launch._TmaFast.launch` (``n``: the TMA fast path
+    taken) and of :meth:`launch._RawLaunch.launch` (``raw``: every raw C launch, the
+    TMA ones included), once :meth:`install` (``main``) has wrapped them."""
 
     n = 0
-    orig = L._TmaFast.launch
-
-    @staticmethod
-    def wrap(self, *a):
-        Counter.n += 1
-        return Counter.orig(self, *a)
-
     raw = 0
-    orig_raw = L._RawLaunch.launch
 
     @staticmethod
-    def wrap_raw(self, *a):
-        Counter.raw += 1
-        return Counter.orig_raw(self, *a)
+    def _counting(cls, attr):
+        orig = cls.launch
+
+        def wrap(self, *a):
+            setattr(Counter, attr, getattr(Counter, attr) + 1)
+            return orig(self, *a)
+        cls.launch = wrap
 
     @staticmethod
     def install():
-        L._TmaFast.launch = Counter.wrap
-        L._RawLaunch.launch = Counter.wrap_raw  # every raw launch, the TMA ones included
+        Counter._counting(L._TmaFast, "n")
+        Counter._counting(L._RawLaunch, "raw")
 
 
 ORIG_KEY = L._Kernel._key
