@@ -681,6 +681,8 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
     ``(data_ptr, shape, strides)`` (a new address or shape encodes again), the cache
     is bounded; a launcher of another structure (Triton 3.9's three-argument encoder,
     scratch memory, a missing meta) gets no fast path."""
+    from types import SimpleNamespace
+
     from triton.backends.nvidia import driver as nv
 
     enc = []
@@ -692,6 +694,7 @@ def test_tma_fast_launch_encodes_each_descriptor_once(monkeypatch):
     real_make = nv.make_tensordesc_arg
     monkeypatch.setattr(nv, "make_tensordesc_arg", make_arg)
     monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO", raising=False)
+    monkeypatch.setattr(nv, "CudaLauncher", SimpleNamespace)  # the fakes' launcher class
     monkeypatch.setattr(L, "_stream", lambda dev: 77 + dev)
     raw = []
     metas = [{"b": 1}, {"b": 2}]
@@ -756,6 +759,7 @@ def test_raw_launch_passes_pointers_as_ints(monkeypatch):
     from triton.backends.nvidia import driver as nv
 
     monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO", raising=False)
+    monkeypatch.setattr(nv, "CudaLauncher", SimpleNamespace)  # the fakes' launcher class
     monkeypatch.setattr(L, "_stream", lambda dev: 50 + dev)
 
     def fake_ck(launch, scratch=0):
@@ -772,6 +776,9 @@ def test_raw_launch_passes_pointers_as_ints(monkeypatch):
     assert L._RawLaunch.of(fake_ck(c, scratch=64)) is None
     assert L._RawLaunch.of(fake_ck(lambda *a: None)) is None  # a Python wrapper (descriptors): not this
     assert L._RawLaunch.of(object()) is None
+    monkeypatch.setattr(nv, "CudaLauncher", type("OtherLauncher", (), {}))  # another backend's launcher
+    assert L._RawLaunch.of(fake_ck(c)) is None
+    monkeypatch.setattr(nv, "CudaLauncher", SimpleNamespace)
     monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOOO")  # another Triton's format
     assert L._RawLaunch.of(fake_ck(c)) is None
     monkeypatch.setattr(nv, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO")
@@ -799,11 +806,21 @@ def test_raw_launch_passes_pointers_as_ints(monkeypatch):
     kern(*call)
     assert len(jit) == 1 and jit[0][:2] == (x, y)  # the JIT got the tensors
     assert c2.calls[-1][13:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
-    monkeypatch.setattr(L._RawLaunch, "enabled", False)  # the lab's switch: ck.run, with the ints
+    # the raw launch raises where the JIT's launch succeeds: the raw launch alone turns off
+    monkeypatch.setattr(L._RawLaunch, "enabled", True)
+    monkeypatch.setattr(L, "FAST_PATH_OFF", [])
+
+    def broken(*a):
+        raise TypeError("function takes exactly 40 arguments")
+
+    kern.cache[next(iter(kern.cache))] = (ck, L._RawLaunch(broken, ck, False, True))
+    with pytest.warns(RuntimeWarning, match="raw C launch of cached kernels failed .*40 arguments"):
+        kern(*call)
+    assert len(jit) == 2 and not L._RawLaunch.enabled and L._Kernel.enabled and len(L.FAST_PATH_OFF) == 1
     runs = []
     ck.run = lambda *a: runs.append(a)
-    kern(*call)
-    assert runs[-1][9:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
+    kern(*call)  # then ck.run, with the ints (also the lab's switch)
+    assert len(jit) == 2 and runs[-1][9:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
     # a launch hook set: Triton's own metadata is built from the tensors, so they travel
     monkeypatch.setattr(L, "_no_launch_hooks", lambda: False)
     ck.launch_metadata = lambda *a: "meta"
@@ -845,13 +862,15 @@ def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):
 
     monkeypatch.setattr(L._Kernel, "__call__", lambda self, *a: call(*a))
     names = L.kernels._swa_fwd_tma_kernel.arg_names
-    v = torch.zeros(4)
+    v, lse = torch.zeros(4), torch.zeros(2)
     cx = {n: 0 for n in names[6 + 12 + 1:]}  # 4 descriptors, v, lse; 12 ints; qk_scale
     ints = tuple(range(12))
-    args = ((8, 1), ((0, (1,), (1,)),) * 4, lambda: ("D",) * 4, (v, v), ints, (0.5,), cx, ("static",))
+    args = ((8, 1), ((0, (1,), (1,)),) * 4, lambda: ("D",) * 4, (v, lse), ints, (0.5,), cx, ("static",))
     kern.launch_tma(*args)
     kern.launch_tma(*args)
     assert len(jit_calls) == 1 and len(fast_calls) == 1
+    # the pointers after the descriptors as their data_ptr() ints, in order, then the rest
+    assert fast_calls[0] == (v.data_ptr(), lse.data_ptr(), *ints, 0.5, *cx.values())
     FakeFast.fail = True
     monkeypatch.setattr(L, "FAST_PATH_OFF", [])
     jit_fails.append(RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"))
@@ -988,7 +1007,7 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     # a register cap of a config reaches the compile options and the cache key
     calls.clear()
     capped = L.Config(64, 32, 4, 2, maxnreg=128)
-    assert L.launch(p, q, k, v, o, lse, config=capped) == "prefill"
+    assert L.launch(pc, q, k, v, o, lse, config=capped) == "prefill"  # an explicit config: the pointer kernel
     (fn, *_, cx, static), = calls
     assert static == L.static_key(cx, 4, 2, False, 128)
     assert L._options(static) == dict(num_warps=4, num_stages=2, maxnreg=128)

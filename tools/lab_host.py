@@ -29,8 +29,14 @@ Predicted before the run (written down with the change): per pointer argument
 0.3-0.8 us less (``data_ptr()`` and ``cuPointerGetAttribute`` skipped), per
 pointer-kernel launch another 0.5-1.5 us (``CudaLauncher.__call__`` skipped): decode
 (two launches, 9 pointers) ``launch()`` 32 -> 24-29 us, the pointer prefill
-(chunked, 5 pointers) 2-5 us less, TMA prefill (3 pointers besides the
-descriptors) 1-2.5 us less; kernel times unchanged; outputs bit-identical.
+(chunked, 5 pointers) 2-5 us less, TMA prefill (written as 3 pointers besides the
+descriptors; there are 2, ``v`` and ``lse``) 1-2.5 us less; kernel times unchanged; outputs bit-identical.
+
+Measured on the H200 (``bench_results/triton-lab20-host-ed03c79.json``, interleaved
+medians of 25 rounds; block timings and checks also at e177f5a): checks 11 / 11, new
+addresses and graph replays bit-exact; ``launch()`` as at 811d4fe -> new: decode 28.7 ->
+24.3 us, chunked 16.6 -> 14.8, TMA prefill 23.8 -> 22.3 and 24.9 -> 22.1. See BENCHMARKS.md,
+session 20.
 
 Session 19 (``launch._TmaFast``, the TMA descriptors encoded once per ``(data_ptr,
 shape, strides)``) measured at 4b2f26d with this lab's predecessor
@@ -104,15 +110,16 @@ class Old:
         self.tma_too = tma_too
 
     def __enter__(self):
+        # the switches as found (a fast path that turned itself off mid-run stays off)
+        self.saved = (L._RawLaunch.enabled, L._TmaFast.enabled)
         L._RawLaunch.enabled = False
         L._Kernel._key = staticmethod(_key_no_ints)
         if self.tma_too:
             L._TmaFast.enabled = False
 
     def __exit__(self, *exc):
-        L._RawLaunch.enabled = True
+        L._RawLaunch.enabled, L._TmaFast.enabled = self.saved
         L._Kernel._key = staticmethod(ORIG_KEY)
-        L._TmaFast.enabled = True
 
 
 def bits(t):
@@ -251,6 +258,7 @@ class Variant:
         self.name, self.old = name, Old() if name == "as at 811d4fe" else None
 
     def __enter__(self):
+        self.saved = L._RawLaunch.enabled
         if self.old:
             self.old.__enter__()
         elif self.name == "ck.run, ints":
@@ -259,7 +267,7 @@ class Variant:
     def __exit__(self, *exc):
         if self.old:
             self.old.__exit__()
-        L._RawLaunch.enabled = True
+        L._RawLaunch.enabled = self.saved
 
 
 def timings():

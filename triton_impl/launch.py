@@ -284,12 +284,14 @@ class _Kernel:
         hit = self.cache.get(key)
         if hit is not None:
             ck, raw = hit
+            via_raw = False
             try:
                 if _no_launch_hooks():
                     # pointers as the ints already read for the key (_RawLaunch: why)
                     rest = (*args, *constexprs.values()) if ptrs is None else \
                         (*ptrs, *ints, *floats, *constexprs.values())
                     if raw is not None and _RawLaunch.enabled:
+                        via_raw = True
                         raw.launch(grid, rest, dev)
                     else:
                         _direct_launch(ck, grid, rest, dev)
@@ -300,10 +302,15 @@ class _Kernel:
                 failed = e
             # Triton's own launch of the same call. If it fails too, the fault is the call's
             # (a CUDA error left by an earlier kernel, say): it raises, the fast path stays.
-            # If it succeeds, the direct launch no longer fits this Triton: off from now on.
+            # If it succeeds, the launch that failed no longer fits this Triton: off from now
+            # on (the raw C launch alone, when it was that one; ck.run then serves).
             ck = self.fn[grid](*args, **constexprs, **_options(static))
-            _Kernel.enabled = False
-            _fast_path_off("the direct launch of cached kernels", failed)
+            if via_raw:
+                _RawLaunch.enabled = False
+                _fast_path_off("the raw C launch of cached kernels", failed)
+            else:
+                _Kernel.enabled = False
+                _fast_path_off("the direct launch of cached kernels", failed)
             return ck
         ck = self.fn[grid](*args, **constexprs, **_options(static))
         # Cache only when the direct call will pass the arguments in the kernel's own order.
@@ -417,15 +424,20 @@ class _RawLaunch:
     profile scratch (None for our kernels) to its leading arguments; :meth:`launch`
     passes them itself. Callers pass pointers as the ``data_ptr()`` ints they read for
     the cache key: the C launch takes an int as the device address as it is, where for
-    a tensor it calls ``data_ptr()`` and ``cuPointerGetAttribute`` (which only checks
-    that the memory is the device's; ``check_inputs`` checked every input's device and
-    the outputs and scratch are allocated on it). :meth:`of` accepts only that
-    structure (``launch`` not a Python function, the 13-field argument format ``iiiKKppOOOOOO``,
-    no scratch, one CTA per program); anything else takes ``ck.run`` (with the ints).
+    a tensor it calls ``data_ptr()`` and ``cuPointerGetAttribute``, which only refuses
+    an address CUDA does not know (a CPU tensor's). Here every pointer is a CUDA
+    tensor's of the call's device: :func:`launch` refuses other devices, the public
+    call checked the inputs' (``check_inputs``: one device; the backend's CUDA or
+    interpreter rule), and the outputs and scratch are allocated on it. :meth:`of`
+    accepts only that structure (a ``CudaLauncher`` whose ``launch`` is not a Python
+    function, the 13-field argument format ``iiiKKppOOOOOO``, no scratch, one CTA per
+    program); anything else takes ``ck.run`` (with the ints).
     """
 
     FORMAT = "iiiKKppOOOOOO"  # Triton 3.6's _BASE_ARGS_FORMAT
-    enabled = True  # lab switch (tools/lab_host.py): False = every direct launch through ck.run
+    # False: every direct launch through ck.run. Set by the lab (tools/lab_host.py), and
+    # by _Kernel.__call__ after a raw launch raised where Triton's own launch succeeded.
+    enabled = True
 
     def __init__(self, raw, ck, coop, pdl):
         self.raw, self.function, self.packed = raw, ck.function, ck.packed_metadata
@@ -434,7 +446,8 @@ class _RawLaunch:
     @staticmethod
     def _plain(run) -> bool:
         from triton.backends.nvidia import driver as nv
-        return (getattr(nv, "_BASE_ARGS_FORMAT", None) == _RawLaunch.FORMAT and not run.global_scratch_size
+        return (isinstance(run, nv.CudaLauncher) and getattr(nv, "_BASE_ARGS_FORMAT", None) == _RawLaunch.FORMAT
+                and not run.global_scratch_size
                 and not run.profile_scratch_size and getattr(run, "num_ctas", 1) == 1)
 
     @classmethod
@@ -1111,6 +1124,9 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
+    if p.device.type != "cuda" and not interpreter_active():  # the direct launches pass raw addresses
+        raise UnsupportedConfig(f"triton: launch() needs CUDA tensors, or TRITON_INTERPRET=1 for CPU ones; "
+                                f"got {p.device}")
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     # Triton compiles, loads and launches on the current device: the tensors' device for
     # the call (their streams, their context), as torch's own ops do; the kernels are
