@@ -130,6 +130,57 @@ def test_unsupported_and_errors():
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
 
 
+def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
+    """``launch._call``: for TileLang 0.1.15's tvm-ffi adapter with no output allocated
+    by the kernel, the GPU launches call the adapter's executable with the arguments as
+    given (what the adapter's own ``func`` does for such a kernel); any other release,
+    adapter or ABI, and the switch off, keep the kernel's own call. ``_kernel`` is asked
+    on every call (the tools that record the kernels a call asks for replace it)."""
+    import tilelang
+
+    calls = []
+
+    class TVMFFIKernelAdapter:  # the name _executable accepts
+        result_idx: list = []
+
+        def _get_executable(self):
+            return lambda *a: calls.append(("exe", a))
+
+    class Kernel:
+        def __init__(self, adapter):
+            self.adapter = adapter
+
+        def __call__(self, *a):
+            calls.append(("ker", a))
+
+    ker = Kernel(TVMFFIKernelAdapter())
+    asked = []
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append(kind) or ker)
+    monkeypatch.setattr(launch, "_calls", {})
+    monkeypatch.setattr(launch, "FAST_CALL", True)
+    monkeypatch.setattr(tilelang, "__version__", "0.1.15+cu130.gitabc")
+    launch._call("fwd_tc", 1, 2)(10, 20, 0.5)
+    launch._call("fwd_tc", 1, 2)(11, 21, 0.5)
+    assert calls == [("exe", (10, 20, 0.5)), ("exe", (11, 21, 0.5))] and asked == ["fwd_tc"] * 2
+    monkeypatch.setattr(launch, "FAST_CALL", False)
+    launch._call("fwd_tc", 1, 2)(12,)
+    assert calls[-1] == ("ker", (12,))
+    monkeypatch.setattr(launch, "FAST_CALL", True)
+    # refused: another release, another adapter, outputs the kernel allocates, the new ABI
+    monkeypatch.setattr(tilelang, "__version__", "0.1.16")
+    assert launch._executable(ker) is None
+    monkeypatch.setattr(tilelang, "__version__", "0.1.15")
+    assert launch._executable(ker) is not None
+    assert launch._executable(Kernel(object())) is None
+    assert launch._executable(object()) is None
+    out = TVMFFIKernelAdapter()
+    out.result_idx = [4]
+    assert launch._executable(Kernel(out)) is None
+    abi = TVMFFIKernelAdapter()
+    abi._ffi_callee_allocated_output_abi = True
+    assert launch._executable(Kernel(abi)) is None
+
+
 def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
     """describe_call / launch.describe plan only: on CPU tensors the C kernel; for a
     CUDA device (planned on CPU) the factory, tile, split count and combine, and the

@@ -9,6 +9,7 @@ TileLang's own JIT cache is consulted only on a miss).
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -415,6 +416,54 @@ def _kernel(kind: str, *args):
     return ker
 
 
+#: The launch callable of each compiled GPU kernel (:func:`_call`), keyed by the kernel.
+_calls: dict = {}
+#: False: every GPU launch through the compiled kernel's own ``__call__`` (the lab's
+#: switch, tools/lab_host.py; ``HILS_SWA_TILELANG_FAST_CALL=0`` in the environment).
+FAST_CALL = os.environ.get("HILS_SWA_TILELANG_FAST_CALL", "1") != "0"
+#: The TileLang release whose tvm-ffi adapter :func:`_executable` was written against.
+FAST_CALL_TILELANG = "0.1.15"
+
+
+def _executable(ker):
+    """The compiled executable behind ``ker`` when calling it directly is what
+    ``ker(*args)`` does, else None.
+
+    TileLang 0.1.15's ``JITKernel.__call__`` goes to its tvm-ffi adapter's ``func``,
+    which, for a kernel that allocates no output (``result_idx`` empty: ours write
+    into the tensors they are given), places the arguments in parameter order, asks
+    for the device of the first tensor (used only on NPUs) and calls the executable
+    with them: a Python frame and two loops over the parameters per launch. The
+    executable itself (the generated host code) checks every argument's dtype,
+    shape, strides and device as before. Only that release and that adapter class
+    (with no callee-allocated outputs) are accepted; anything else keeps ``ker``.
+    """
+    try:
+        import tilelang
+        adapter = ker.adapter
+        if (tilelang.__version__.split("+")[0] != FAST_CALL_TILELANG
+                or type(adapter).__name__ != "TVMFFIKernelAdapter" or adapter.result_idx
+                or getattr(adapter, "_ffi_callee_allocated_output_abi", False)):
+            return None
+        return adapter._get_executable()
+    except Exception:  # another TileLang, another adapter: the kernel's own call
+        return None
+
+
+def _call(kind: str, *args):
+    """What launches the GPU kernel :func:`_kernel` ``(kind, *args)`` returns: its
+    executable (:func:`_executable`) where :data:`FAST_CALL` allows, else the kernel.
+    Keyed by the kernel object, so a stand-in for :func:`_kernel` (the tools that
+    record which kernels a call asks for) is asked on every call."""
+    ker = _kernel(kind, *args)
+    if not FAST_CALL:
+        return ker
+    fn = _calls.get(ker)
+    if fn is None:
+        fn = _calls[ker] = _executable(ker) or ker
+    return fn
+
+
 def check_limits(p) -> None:
     """Raise :class:`UnsupportedConfig` for valid inputs this backend cannot serve."""
     for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
@@ -591,12 +640,12 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical)."""
     W, C, r, inv_c, sl2 = scalars(p)
     if p.dtype == torch.float32:
-        ker = _kernel("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+        ker = _call("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config)
     split = S > 1
-    ker = _kernel(kind, *args)
+    ker = _call(kind, *args)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
@@ -606,7 +655,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     lp = torch.empty((p.B, p.Hq, S, p.Lq), dtype=torch.float32, device=p.device)
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
     ckind, cargs = combine_key(args)
-    _kernel(ckind, *cargs)(op, lp, o, lse)
+    _call(ckind, *cargs)(op, lp, o, lse)
 
 
 #: Tile of the CPU kernel (:func:`run_cpu`).
