@@ -121,3 +121,8 @@ def test_tilelang_combine_reads_only_written_partials(case, splits, monkeypatch)
         out[f] = api._run_cuda(p, q, k, v, force_split=S)
     _same_bits(out)
     verdict.assert_pass(*out["nan"], q, k, v, dict(rule))
+    # on the TileLang release launch._executable knows, the launches took the executables
+    import tilelang
+    if tilelang.__version__.split("+")[0] == launch.FAST_CALL_TILELANG and launch.FAST_CALL:
+        assert any(fn is not ker for ker, fn in launch._calls.items()), \
+            "no TileLang launch through its executable: launch._executable refused this TileLang's kernels"

@@ -138,10 +138,15 @@ def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
     on every call (the tools that record the kernels a call asks for replace it)."""
     import tilelang
 
+    from tilelang.jit.adapter import tvm_ffi
+
     calls = []
 
-    class TVMFFIKernelAdapter:  # the name _executable accepts
+    class TVMFFIKernelAdapter:  # stands in for tvm_ffi.TVMFFIKernelAdapter
         result_idx: list = []
+
+        def __init__(self):  # func: an attribute of the adapter, as TileLang sets it
+            self.func = lambda *a: calls.append(("func", a))
 
         def _get_executable(self):
             return lambda *a: calls.append(("exe", a))
@@ -149,9 +154,12 @@ def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
     class Kernel:
         def __init__(self, adapter):
             self.adapter = adapter
+            self.torch_function = getattr(adapter, "func", None)
 
         def __call__(self, *a):
             calls.append(("ker", a))
+
+    monkeypatch.setattr(tvm_ffi, "TVMFFIKernelAdapter", TVMFFIKernelAdapter)
 
     ker = Kernel(TVMFFIKernelAdapter())
     asked = []
@@ -179,6 +187,9 @@ def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
     abi = TVMFFIKernelAdapter()
     abi._ffi_callee_allocated_output_abi = True
     assert launch._executable(Kernel(abi)) is None
+    wrapped = Kernel(TVMFFIKernelAdapter())
+    wrapped.torch_function = lambda *a: None  # the kernel's call is no longer the adapter's func
+    assert launch._executable(wrapped) is None
 
 
 def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
@@ -200,9 +211,14 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
                                 device=torch.device("cuda"))
         text = launch.describe(p)
         asked.clear()
+        launched = []
         with monkeypatch.context() as m:  # the split workspace would be a CUDA allocation
             m.setattr(launch.torch, "empty", lambda *a, **kw: None)
+            # every launch goes through launch._call's executable where there is one
+            m.setattr(launch, "FAST_CALL", True)
+            m.setattr(launch, "_executable", lambda ker: lambda *a: launched.append(len(a)))
             launch.run_cuda(p, None, None, None, False, False, None, None)
+        assert launched == [10] + [4] * (len(asked) - 1)  # the kernel's 10 arguments, the combine's 4
         (kind, args), *comb = asked
         assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
         assert (" +combine" in text) == bool(comb) == args[11]

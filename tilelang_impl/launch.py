@@ -416,8 +416,10 @@ def _kernel(kind: str, *args):
     return ker
 
 
-#: The launch callable of each compiled GPU kernel (:func:`_call`), keyed by the kernel.
+#: The launch callable of each compiled GPU kernel (:func:`_call`), keyed by the kernel;
+#: cleared when full (stand-ins for :func:`_kernel` in tools and tests add one per call).
 _calls: dict = {}
+_CALLS_MAX = 1024
 #: False: every GPU launch through the compiled kernel's own ``__call__`` (the lab's
 #: switch, tools/lab_host.py; ``HILS_SWA_TILELANG_FAST_CALL=0`` in the environment).
 FAST_CALL = os.environ.get("HILS_SWA_TILELANG_FAST_CALL", "1") != "0"
@@ -435,15 +437,21 @@ def _executable(ker):
     for the device of the first tensor (used only on NPUs) and calls the executable
     with them: a Python frame and two loops over the parameters per launch. The
     executable itself (the generated host code) checks every argument's dtype,
-    shape, strides and device as before. Only that release and that adapter class
-    (with no callee-allocated outputs) are accepted; anything else keeps ``ker``.
+    shape, strides and device as before. Only that release (a local build suffix
+    ``+...`` allowed; ``.post`` / ``.dev`` builds are not) and that adapter class, with
+    no callee-allocated outputs and ``ker``'s call still the adapter's ``func``, are
+    accepted; anything else keeps ``ker``.
     """
+    adapter = getattr(ker, "adapter", None)
+    if adapter is None:  # not a TileLang kernel (a stand-in): nothing to import
+        return None
     try:
         import tilelang
-        adapter = ker.adapter
+        from tilelang.jit.adapter.tvm_ffi import TVMFFIKernelAdapter
         if (tilelang.__version__.split("+")[0] != FAST_CALL_TILELANG
-                or type(adapter).__name__ != "TVMFFIKernelAdapter" or adapter.result_idx
-                or getattr(adapter, "_ffi_callee_allocated_output_abi", False)):
+                or type(adapter) is not TVMFFIKernelAdapter or adapter.result_idx
+                or getattr(adapter, "_ffi_callee_allocated_output_abi", False)
+                or getattr(ker, "torch_function", None) is not adapter.func):  # the call _executable replaces
             return None
         return adapter._get_executable()
     except Exception:  # another TileLang, another adapter: the kernel's own call
@@ -460,6 +468,8 @@ def _call(kind: str, *args):
         return ker
     fn = _calls.get(ker)
     if fn is None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
         fn = _calls[ker] = _executable(ker) or ker
     return fn
 
