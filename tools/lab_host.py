@@ -49,6 +49,7 @@ Writes ``lab_host.json`` under ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -309,6 +310,28 @@ def timings():
         torch.cuda.empty_cache()
 
 
+def _rounds(variants, enter, measures: dict, n: int, rounds: int):
+    """Host microseconds per call, back to back (``gpu_triton.host_time``, ``n`` calls), of
+    each ``measures`` function under each of ``variants`` (``enter(var)``: a context putting
+    it in effect): every round times each variant once, in turn, the order reversed every
+    other round, after one warm call of each. Returns ``(raw, stats)``: per variant and
+    measure the list over rounds, and its median, 25th percentile and minimum."""
+    raw = {var: {what: [] for what in measures} for var in variants}
+    for var in variants:
+        with enter(var):
+            for fn in measures.values():
+                fn()
+    torch.cuda.synchronize()
+    for r in range(rounds):
+        for var in (variants if r % 2 == 0 else variants[::-1]):
+            with enter(var):
+                for what, fn in measures.items():
+                    raw[var][what].append(G.host_time(fn, (), n))
+    stats = {var: {what: dict(median=statistics.median(xs), p25=sorted(xs)[len(xs) // 4], min=min(xs))
+                   for what, xs in per.items()} for var, per in raw.items()}
+    return raw, stats
+
+
 def interleaved(rounds=25):
     """The host noise of one variant timed after another (session 20's first run: check_inputs
     5-10 us between blocks) hides a few microseconds: here every round times each variant
@@ -322,22 +345,8 @@ def interleaved(rounds=25):
         p = reference.check_inputs(q, k, v, **kw)
         o, lse = p.new_outputs()
         n = 200 if Lq < 8192 else 20
-        got = {var: dict(launch=[], call=[]) for var in VARIANTS}
-        for var in VARIANTS:  # warm each
-            with Variant(var):
-                swa(q, k, v, **kw)
-                L.launch(p, q, k, v, o, lse)
-        torch.cuda.synchronize()
-        for r in range(rounds):
-            order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
-            for var in order:
-                with Variant(var):
-                    got[var]["launch"].append(G.host_time(lambda: L.launch(p, q, k, v, o, lse), (), n))
-                    got[var]["call"].append(G.host_time(lambda: swa(q, k, v, **kw), (), n))
-        row = {}
-        for var in VARIANTS:
-            row[var] = {what: dict(median=statistics.median(xs), p25=sorted(xs)[len(xs) // 4], min=min(xs))
-                        for what, xs in got[var].items()}
+        got, row = _rounds(VARIANTS, Variant, dict(launch=lambda: L.launch(p, q, k, v, o, lse),
+                                                   call=lambda: swa(q, k, v, **kw)), n, rounds)
         out[name] = dict(rounds=rounds, n=n, stats=row, raw=got)
         print(f"  interleaved {name:22s} " + "  ".join(
             f"{var}: launch {row[var]['launch']['median']:.1f} (min {row[var]['launch']['min']:.1f}) "
@@ -362,6 +371,14 @@ def tilelang_ab(rounds=25):
     from tilelang_impl import launch as TLL
     from tilelang_impl import sliding_window_attention as tl_swa
 
+    @contextlib.contextmanager
+    def fast_call(var):  # "executable": launch._call's executables; else the kernels' own call
+        TLL.FAST_CALL = var == "executable"
+        try:
+            yield
+        finally:
+            TLL.FAST_CALL = True
+
     out = RES.setdefault("tilelang", {})
     bf, fp, f32 = torch.bfloat16, torch.float16, torch.float32
     cases = [  # (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, blhd, kw)
@@ -375,11 +392,10 @@ def tilelang_ab(rounds=25):
     for i, (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dt, blhd, kw) in enumerate(cases):
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dt, blhd=blhd, seed=400 + i)
         poison_unseen(k, v, Lq, kw)
-        TLL.FAST_CALL = True
-        fast = tl_swa(q, k, v, **kw)
-        TLL.FAST_CALL = False
-        slow = tl_swa(q, k, v, **kw)
-        TLL.FAST_CALL = True
+        with fast_call("executable"):
+            fast = tl_swa(q, k, v, **kw)
+        with fast_call("kernel __call__"):
+            slow = tl_swa(q, k, v, **kw)
         torch.cuda.synchronize()
         vd = verdict.judge(*fast, verdict.expected(q, k, v, kw))
         row = dict(case=[B, Hq, Hkv, Lq, Lk, Dqk, Dv, str(dt), blhd, kw], equal=same(fast, slow),
@@ -399,9 +415,8 @@ def tilelang_ab(rounds=25):
     q.copy_(q2), k.copy_(k2), v.copy_(v2)
     g.replay()
     torch.cuda.synchronize()
-    TLL.FAST_CALL = False
-    want = tl_swa(q2, k2, v2, **dkw)
-    TLL.FAST_CALL = True
+    with fast_call("kernel __call__"):
+        want = tl_swa(q2, k2, v2, **dkw)
     out["graph_equal"] = same(o_g, want)
     ok = ok and out["graph_equal"]
     out["checks_ok"] = ok
@@ -413,21 +428,12 @@ def tilelang_ab(rounds=25):
         B, Hq, Hkv, Lq, Lk, D = SHAPES[name]
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=300)
         n = 200 if Lq < 8192 else 20
-        got = {True: [], False: []}
-        for on in (True, False):
-            TLL.FAST_CALL = on
-            tl_swa(q, k, v, **kw)
-        torch.cuda.synchronize()
-        for r in range(rounds):
-            for on in ((True, False) if r % 2 == 0 else (False, True)):
-                TLL.FAST_CALL = on
-                got[on].append(G.host_time(lambda: tl_swa(q, k, v, **kw), (), n))
-        TLL.FAST_CALL = True
-        st = {("executable" if on else "kernel __call__"): dict(median=statistics.median(xs), min=min(xs))
-              for on, xs in got.items()}
-        timing[name] = dict(rounds=rounds, n=n, stats=st, raw={str(on): xs for on, xs in got.items()})
+        got, st = _rounds(("executable", "kernel __call__"), fast_call, dict(call=lambda: tl_swa(q, k, v, **kw)),
+                          n, rounds)
+        timing[name] = dict(rounds=rounds, n=n, stats=st, raw=got)
         print(f"  tilelang interleaved {name:22s} " + "  ".join(
-            f"{var}: call {x['median']:.1f} (min {x['min']:.1f})" for var, x in st.items()), flush=True)
+            f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()),
+            flush=True)
         del q, k, v
         torch.cuda.empty_cache()
     return ok

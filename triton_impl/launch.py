@@ -274,9 +274,8 @@ class _Kernel:
         the register cap per thread, ``Config.maxnreg``). ``dev``: the current CUDA device
         when the caller knows it (:func:`launch`), else asked for. Returns the compiled
         kernel launched (what ``JITFunction.run`` returns; None where it returns nothing)."""
-        args = (*tensors, *ints, *floats)
         if interpreter_active() or not _Kernel.enabled:
-            return self.fn[grid](*args, **constexprs, **_options(static))
+            return self.fn[grid](*tensors, *ints, *floats, **constexprs, **_options(static))
         if dev is None:
             dev = _device()
         key, ptrs = self._key(static, tensors, ints)
@@ -284,19 +283,18 @@ class _Kernel:
         hit = self.cache.get(key)
         if hit is not None:
             ck, raw = hit
-            via_raw = False
+            # Pointers as the ints already read for the key (_RawLaunch: why), unless a launch
+            # hook is set: it reads the launch metadata, which Triton builds from the tensors.
+            # (Kernels with descriptor objects among their arguments have no ints, no raw launch.)
+            hooks_off = _no_launch_hooks()
+            rest = (*(ptrs if hooks_off and ptrs is not None else tensors), *ints, *floats,
+                    *constexprs.values())
+            via_raw = hooks_off and raw is not None and _RawLaunch.enabled
             try:
-                if _no_launch_hooks():
-                    # pointers as the ints already read for the key (_RawLaunch: why)
-                    rest = (*args, *constexprs.values()) if ptrs is None else \
-                        (*ptrs, *ints, *floats, *constexprs.values())
-                    if raw is not None and _RawLaunch.enabled:
-                        via_raw = True
-                        raw.launch(grid, rest, dev)
-                    else:
-                        _direct_launch(ck, grid, rest, dev)
-                else:  # a hook reads the launch metadata, which Triton builds from the tensors
-                    _direct_launch(ck, grid, (*args, *constexprs.values()), dev)
+                if via_raw:
+                    raw.launch(grid, rest, dev)
+                else:
+                    _direct_launch(ck, grid, rest, dev)
                 return ck
             except Exception as e:
                 failed = e
@@ -304,7 +302,7 @@ class _Kernel:
             # (a CUDA error left by an earlier kernel, say): it raises, the fast path stays.
             # If it succeeds, the launch that failed no longer fits this Triton: off from now
             # on (the raw C launch alone, when it was that one; ck.run then serves).
-            ck = self.fn[grid](*args, **constexprs, **_options(static))
+            ck = self.fn[grid](*tensors, *ints, *floats, **constexprs, **_options(static))
             if via_raw:
                 _RawLaunch.enabled = False
                 _fast_path_off("the raw C launch of cached kernels", failed)
@@ -312,11 +310,11 @@ class _Kernel:
                 _Kernel.enabled = False
                 _fast_path_off("the direct launch of cached kernels", failed)
             return ck
-        ck = self.fn[grid](*args, **constexprs, **_options(static))
+        ck = self.fn[grid](*tensors, *ints, *floats, **constexprs, **_options(static))
         # Cache only when the direct call will pass the arguments in the kernel's own order.
         names = list(getattr(self.fn, "arg_names", ()))
         if (ck is not None and hasattr(ck, "run") and hasattr(ck, "packed_metadata")
-                and names[len(args):] == list(constexprs)):
+                and names[len(tensors) + len(ints) + len(floats):] == list(constexprs)):
             self.cache[key] = (ck, _RawLaunch.of(ck))
         return ck
 
@@ -347,8 +345,7 @@ class _Kernel:
         fast = self.tma_cache.get(key, False)  # False: not seen; None: no fast path for this kernel
         if fast and _no_launch_hooks():
             try:
-                fast.launch(grid, descs, (*(tensors if ptrs is None else ptrs), *ints, *floats,
-                                          *constexprs.values()), dev)
+                fast.launch(grid, descs, (*ptrs, *ints, *floats, *constexprs.values()), dev)
                 return
             except Exception as e:
                 failed = e
@@ -465,7 +462,7 @@ class _RawLaunch:
     def launch(self, grid, args: tuple, dev: int) -> None:
         """Launch on the current stream of device ``dev`` (the current device, whose
         compiled kernel this is); ``args`` the kernel's arguments in its order."""
-        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        g = _grid3(grid)
         # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
         # stream, function, cooperative, PDL, global and profile scratch (none), the packed
         # metadata, the launch metadata and the enter / exit hooks (none: _no_launch_hooks).
@@ -574,6 +571,11 @@ def _stream(dev: int) -> int:
     return triton.runtime.driver.active.get_current_stream(dev)
 
 
+def _grid3(grid) -> tuple:
+    """A launch grid of one to three dimensions as the launchers take it: three."""
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+
+
 def _direct_launch(ck, grid, full_args, dev: int) -> None:
     """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9), except
     that with no launch hook set (:func:`_no_launch_hooks`) it builds no launch
@@ -581,7 +583,7 @@ def _direct_launch(ck, grid, full_args, dev: int) -> None:
     :meth:`_Kernel.__call__` then passes pointers as ints, which every one of these
     launchers takes as the address). ``dev``: the current device, ``ck``'s."""
     stream = _stream(dev)
-    g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    g = _grid3(grid)
     if _no_launch_hooks():
         ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None, *full_args)
         return
