@@ -226,6 +226,76 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         assert "min_blocks=2" in text  # two CTAs per SM: the prefill and the split tile
 
 
+def test_cached_plan_is_the_uncached_choice(monkeypatch):
+    """launch._plan (cached by problem) returns what launch._tc_choice computes, across
+    batch, heads, GQA, lengths, windows, chunks (the kernel-frame chunk of a cache
+    shorter than the chunk included), flags, kv_start, layouts, scales (scale_fold
+    allowed or not), forced splits and SM counts; ``Lk`` swept densely across the
+    reach where the key-tile count stops growing (launch._lk_key). A decode loop whose
+    ``Lk`` grows reuses one plan; PLANS_MAX bounds the cache."""
+    import itertools
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    for D in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
+        for Dv in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
+            assert launch.tc_config(D, Dv)[0] <= launch.PLAN_ROWS_MAX
+            if launch.splits_at(D, Dv):
+                for ml, ex in itertools.product((False, True), repeat=2):
+                    assert launch.split_config(D, Dv, ml, ex)[0] <= launch.PLAN_ROWS_MAX
+    checked = 0
+    for sms in (132, 20):
+        monkeypatch.setattr(launch, "sm_count", lambda device, n=sms: n)
+        for (B, Hq, Hkv), Lq, D, (W, C), ml, ex, ks, scale in itertools.product(
+                ((1, 32, 32), (8, 32, 4), (2, 6, 2)), (1, 7, 64, 300), (64, 128),
+                ((512, 64), (64, 16), (3000, 5000), (1, 1)), (False, True), (False, True),
+                (0, 10**6 + 3), (None, -0.5)):
+            for Lk in sorted({Lq, 600, 900, 4000} | set(range(W + C + 40, W + C + 300, 23))):
+                if Lk < Lq:
+                    continue
+                q = torch.empty(B, Hq, Lq, D, dtype=torch.bfloat16, device="meta")
+                k = torch.empty(B, Hkv, Lk, D, dtype=torch.bfloat16, device="meta")
+                p = check_inputs(q, k, k, window_size=W, chunk_size=C, mask_lmk=ml, expand_to_chunk=ex,
+                                 kv_start=ks, sm_scale=scale)
+                _, c, _, _, sl2 = launch.scalars(p)
+                for q_blhd, force in ((False, None), (True, None), (False, 3)):
+                    if force and not launch.splits_at(D, D):
+                        continue
+                    want = launch._tc_choice(p, q_blhd, not q_blhd, c, sl2, force)
+                    assert launch._plan(p, q_blhd, not q_blhd, c, sl2, force) == want, (p, q_blhd, force)
+                    checked += 1
+    assert checked > 10000
+    # a decode loop: one plan for every step past the reach
+    launch.clear_plans()
+    for Lk in range(4096, 4160):
+        q = torch.empty(1, 32, 1, 128, dtype=torch.bfloat16, device="meta")
+        k = torch.empty(1, 32, Lk, 128, dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, k, window_size=512, chunk_size=64, kv_start=Lk)
+        _, c, _, _, sl2 = launch.scalars(p)
+        launch._plan(p, False, False, c, sl2)
+    assert len(launch._PLANS) == 1
+    monkeypatch.setattr(launch, "PLANS_MAX", 2)
+    for Lq in (1, 2, 3):
+        q = torch.empty(1, 32, Lq, 128, dtype=torch.bfloat16, device="meta")
+        p = check_inputs(q, k, k, window_size=512, chunk_size=64)
+        launch._plan(p, False, False, 64, p.sm_scale * launch.LOG2E)
+    assert len(launch._PLANS) == 1  # cleared when full
+
+
+def test_plans_follow_a_patched_table(monkeypatch):
+    """The suite clears the plan cache around every test (conftest.py): a table patched
+    in a test is seen by the calls planned after it."""
+    q = torch.empty(1, 32, 1, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(1, 32, 8192, 128, dtype=torch.bfloat16, device="meta")
+    p = check_inputs(q, k, k, window_size=512, chunk_size=64)
+    sl2 = p.sm_scale * launch.LOG2E
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    assert launch._plan(p, False, False, 64, sl2)[0] > 1  # split-KV
+    monkeypatch.setattr(launch, "SPLIT_DV", ())
+    assert launch._plan(p, False, False, 64, sl2)[0] > 1  # still cached
+    launch.clear_plans()
+    assert launch._plan(p, False, False, 64, sl2)[0] == 1  # the prefill grid
+
+
 def test_describe_call_reports_the_copies_of_a_cuda_call(monkeypatch):
     """describe_call names the inputs a CUDA call copies (api._views: a tensor whose
     strides match neither layout; v when it arrives in another order than k) and no

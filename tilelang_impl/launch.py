@@ -1,9 +1,10 @@
 """Launchers: config table, compile cache, path choice.
 
 Everything here runs after :func:`reference.check_inputs` accepted the call and
-:mod:`tilelang_impl.api` resolved the layouts. A compiled kernel is fetched
-from a plain dict keyed by its static configuration (one dict lookup per call;
-TileLang's own JIT cache is consulted only on a miss).
+:mod:`tilelang_impl.api` resolved the layouts. A call's plan (split count and
+kernel, :func:`_plan`) is cached by its static problem, and a compiled kernel
+is fetched from a plain dict keyed by its static configuration (one dict lookup
+per call; TileLang's own JIT cache is consulted only on a miss).
 """
 
 from __future__ import annotations
@@ -606,11 +607,56 @@ def key_tiles(p, rows: int, block_N: int) -> int:
     return max(1, -(-reach // block_N))
 
 
+#: Launch plans of bf16/fp16 CUDA calls without an explicit config (:func:`_plan`).
+_PLANS: dict = {}
+PLANS_MAX = 1024  # cleared when it holds this many (distinct static shapes)
+#: The most rows of any tile the launcher plans with (:func:`tc_config`,
+#: :func:`split_config`: 64 or 128); :func:`_lk_key` saturates ``Lk`` past the reach
+#: of such a tile.
+PLAN_ROWS_MAX = 256
+
+
+def _lk_key(p) -> int:
+    """``Lk`` as far as :func:`_tc_choice` depends on it (without an explicit config):
+    only through :func:`key_tiles`, ``min(Lk, window + chunk + rows)`` with ``rows`` a
+    tile's ``block_M`` (at most :data:`PLAN_ROWS_MAX`), and through the kernel-frame
+    chunk ``C``, which is a key of its own. A decode loop whose ``Lk`` grows by one a
+    step reuses one plan."""
+    return min(p.Lk, p.window_size + p.chunk_size + PLAN_ROWS_MAX)
+
+
+def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None):
+    """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
+    the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
+    chunk ``C``, whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
+    ``force_split`` and the device's SM count. The tables and functions it consults
+    (:func:`tc_config`, :func:`tc_knobs`, :func:`pack_lowers`, ...) are not in the key:
+    code that replaces one at run time calls :func:`clear_plans` (the test suite does
+    before every test, ``conftest.py``)."""
+    key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, C, scale_fold_ok(sl2),
+           force_split, sm_count(p.device))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
+        if len(_PLANS) >= PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def clear_plans() -> None:
+    """Forget every cached launch plan (:func:`_plan`): after replacing a table or a
+    planning function of this module at run time."""
+    _PLANS.clear()
+
+
 def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
                config: tuple | None = None) -> tuple[int, str, tuple]:
     """``(S, factory name, factory arguments)`` of a bf16/fp16 CUDA call (kernel-frame
     chunk ``C`` and ``scale_log2`` from :func:`scalars`): the split count (1 = the
-    prefill grid) and the tensor-core kernel :func:`run_cuda` runs."""
+    prefill grid) and the tensor-core kernel :func:`run_cuda` runs. Uncached (every
+    call without a config goes through :func:`_plan`)."""
     if force_split is None:
         S, split_cfg = split_plan(p)
     else:
@@ -635,7 +681,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     if p.dtype == torch.float32:
         return "fwd_fp32 (one row per thread, CUDA cores)"
     _, C, _, _, sl2 = scalars(p)
-    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
+    S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
              for (name, _), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val not in (False, 0, "tile")]
@@ -653,7 +699,8 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker = _call("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    S, kind, args = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config)
+    S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split) if config is None
+                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config))
     split = S > 1
     ker = _call(kind, *args)
     if not split:

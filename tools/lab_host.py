@@ -357,27 +357,35 @@ def interleaved(rounds=25):
 
 
 def tilelang_ab(rounds=25):
-    """TileLang's GPU launches through the tvm-ffi executable (``tilelang_impl.launch._call``,
-    session 20) against the kernels' own ``__call__`` (``FAST_CALL = False``): checks (the
-    two paths bit-identical on fresh inputs with NaN in slots no query sees, each within
+    """TileLang's host path, three variants: ``new`` (the tvm-ffi executable called
+    directly, ``tilelang_impl.launch._call``, session 20; the launch plan cached by problem,
+    ``launch._plan``, session 21); ``plans uncached`` (the plan computed per call, as at
+    de5f031: ``launch._plan`` replaced by ``launch._tc_choice``); ``kernel __call__`` (that,
+    and the kernels' own ``__call__``, ``FAST_CALL = False``: as before 5773de3). Checks
+    (the variants bit-identical on fresh inputs with NaN in slots no query sees, each within
     the suite's bound of float64; the executable path taken; a decode captured in a CUDA
     graph through it replays new data exactly), then host microseconds per public call,
-    back to back, interleaved as :func:`interleaved`. Predicted (written with the change):
-    2-5 us less per launch (the adapter's Python frame and its two loops over ten
-    parameters), so 2-5 us less per prefill call and 4-10 us per split decode call
-    (two launches); outputs bit-identical."""
+    back to back, interleaved as :func:`interleaved`. Predicted for the executable (written
+    with it): 2-5 us less per launch, so 2-5 us less per prefill call and 4-10 us per split
+    decode call (two launches). Predicted for the plan cache (session 21, written with it):
+    ``_tc_choice`` took 2.8-5.1 us and the cached lookup 1.0-1.7 us on the CPU machine,
+    so 1.5-4 us less per public call (decode the most), outputs bit-identical."""
     from conformance import verdict
     from conformance.cases import poison_unseen
     from tilelang_impl import launch as TLL
     from tilelang_impl import sliding_window_attention as tl_swa
 
+    cached_plan = TLL._plan
+    variants = ("new", "plans uncached", "kernel __call__")
+
     @contextlib.contextmanager
-    def fast_call(var):  # "executable": launch._call's executables; else the kernels' own call
-        TLL.FAST_CALL = var == "executable"
+    def fast_call(var):  # one of ``variants``
+        TLL.FAST_CALL = var != "kernel __call__"
+        TLL._plan = cached_plan if var == "new" else TLL._tc_choice
         try:
             yield
         finally:
-            TLL.FAST_CALL = True
+            TLL.FAST_CALL, TLL._plan = True, cached_plan
 
     out = RES.setdefault("tilelang", {})
     bf, fp, f32 = torch.bfloat16, torch.float16, torch.float32
@@ -392,19 +400,21 @@ def tilelang_ab(rounds=25):
     for i, (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dt, blhd, kw) in enumerate(cases):
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dt, blhd=blhd, seed=400 + i)
         poison_unseen(k, v, Lq, kw)
-        with fast_call("executable"):
-            fast = tl_swa(q, k, v, **kw)
-        with fast_call("kernel __call__"):
-            slow = tl_swa(q, k, v, **kw)
+        got = {}
+        for var in variants:
+            with fast_call(var):
+                got[var] = tl_swa(q, k, v, **kw)
         torch.cuda.synchronize()
+        fast = got["new"]
         vd = verdict.judge(*fast, verdict.expected(q, k, v, kw))
-        row = dict(case=[B, Hq, Hkv, Lq, Lk, Dqk, Dv, str(dt), blhd, kw], equal=same(fast, slow),
-                   verdict=vd.status, ratio=vd.ratio)
+        row = dict(case=[B, Hq, Hkv, Lq, Lk, Dqk, Dv, str(dt), blhd, kw],
+                   equal=all(same(fast, got[var]) for var in variants[1:]), verdict=vd.status, ratio=vd.ratio)
         rows.append(row)
         ok = ok and row["equal"] and vd.status == verdict.PASS
         print(f"  tilelang check {row}", flush=True)
     exes = sum(1 for ker, fn in TLL._calls.items() if fn is not ker)
-    out.update(checks=rows, executables=exes, calls=len(TLL._calls))
+    out.update(checks=rows, executables=exes, calls=len(TLL._calls), plans=len(TLL._PLANS),
+               torch_dlpack_c_exchange=hasattr(torch.Tensor, "__dlpack_c_exchange_api__"))
     ok = ok and exes >= 4  # prefill, split, combine, fp32 at least
     # a decode captured through the executables replays new data exactly
     dkw = dict(window_size=512, chunk_size=64)
@@ -421,15 +431,15 @@ def tilelang_ab(rounds=25):
     ok = ok and out["graph_equal"]
     out["checks_ok"] = ok
     print(f"tilelang checks: {sum(r['equal'] and r['verdict'] == verdict.PASS for r in rows)}/{len(rows)}, "
-          f"executables {exes} of {len(TLL._calls)}, graph {out['graph_equal']}", flush=True)
+          f"executables {exes} of {len(TLL._calls)}, plans {out['plans']}, graph {out['graph_equal']}, "
+          f"torch DLPack C exchange {out['torch_dlpack_c_exchange']}", flush=True)
     kw = dict(window_size=512, chunk_size=64)
     timing = out.setdefault("interleaved", {})
     for name in ("decode B1 8K", "chunk 512/8K D128", "gqa32/4 D64 L8K (tma)", "mha D128 L8K (tma)"):
         B, Hq, Hkv, Lq, Lk, D = SHAPES[name]
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=300)
         n = 200 if Lq < 8192 else 20
-        got, st = _rounds(("executable", "kernel __call__"), fast_call, dict(call=lambda: tl_swa(q, k, v, **kw)),
-                          n, rounds)
+        got, st = _rounds(variants, fast_call, dict(call=lambda: tl_swa(q, k, v, **kw)), n, rounds)
         timing[name] = dict(rounds=rounds, n=n, stats=st, raw=got)
         print(f"  tilelang interleaved {name:22s} " + "  ".join(
             f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()),
