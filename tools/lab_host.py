@@ -99,8 +99,12 @@ ORIG_KEY = L._Kernel._key
 
 
 def _key_no_ints(static, tensors, ints):
-    """``_Kernel._key`` as at 811d4fe: no ``data_ptr()`` ints, so the tensors travel."""
-    return ORIG_KEY(static, tensors, ints)[0], None
+    """``_Kernel._key`` as at 811d4fe: no ``data_ptr()`` ints, so the tensors travel (the
+    tensors stand where the ints would: the direct launches pass them as they are, as
+    811d4fe did; since de5f031 ``_TmaFast``'s launch has no branch for ``None`` there,
+    and session 21's first run of this lab, which returned ``None``, turned the TMA fast
+    path off for the rest of the process)."""
+    return ORIG_KEY(static, tensors, ints)[0], list(tensors)
 
 
 class Old:
@@ -449,11 +453,44 @@ def tilelang_ab(rounds=25):
     return ok
 
 
+def plan_micro(rounds=7, n=5000):
+    """Host microseconds of TileLang's launch plan on this host, for the interleaved
+    shapes: computed (``launch._tc_choice``) and cached (``launch._plan``), with
+    ``reference.check_inputs`` on the same CUDA tensors and on CPU copies of them as
+    a yardstick of the host's Python speed against the CPU machine where the plan cache's
+    prediction was made (medians of ``rounds`` timeit loops of ``n`` calls)."""
+    import timeit
+
+    from tilelang_impl import launch as TLL
+
+    kw = dict(window_size=512, chunk_size=64)
+    out = RES.setdefault("plan_micro", {})
+
+    def us(fn):
+        return statistics.median(timeit.timeit(fn, number=n) / n * 1e6 for _ in range(rounds))
+
+    for name in ("decode B1 8K", "chunk 512/8K D128", "gqa32/4 D64 L8K (tma)", "mha D128 L8K (tma)"):
+        B, Hq, Hkv, Lq, Lk, D = SHAPES[name]
+        q, k, v = G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=500)
+        p = reference.check_inputs(q, k, v, **kw)
+        _, C, _, _, sl2 = TLL.scalars(p)
+        qc, kc, vc = q[:, :, :8].cpu(), k[:, :, :8].cpu(), v[:, :, :8].cpu()
+        row = dict(tc_choice=us(lambda: TLL._tc_choice(p, False, False, C, sl2)),
+                   plan=us(lambda: TLL._plan(p, False, False, C, sl2)),
+                   check_inputs_cuda=us(lambda: reference.check_inputs(q, k, v, **kw)),
+                   check_inputs_cpu=us(lambda: reference.check_inputs(qc, kc, vc, **kw)))
+        out[name] = row
+        print(f"  plan micro {name:22s} " + " ".join(f"{k} {x:.2f}" for k, x in row.items()), flush=True)
+        del q, k, v
+    torch.cuda.empty_cache()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
     ap.add_argument("--interleaved-only", action="store_true", help="checks, then the interleaved host timing only")
     ap.add_argument("--tilelang", action="store_true", help="TileLang's executable launches only (tilelang_ab)")
+    ap.add_argument("--plan-micro", action="store_true", help="TileLang's launch plan timed alone (plan_micro)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     G.DEV = DEV
@@ -462,6 +499,11 @@ def main(argv=None):
     RES.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
     path = os.path.join(args.out, "lab_host.json")
     t0 = time.time()
+    if args.plan_micro:
+        plan_micro()
+        with open(path, "w") as f:
+            json.dump(RES, f, indent=1, default=str)
+        return 0
     if args.tilelang:
         ok = tilelang_ab()
         RES["wall_s"] = time.time() - t0
