@@ -458,7 +458,9 @@ def plan_micro(rounds=7, n=5000):
     shapes: computed (``launch._tc_choice``) and cached (``launch._plan``), with
     ``reference.check_inputs`` on the same CUDA tensors and on CPU copies of them as
     a yardstick of the host's Python speed against the CPU machine where the plan cache's
-    prediction was made (medians of ``rounds`` timeit loops of ``n`` calls)."""
+    prediction was made; then each right after a CUDA launch (a ``fill_`` of 1024 floats),
+    to see whether a plan costs more between launches than in a loop of its own (medians
+    of ``rounds`` timeit loops of ``n`` calls)."""
     import timeit
 
     from tilelang_impl import launch as TLL
@@ -475,10 +477,26 @@ def plan_micro(rounds=7, n=5000):
         p = reference.check_inputs(q, k, v, **kw)
         _, C, _, _, sl2 = TLL.scalars(p)
         qc, kc, vc = q[:, :, :8].cpu(), k[:, :, :8].cpu(), v[:, :, :8].cpu()
-        row = dict(tc_choice=us(lambda: TLL._tc_choice(p, False, False, C, sl2)),
-                   plan=us(lambda: TLL._plan(p, False, False, C, sl2)),
+        x = torch.empty(1024, device=DEV)
+
+        def after_fill(fn):  # fn right after a CUDA launch (the driver's code and data in the caches)
+            def loop():
+                x.fill_(1.0)
+                fn()
+            return loop
+
+        def choice():
+            return TLL._tc_choice(p, False, False, C, sl2)
+
+        def plan():
+            return TLL._plan(p, False, False, C, sl2)
+
+        row = dict(tc_choice=us(choice), plan=us(plan),
                    check_inputs_cuda=us(lambda: reference.check_inputs(q, k, v, **kw)),
-                   check_inputs_cpu=us(lambda: reference.check_inputs(qc, kc, vc, **kw)))
+                   check_inputs_cpu=us(lambda: reference.check_inputs(qc, kc, vc, **kw)),
+                   fill=us(lambda: x.fill_(1.0)), fill_tc_choice=us(after_fill(choice)),
+                   fill_plan=us(after_fill(plan)))
+        torch.cuda.synchronize()
         out[name] = row
         print(f"  plan micro {name:22s} " + " ".join(f"{k} {x:.2f}" for k, x in row.items()), flush=True)
         del q, k, v
