@@ -226,74 +226,137 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         assert "min_blocks=2" in text  # two CTAs per SM: the prefill and the split tile
 
 
+def _meta_problem(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype=torch.bfloat16, **kw):
+    q = torch.empty(B, Hq, Lq, Dqk, dtype=dtype, device="meta")
+    k = torch.empty(B, Hkv, Lk, Dqk, dtype=dtype, device="meta")
+    v = torch.empty(B, Hkv, Lk, Dv, dtype=dtype, device="meta")
+    return check_inputs(q, k, v, **kw)
+
+
+def _plan_args(p, q_blhd=False, kv_blhd=False, force=None):
+    _, c, _, _, sl2 = launch.scalars(p)
+    return p, q_blhd, kv_blhd, c, sl2, force
+
+
 def test_cached_plan_is_the_uncached_choice(monkeypatch):
-    """launch._plan (cached by problem) returns what launch._tc_choice computes, across
-    batch, heads, GQA, lengths, windows, chunks (the kernel-frame chunk of a cache
-    shorter than the chunk included), flags, kv_start, layouts, scales (scale_fold
-    allowed or not), forced splits and SM counts; ``Lk`` swept densely across the
-    reach where the key-tile count stops growing (launch._lk_key). A decode loop whose
-    ``Lk`` grows reuses one plan; PLANS_MAX bounds the cache."""
-    import itertools
+    """launch._plan (cached by problem, never emptied here) returns what launch._tc_choice
+    computes for every call of a seeded random sweep: each random problem is asked, then
+    the same problem with one axis moved to each of its other values (batch, GQA group,
+    key/value heads, Lq, Dqk, Dv, dtype, window, chunk, both flags, kv_start, the scale
+    with and without scale_fold, the SM count), each at a length from the problem and just
+    either side of the reach where the key-tile count stops growing (launch._lk_key), each
+    layout on its own, with and without a forced split count: a key that leaves out
+    anything the plan reads serves one of these calls another's plan. Then pairs picked to
+    differ in one such thing only (the kernel-frame chunk, the reach, the SM count)."""
+    import random
 
     monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "PLANS_MAX", 10 ** 9)
     for D in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
         for Dv in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
-            assert launch.tc_config(D, Dv)[0] <= launch.PLAN_ROWS_MAX
             if launch.splits_at(D, Dv):
-                for ml, ex in itertools.product((False, True), repeat=2):
-                    assert launch.split_config(D, Dv, ml, ex)[0] <= launch.PLAN_ROWS_MAX
-    checked = 0
-    for sms in (132, 20):
-        monkeypatch.setattr(launch, "sm_count", lambda device, n=sms: n)
-        for (B, Hq, Hkv), Lq, D, (W, C), ml, ex, ks, scale in itertools.product(
-                ((1, 32, 32), (8, 32, 4), (2, 6, 2)), (1, 7, 64, 300), (64, 128),
-                ((512, 64), (64, 16), (3000, 5000), (1, 1)), (False, True), (False, True),
-                (0, 10**6 + 3), (None, -0.5)):
-            for Lk in sorted({Lq, 600, 900, 4000} | set(range(W + C + 40, W + C + 300, 23))):
-                if Lk < Lq:
-                    continue
-                q = torch.empty(B, Hq, Lq, D, dtype=torch.bfloat16, device="meta")
-                k = torch.empty(B, Hkv, Lk, D, dtype=torch.bfloat16, device="meta")
-                p = check_inputs(q, k, k, window_size=W, chunk_size=C, mask_lmk=ml, expand_to_chunk=ex,
-                                 kv_start=ks, sm_scale=scale)
-                _, c, _, _, sl2 = launch.scalars(p)
-                for q_blhd, force in ((False, None), (True, None), (False, 3)):
-                    if force and not launch.splits_at(D, D):
-                        continue
-                    want = launch._tc_choice(p, q_blhd, not q_blhd, c, sl2, force)
-                    assert launch._plan(p, q_blhd, not q_blhd, c, sl2, force) == want, (p, q_blhd, force)
-                    checked += 1
-    assert checked > 10000
-    # a decode loop: one plan for every step past the reach
+                for ml in (False, True):
+                    for ex in (False, True):
+                        bm, bn = launch.split_config(D, Dv, ml, ex)[:2]
+                        assert bm <= launch.PLAN_ROWS_MAX and bn % launch.PLAN_KEY_TILE == 0
+    rng = random.Random(21)
+    sms_of = {}
+    monkeypatch.setattr(launch, "sm_count", lambda device: sms_of["n"])
+    axes = dict(  # every value a call can differ in that the plan might read
+        B=(1, 2, 3, 8), G=(1, 1, 2, 4, 8), Hkv=(1, 2, 4, 8), Lq=(1, 1, 2, 5, 16, 64, 65, 130, 333, 700),
+        Dqk=(64, 96, 128, 256), Dv=(64, 96, 128), dtype=(torch.bfloat16, torch.float16),
+        W=(1, 8, 64, 200, 512, 4096), C=(1, 3, 16, 64, 100, 400, 3000), ml=(False, True),
+        ex=(False, True), ks=(0, 5, 60, 10 ** 6 + 3), scale=(None, -0.5, 1e-40), sms=(132, 20))
+    checked = hits = 0
+    for _ in range(300):
+        base = {name: rng.choice(values) for name, values in axes.items()}
+        base_lk = rng.choice((0, 1, 63, 64, 65, 600, 4000, 10 ** 5))
+        # the problem, then the problem with one axis moved to each other value
+        calls = [base] + [dict(base, **{name: v}) for name, values in axes.items() for v in values
+                          if v != base[name]]
+        for c in calls:
+            sms_of["n"] = c["sms"]
+            reach = c["W"] + c["C"] + launch.PLAN_ROWS_MAX
+            for Lk in sorted({c["Lq"] + base_lk, reach - 1, reach + 1}):
+                Lk = max(c["Lq"], Lk)
+                p = _meta_problem(c["B"], c["G"] * c["Hkv"], c["Hkv"], c["Lq"], Lk, c["Dqk"], c["Dv"], c["dtype"],
+                                  window_size=c["W"], chunk_size=c["C"], mask_lmk=c["ml"], expand_to_chunk=c["ex"],
+                                  kv_start=c["ks"], sm_scale=c["scale"])
+                for q_blhd, kv_blhd in ((False, False), (True, False), (False, True)):
+                    for force in ((None, 3) if launch.splits_at(c["Dqk"], c["Dv"]) else (None,)):
+                        args = _plan_args(p, q_blhd, kv_blhd, force)
+                        before = len(launch._PLANS)
+                        assert launch._plan(*args) == launch._tc_choice(*args), (c, Lk, q_blhd, kv_blhd, force)
+                        hits += len(launch._PLANS) == before
+                        checked += 1
+    assert checked > 30000 and hits > 0, (checked, hits)
+    # pairs that differ in one thing the plan reads, asked one after the other
+    sms_of["n"] = 132
+    pairs = [  # the kernel-frame chunk C: 51 (chunk past every position) vs 100 (lmk_cols 0 vs 2)
+        (dict(Lk=50, chunk_size=100, window_size=16, kv_start=0),
+         dict(Lk=50, chunk_size=100, window_size=16, kv_start=60)),
+        (dict(Lk=400, chunk_size=400, window_size=64), dict(Lk=700, chunk_size=400, window_size=64)),
+    ]
+    for a, b in pairs:
+        launch.clear_plans()
+        for kw in (a, b):
+            kw = dict(kw)
+            p = _meta_problem(1, 32, 32, 1, kw.pop("Lk"), 64, 64, **kw)
+            args = _plan_args(p)
+            assert launch._plan(*args) == launch._tc_choice(*args), kw
+    p1 = _meta_problem(1, 32, 32, 1, 8192, 128, 128, window_size=512, chunk_size=64)
     launch.clear_plans()
-    for Lk in range(4096, 4160):
-        q = torch.empty(1, 32, 1, 128, dtype=torch.bfloat16, device="meta")
-        k = torch.empty(1, 32, Lk, 128, dtype=torch.bfloat16, device="meta")
-        p = check_inputs(q, k, k, window_size=512, chunk_size=64, kv_start=Lk)
-        _, c, _, _, sl2 = launch.scalars(p)
-        launch._plan(p, False, False, c, sl2)
-    assert len(launch._PLANS) == 1
-    monkeypatch.setattr(launch, "PLANS_MAX", 2)
-    for Lq in (1, 2, 3):
-        q = torch.empty(1, 32, Lq, 128, dtype=torch.bfloat16, device="meta")
-        p = check_inputs(q, k, k, window_size=512, chunk_size=64)
-        launch._plan(p, False, False, 64, p.sm_scale * launch.LOG2E)
-    assert len(launch._PLANS) == 1  # cleared when full
+    sms_of["n"] = 132
+    s132 = launch._plan(*_plan_args(p1))
+    sms_of["n"] = 20
+    assert launch._plan(*_plan_args(p1)) == launch._tc_choice(*_plan_args(p1)) != s132
 
 
-def test_plans_follow_a_patched_table(monkeypatch):
-    """The suite clears the plan cache around every test (conftest.py): a table patched
-    in a test is seen by the calls planned after it."""
-    q = torch.empty(1, 32, 1, 128, dtype=torch.bfloat16, device="meta")
-    k = torch.empty(1, 32, 8192, 128, dtype=torch.bfloat16, device="meta")
-    p = check_inputs(q, k, k, window_size=512, chunk_size=64)
-    sl2 = p.sm_scale * launch.LOG2E
+def test_decode_loop_plans_once_past_the_reach_and_the_cache_is_bounded(monkeypatch):
+    """A decode loop whose cache grows by one key a step asks for one plan per 64-key tile
+    below the reach (window + chunk + PLAN_ROWS_MAX) and one in all past it; PLANS_MAX
+    bounds the cache (emptied when full)."""
+    monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
-    assert launch._plan(p, False, False, 64, sl2)[0] > 1  # split-KV
-    monkeypatch.setattr(launch, "SPLIT_DV", ())
-    assert launch._plan(p, False, False, 64, sl2)[0] > 1  # still cached
+    reach = 512 + 64 + launch.PLAN_ROWS_MAX
+    for Lk in range(reach - 128, reach + 300):
+        p = _meta_problem(1, 32, 32, 1, Lk, 128, 128, window_size=512, chunk_size=64, kv_start=Lk)
+        launch._plan(*_plan_args(p))
+    assert len(launch._PLANS) == 3  # the two tiles below the reach, then one
+    monkeypatch.setattr(launch, "PLANS_MAX", 2)
     launch.clear_plans()
-    assert launch._plan(p, False, False, 64, sl2)[0] == 1  # the prefill grid
+    for Lq in (1, 2, 3):
+        launch._plan(*_plan_args(_meta_problem(1, 32, 32, Lq, 8192, 128, 128, window_size=512, chunk_size=64)))
+    assert len(launch._PLANS) == 1  # emptied when full
+
+
+def test_clear_plans_follows_a_patched_table(monkeypatch):
+    """A cached plan outlives a patched table until launch.clear_plans(), which also
+    forgets the memoised configs (shipped_config, split_config); tests/conftest.py calls it
+    around every test of tests/."""
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    dec = _plan_args(_meta_problem(1, 32, 32, 1, 8192, 128, 128, window_size=512, chunk_size=64))
+    assert launch._plan(*dec)[0] > 1  # split-KV
+    monkeypatch.setattr(launch, "SPLIT_DV", ())
+    assert launch._plan(*dec)[0] > 1  # still cached
+    launch.clear_plans()
+    assert launch._plan(*dec)[0] == 1  # the prefill grid
+    pre = _plan_args(_meta_problem(1, 32, 32, 4096, 4096, 128, 128, window_size=512, chunk_size=64))
+    tile = launch._plan(*pre)[2][7:9]
+    assert tile == (64, 64)
+    monkeypatch.setattr(launch, "tc_config", lambda Dqk, Dv: (128, 64, 2, 256))
+    launch.clear_plans()
+    try:
+        assert launch._plan(*pre)[2][7:9] == (128, 64)  # shipped_config's memo forgotten too
+    finally:
+        monkeypatch.undo()
+        launch.clear_plans()
+
+
+def test_the_test_suite_starts_every_test_without_plans():
+    """tests/conftest.py empties the plan cache before each test of tests/."""
+    assert launch._PLANS == {}
 
 
 def test_describe_call_reports_the_copies_of_a_cuda_call(monkeypatch):

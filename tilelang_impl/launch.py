@@ -145,7 +145,7 @@ SPLIT_KNOBS = ("rows", False, False, LMK_COLS_MAX, True, True, True)
 SPLIT_KNOBS_NOEXP = ("tile", False, False, LMK_COLS_MAX)
 
 
-@functools.cache  # a constant per argument tuple: asked on every call
+@functools.cache  # a constant per argument tuple: asked on every plan (launch._plan) and forced split
 def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool = True) -> tuple:
     """Tile and knobs of the split-KV variant for head dims where
     :func:`splits_at` (a ValueError elsewhere: the choice below was
@@ -181,7 +181,7 @@ def ctas_per_sm(config) -> int:
     return max(1, config[i]) if len(config) > i else 1
 
 
-@functools.cache  # a constant per head-dim pair: asked on every call (prefill_config)
+@functools.cache  # a constant per head-dim pair: asked on every plan (prefill_config)
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
     knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
@@ -610,19 +610,25 @@ def key_tiles(p, rows: int, block_N: int) -> int:
 #: Launch plans of bf16/fp16 CUDA calls without an explicit config (:func:`_plan`).
 _PLANS: dict = {}
 PLANS_MAX = 1024  # cleared when it holds this many (distinct static shapes)
-#: The most rows of any tile the launcher plans with (:func:`tc_config`,
-#: :func:`split_config`: 64 or 128); :func:`_lk_key` saturates ``Lk`` past the reach
-#: of such a tile.
+#: A bound on the rows of the split tiles whose key tiles a plan counts (:func:`key_tiles`
+#: of :func:`split_config`'s tiles: 64 or 128 rows), with room to spare.
 PLAN_ROWS_MAX = 256
+#: The key-tile width :func:`_lk_key` counts ``Lk`` in: every split tile's ``block_N`` is a
+#: multiple of it (64 today; tests/test_tilelang_cpu.py holds both bounds).
+PLAN_KEY_TILE = 64
 
 
 def _lk_key(p) -> int:
-    """``Lk`` as far as :func:`_tc_choice` depends on it (without an explicit config):
-    only through :func:`key_tiles`, ``min(Lk, window + chunk + rows)`` with ``rows`` a
-    tile's ``block_M`` (at most :data:`PLAN_ROWS_MAX`), and through the kernel-frame
-    chunk ``C``, which is a key of its own. A decode loop whose ``Lk`` grows by one a
-    step reuses one plan."""
-    return min(p.Lk, p.window_size + p.chunk_size + PLAN_ROWS_MAX)
+    """``Lk`` as far as :func:`_tc_choice` depends on it (without an explicit config): only
+    through :func:`key_tiles` of a split tile, ``cdiv(min(Lk, window + chunk + rows),
+    block_N)`` with ``rows <= PLAN_ROWS_MAX`` and ``block_N`` a multiple of
+    :data:`PLAN_KEY_TILE`, and through the kernel-frame chunk ``C``, a key of its own. So
+    ``cdiv(Lk, PLAN_KEY_TILE)``, no more than it is at ``Lk = window + chunk +
+    PLAN_ROWS_MAX``, decides it (``cdiv(cdiv(x, a), b) = cdiv(x, a * b)``, and ``cdiv``
+    keeps the order of ``min``). A decode loop whose ``Lk`` grows by one a step plans once
+    per 64 keys, and once in all past that reach."""
+    t = PLAN_KEY_TILE
+    return min(-(-p.Lk // t), -(-(p.window_size + p.chunk_size + PLAN_ROWS_MAX) // t))
 
 
 def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None):
@@ -631,8 +637,8 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     chunk ``C``, whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
     ``force_split`` and the device's SM count. The tables and functions it consults
     (:func:`tc_config`, :func:`tc_knobs`, :func:`pack_lowers`, ...) are not in the key:
-    code that replaces one at run time calls :func:`clear_plans` (the test suite does
-    before every test, ``conftest.py``)."""
+    code that replaces one at run time calls :func:`clear_plans` (``tests/conftest.py``
+    does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
            p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, C, scale_fold_ok(sl2),
            force_split, sm_count(p.device))
@@ -646,9 +652,12 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
 
 
 def clear_plans() -> None:
-    """Forget every cached launch plan (:func:`_plan`): after replacing a table or a
-    planning function of this module at run time."""
+    """Forget every cached launch plan (:func:`_plan`) and the memoised configs
+    (:func:`shipped_config`, :func:`split_config`): after replacing a table or a planning
+    function of this module at run time."""
     _PLANS.clear()
+    shipped_config.cache_clear()
+    split_config.cache_clear()
 
 
 def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,

@@ -1,4 +1,4 @@
-"""Host-time lab of the Triton backend's direct launches, in one device call.
+"""Host-time lab of both backends' wrappers (TileLang's with --tilelang), one device call.
 
     PYTHONUNBUFFERED=1 python tools/lab_host.py --out $OUT
 
@@ -42,6 +42,14 @@ Session 19 (``launch._TmaFast``, the TMA descriptors encoded once per ``(data_pt
 shape, strides)``) measured at 4b2f26d with this lab's predecessor
 (``bench_results/triton-lab19-host-4b2f26d.json``): ``launch()`` of the TMA prefill
 53-103 us -> 19-37 us; see BENCHMARKS.md, session 19.
+
+Session 21: ``--tilelang`` (:func:`tilelang_ab`) times TileLang's public call in three
+variants (the plan cached, ``tilelang_impl.launch._plan``; computed per call; and the
+kernels' own ``__call__`` as before 5773de3) after checking them bit-identical; measured at
+e7fc8ad (``bench_results/tilelang-lab21-host-e7fc8ad.json``): decode 101.0 / 87.3 / 72.1 us,
+chunked 65.4 / 56.5 / 45.5, prefill 50.6 / 45.6 / 39.4 and 52.8 / 48.4 / 38.9 (interleaved
+medians). ``--plan-micro`` (:func:`plan_micro`) times the plan alone on the device host
+(``tilelang-lab21-planmicro-*.{json,txt}``). See BENCHMARKS.md, session 21.
 
 Writes ``lab_host.json`` under ``--out``.
 """
@@ -506,9 +514,10 @@ def plan_micro(rounds=7, n=5000):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", ".out"))
-    ap.add_argument("--interleaved-only", action="store_true", help="checks, then the interleaved host timing only")
-    ap.add_argument("--tilelang", action="store_true", help="TileLang's executable launches only (tilelang_ab)")
-    ap.add_argument("--plan-micro", action="store_true", help="TileLang's launch plan timed alone (plan_micro)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--interleaved-only", action="store_true", help="checks, then the interleaved host timing only")
+    mode.add_argument("--tilelang", action="store_true", help="TileLang's host path only (tilelang_ab)")
+    mode.add_argument("--plan-micro", action="store_true", help="TileLang's launch plan timed alone (plan_micro)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     G.DEV = DEV
