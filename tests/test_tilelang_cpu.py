@@ -347,11 +347,8 @@ def test_clear_plans_follows_a_patched_table(monkeypatch):
     assert tile == (64, 64)
     monkeypatch.setattr(launch, "tc_config", lambda Dqk, Dv: (128, 64, 2, 256))
     launch.clear_plans()
-    try:
-        assert launch._plan(*pre)[2][7:9] == (128, 64)  # shipped_config's memo forgotten too
-    finally:
-        monkeypatch.undo()
-        launch.clear_plans()
+    assert launch._plan(*pre)[2][7:9] == (128, 64)  # shipped_config's memo forgotten too
+    # (tests/conftest.py clears again after monkeypatch restores tc_config)
 
 
 def test_the_test_suite_starts_every_test_without_plans():
@@ -420,11 +417,8 @@ def test_split_plan_by_saturation_head_dims_and_flags(monkeypatch):
 
     def split(B, Hq, Lq, Lk, mask_lmk=True, expand=True, D=128, Dv=None):
         Dv = D if Dv is None else Dv
-        q = torch.empty((B, Hq, Lq, D), dtype=torch.bfloat16, device="meta")
-        k = torch.empty((B, Hq, Lk, D), dtype=torch.bfloat16, device="meta")
-        v = torch.empty((B, Hq, Lk, Dv), dtype=torch.bfloat16, device="meta")
-        p = check_inputs(q, k, v, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
-                         expand_to_chunk=expand)
+        p = _meta_problem(B, Hq, Hq, Lq, Lk, D, Dv, window_size=512, chunk_size=64, mask_lmk=mask_lmk,
+                          expand_to_chunk=expand)
         S, cfg = launch.split_plan(p)  # what run_cuda uses
         assert (cfg is None) == (not launch.splits_at(D, Dv))
         return S
