@@ -44,3 +44,76 @@ def made_current(device: torch.device):
     if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
         return torch.cuda.device(device)
     return _SAME
+
+
+# Split-KV scratch (the partial states a split kernel writes and its combine reads).
+# One grow-only float32 buffer per (device, stream): calls on one stream run in order, so
+# they may share it; calls on two streams may run at once, so they may not. The caching
+# allocator keeps each buffer on the stream that allocated it, so one dropped (grown,
+# evicted) while its last call runs is reused only by work queued after that call.
+_SCRATCH: dict[tuple, list] = {}  # key -> [buffer, {shapes: views}]
+SCRATCH_KEYS_MAX = 64  # (device, stream) pairs kept; all dropped when one more arrives
+SCRATCH_VIEWS_MAX = 256  # shape tuples kept per buffer; all dropped when one more arrives
+SCRATCH_MIN_NUMEL = 1 << 16
+_ALIGN = 64  # floats: views start at multiples of 256 bytes into their buffer
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream_key(device: torch.device) -> tuple:
+    if device.type != "cuda":
+        return (device.type, device.index)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(idx).cuda_stream
+    return ("cuda", idx, stream)
+
+
+def scratch(device: torch.device, shapes: tuple) -> tuple:
+    """Float32 tensors of the given ``shapes`` (a tuple of shape tuples) on ``device``,
+    contiguous, disjoint, each starting a multiple of 256 bytes into its buffer (on CUDA,
+    whose allocations start 512-byte aligned: 256-byte aligned), for one call's
+    intermediate results; their contents are undefined.
+
+    Outside CUDA-graph capture they are views of a cached buffer of the current stream
+    of ``device`` (grown, never shrunk; views memoised by ``shapes``): a call allocates
+    nothing once a call of the same shapes has run on that stream, and calls on other
+    streams get other buffers, so concurrent calls never share scratch. Under capture
+    every call gets new tensors from the graph's private pool: each captured graph owns
+    its scratch, and graphs replayed concurrently do not share it either. ``device``
+    must be the current CUDA device (the launchers run under :func:`made_current`).
+    """
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return tuple(torch.empty(s, dtype=torch.float32, device=device) for s in shapes)
+    key = _stream_key(device)
+    entry = _SCRATCH.get(key)
+    if entry is not None:
+        views = entry[1].get(shapes)
+        if views is not None:
+            return views
+    numels = [_numel(s) for s in shapes]
+    starts, end = [], 0
+    for n in numels:
+        starts.append(end)
+        end += -(-n // _ALIGN) * _ALIGN
+    if entry is None or entry[0].numel() < end:
+        if entry is None and len(_SCRATCH) >= SCRATCH_KEYS_MAX:
+            _SCRATCH.clear()
+        # the old buffer's views are dropped with it (they would keep it alive)
+        entry = _SCRATCH[key] = [torch.empty(max(end, SCRATCH_MIN_NUMEL), dtype=torch.float32,
+                                             device=device), {}]
+    buf, memo = entry
+    if len(memo) >= SCRATCH_VIEWS_MAX:
+        memo.clear()
+    views = memo[shapes] = tuple(buf[a: a + n].view(s) for a, n, s in zip(starts, numels, shapes))
+    return views
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def clear_scratch() -> None:
+    """Drop every cached scratch buffer (its memory returns to torch's caching allocator)."""
+    _SCRATCH.clear()

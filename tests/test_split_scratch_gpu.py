@@ -1,9 +1,9 @@
 """The split-KV combine reads only partial states its split kernel wrote (GPU tier).
 
 compute-sanitizer's initcheck could not answer this on the suite (tools/gpu_sanitize.sh,
-sessions 15 and 16), so the scratch is poisoned instead: Triton's cached workspace
-(``triton_impl.launch.workspace``) is filled with NaN, and TileLang's per-call partial
-buffers are allocated NaN-filled, before each call. A combine that read a partial no
+sessions 15 and 16), so the scratch is poisoned instead: both backends take their partial
+states from the stream's cached scratch (``reference.device.scratch``), which is filled
+with NaN (or infinity) between a sizing call and the checked one. A combine that read a partial no
 split wrote (a ragged last split, a split whose key range is empty for some rows, a
 forced split count past the key tiles) would turn the output NaN or move its bits;
 here it must give the bits of the same call on zero-filled scratch and pass the suite's
@@ -43,6 +43,17 @@ def _inputs(B, Hq, Hkv, Lq, Lk, D, rule, seed):
 FILLS = ("0", "nan", "inf")  # what the scratch holds before the call
 
 
+def _poisoned(call, fill):
+    """``call()`` once to size the stream's scratch, then again with the scratch filled."""
+    from reference import device as D
+    D.clear_scratch()
+    call()
+    assert D._SCRATCH, "the call took no scratch: not a split call"
+    for buf, _ in D._SCRATCH.values():
+        buf.fill_(float(fill))
+    return call()
+
+
 def _same_bits(out):
     torch.cuda.synchronize()
     for f in FILLS[1:]:
@@ -66,7 +77,7 @@ def _ragged(L, p):
 @pytest.mark.parametrize("splits", ["launcher", "ragged"])
 def test_triton_combine_reads_only_written_partials(case, splits):
     """Triton's split kernel writes every (split, row) partial, an empty one as weight
-    0, and its combine reads the plan's splits only: the poisoned workspace may leak
+    0, and its combine reads the plan's splits only: the poisoned scratch may leak
     only through a combine that reads past them or a split kernel that skips a write."""
     from triton_impl import launch as L
     from triton_impl import sliding_window_attention as swa
@@ -79,10 +90,7 @@ def test_triton_combine_reads_only_written_partials(case, splits):
     kw = dict(rule, _force_path="splitkv", _num_splits=S)
     out = {}
     for fill in FILLS:
-        swa(q, k, v, **kw)  # sizes the workspace
-        for buf in L._WORKSPACE.values():
-            buf.fill_(float(fill))
-        out[fill] = swa(q, k, v, **kw)
+        out[fill] = _poisoned(lambda: swa(q, k, v, **kw), fill)
     _same_bits(out)
     verdict.assert_pass(*out["nan"], q, k, v, dict(rule))
 
@@ -93,7 +101,7 @@ TL = [i for i, c in enumerate(CASES) if c[5] in (96, 128)]
 
 @pytest.mark.parametrize("case", [CASES[i] for i in TL], ids=[IDS[i] for i in TL])
 @pytest.mark.parametrize("splits", ["forced", 9], ids=["forced", "S9"])
-def test_tilelang_combine_reads_only_written_partials(case, splits, monkeypatch):
+def test_tilelang_combine_reads_only_written_partials(case, splits):
     pytest.importorskip("tilelang", reason="tilelang is not installed")
     from reference import check_inputs
     from tilelang_impl import api, launch
@@ -103,22 +111,9 @@ def test_tilelang_combine_reads_only_written_partials(case, splits, monkeypatch)
     assert tuple(launch.SPLIT_DV) == (96, 128) and launch.splits_at(p.Dqk, p.Dv)
     S = launch.forced_plan(p) if splits == "forced" else splits
     assert S is not None and S >= 2, S
-    real_empty = torch.empty
-    fill = ["0"]
-
-    class _Torch:  # launch's torch, with the partial buffers allocated pre-filled
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def empty(*a, **kw):
-            return real_empty(*a, **kw).fill_(float(fill[0]))
-
-    monkeypatch.setattr(launch, "torch", _Torch())
     out = {}
     for f in FILLS:
-        fill[0] = f
-        out[f] = api._run_cuda(p, q, k, v, force_split=S)
+        out[f] = _poisoned(lambda: api._run_cuda(p, q, k, v, force_split=S), f)
     _same_bits(out)
     verdict.assert_pass(*out["nan"], q, k, v, dict(rule))
     # on the TileLang release launch._executable knows, the launches took the executables
@@ -126,3 +121,118 @@ def test_tilelang_combine_reads_only_written_partials(case, splits, monkeypatch)
     if tilelang.__version__.split("+")[0] == launch.FAST_CALL_TILELANG and launch.FAST_CALL:
         assert any(fn is not ker for ker, fn in launch._calls.items()), \
             "no TileLang launch through its executable: launch._executable refused this TileLang's kernels"
+
+
+# ---- concurrent calls: scratch is per stream, and each captured graph owns its own ----
+
+def test_scratch_is_per_stream_and_each_graph_owns_its_own():
+    """reference.device.scratch: two streams get disjoint buffers, a stream gets its own
+    views back; under capture every call gets new tensors (the graph's pool), leaving the
+    eager cache alone."""
+    from reference import device as D
+    from tools._common import capture_graph
+    dev = torch.device("cuda", torch.cuda.current_device())
+    shapes = ((2, 8, 4, 1, 128), (2, 8, 4, 1))
+    D.clear_scratch()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(s1):
+        a = D.scratch(dev, shapes)
+    with torch.cuda.stream(s2):
+        b = D.scratch(dev, shapes)
+    with torch.cuda.stream(s1):
+        assert D.scratch(dev, shapes) is a
+    bufs = [e[0] for e in D._SCRATCH.values()]
+    assert len(bufs) == 2 and a[0]._base is not b[0]._base
+    spans = sorted((t.data_ptr(), t.data_ptr() + 4 * t.numel()) for t in bufs)
+    assert spans[0][1] <= spans[1][0]
+    cached = dict(D._SCRATCH)
+    graphs = [capture_graph(lambda: D.scratch(dev, shapes)) for _ in range(2)]
+    (g1, c1), (g2, c2) = graphs
+    assert c1[0].data_ptr() != c2[0].data_ptr() and c1[0]._base is None and c2[0]._base is None
+    assert all(c[0].data_ptr() not in range(lo, hi) for c in (c1, c2) for lo, hi in spans)
+    # the warm-up of capture_graph ran eagerly on a side stream: one more cached entry, no other change
+    assert all(D._SCRATCH[k] is v for k, v in cached.items())
+
+
+def _gate(streams, cycles=40_000_000):
+    """Hold ``streams`` until a sleep of ``cycles`` GPU clocks (about 20 ms) ends on a
+    third stream, so that work issued to them meanwhile starts together."""
+    gate = torch.cuda.Stream()
+    gate.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(gate):
+        torch.cuda._sleep(cycles)
+    ev = torch.cuda.Event()
+    ev.record(gate)
+    for s in streams:
+        s.wait_event(ev)
+
+
+def _split_call(backend):
+    """A public call that takes the split-KV path with its combine, and its inputs' shape."""
+    kw = dict(window_size=512, chunk_size=64)
+    shape = (1, 32, 32, 1, 4096, 128)  # decode: 32 query tiles for 132 SMs
+    x = _inputs(*shape, kw, seed=0)
+    if backend == "triton":
+        from reference import check_inputs
+        from triton_impl import launch as L
+        from triton_impl import sliding_window_attention as swa
+        assert L._make_plan(check_inputs(*x, **kw), None, None, None, None).path == "splitkv"
+    else:
+        pytest.importorskip("tilelang", reason="tilelang is not installed")
+        from tilelang_impl import describe_call
+        from tilelang_impl import sliding_window_attention as swa
+        assert "+combine" in describe_call(*x, **kw)
+    return (lambda q, k, v: swa(q, k, v, **kw)), shape, kw
+
+
+ROUNDS = 6
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_concurrent_streams_do_not_share_scratch(backend):
+    """Split-KV calls issued to two streams and released together (so that the split and
+    combine kernels of both streams interleave on the GPU) give the bits of the same
+    calls run one after another. A scratch shared by the two streams (Triton's per-device
+    workspace before this test) lets one stream's split overwrite partials the other's
+    combine has yet to read."""
+    call, shape, kw = _split_call(backend)
+    sets = [[_inputs(*shape, kw, seed=10 * s + r) for r in range(ROUNDS)] for s in range(2)]
+    serial = [[call(*x) for x in xs] for xs in sets]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    _gate(streams)
+    got = [[], []]
+    for r in range(ROUNDS):  # alternate the streams so that both have work queued behind the gate
+        for s, st in enumerate(streams):
+            with torch.cuda.stream(st):
+                got[s].append(call(*sets[s][r]))
+    torch.cuda.synchronize()
+    for s in range(2):
+        for r in range(ROUNDS):
+            assert torch.equal(got[s][r][0], serial[s][r][0]), f"stream {s}, call {r}: o differs"
+            assert torch.equal(got[s][r][1], serial[s][r][1]), f"stream {s}, call {r}: lse differs"
+    verdict.assert_pass(*got[1][0], *sets[1][0], dict(kw))
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_concurrent_graph_replays_do_not_share_scratch(backend):
+    """Two CUDA graphs, each a split-KV call captured on the same capture stream, replayed
+    together on two streams, give the bits of the eager calls: each graph owns its scratch."""
+    from tools._common import capture_graph
+    call, shape, kw = _split_call(backend)
+    xs = [_inputs(*shape, kw, seed=20 + s) for s in range(2)]
+    eager = [call(*x) for x in xs]
+    graphs = [capture_graph(lambda x=x: call(*x)) for x in xs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    _gate(streams)
+    got = [[], []]
+    for _ in range(ROUNDS):
+        for s, st in enumerate(streams):
+            with torch.cuda.stream(st):
+                graphs[s][0].replay()
+                got[s].append(tuple(t.clone() for t in graphs[s][1]))
+    torch.cuda.synchronize()
+    for s in range(2):
+        for r, (o, lse) in enumerate(got[s]):
+            assert torch.equal(o, eager[s][0]) and torch.equal(lse, eager[s][1]), f"graph {s}, replay {r}"

@@ -211,9 +211,9 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
                                 device=torch.device("cuda"))
         text = launch.describe(p)
         asked.clear()
-        launched = []
-        with monkeypatch.context() as m:  # the split workspace would be a CUDA allocation
-            m.setattr(launch.torch, "empty", lambda *a, **kw: None)
+        launched, sizes = [], []
+        with monkeypatch.context() as m:  # the split scratch would be a CUDA allocation
+            m.setattr(launch, "scratch", lambda dev, shapes: sizes.append(shapes) or (None,) * len(shapes))
             # every launch goes through launch._call's executable where there is one
             m.setattr(launch, "FAST_CALL", True)
             m.setattr(launch, "_executable", lambda ker: lambda *a: launched.append(len(a)))
@@ -222,6 +222,9 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         (kind, args), *comb = asked
         assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
         assert (" +combine" in text) == bool(comb) == args[11]
+        # one scratch request per split call: partial outputs (B, Hq, S, Lq, Dv), their LSEs
+        S = int(text.split(" S=")[1].split()[0]) if comb else 0
+        assert sizes == ([((B, Hq, S, Lq, D), (B, Hq, S, Lq))] if comb else [])
         assert ("pack=" in text) == (B == 8)
         assert "min_blocks=2" in text  # two CTAs per SM: the prefill and the split tile
 

@@ -200,25 +200,29 @@ def test_split_tiles_of_both_tables(table):
     _check(o, lse, q, k, v, **kw)
 
 
-def test_workspace_growth_refreshes_cached_plans(monkeypatch):
-    """A cached split-KV plan keeps workspace views; a later, larger call grows
-    the workspace; the first problem's plan must then move to the new buffer
-    (results stay right, and the old buffer is not kept alive by the plan)."""
-    # Start from an empty cache: earlier tests in this worker may have grown it.
-    monkeypatch.setattr(L, "_WORKSPACE", {})
+def test_split_scratch_grows_and_serves_cached_plans(monkeypatch):
+    """Split-KV partials live in the stream's cached scratch (reference.device.scratch).
+    A later, larger call grows it; the first problem's cached plan must then be served
+    from the new buffer (results stay right; the old buffer is not kept alive)."""
+    import weakref
+
+    from reference import device as D
+    monkeypatch.setattr(D, "_SCRATCH", {})  # earlier tests in this worker may have grown it
     monkeypatch.setattr(L, "_PLANS", {})
     kw = dict(window_size=100, chunk_size=8)
     small = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
     big = _inputs(2, 4, 2, 64, 200, 32, 32, torch.float32)
-    wkey = (small[0].device.type, small[0].device.index)  # launch.workspace's key (cuda: cuda:0, not cuda)
     o1, l1, _ = _run(*small, path="splitkv", num_splits=4, **kw)
-    before = L._WORKSPACE[wkey]
+    (entry,) = D._SCRATCH.values()  # one device, one stream
+    before = weakref.ref(entry[0])
+    del entry
     o2, l2, _ = _run(*big, path="splitkv", num_splits=8, **kw)  # 5 splits x 512 rows x 33 floats > 2**16
-    assert L._WORKSPACE[wkey] is not before, "the case must grow the workspace"
+    (entry,) = D._SCRATCH.values()
+    assert entry[0] is not before(), "the case must grow the scratch"
+    assert before() is None, "nothing may keep the outgrown buffer alive"
     o3, l3, _ = _run(*small, path="splitkv", num_splits=4, **kw)
     assert torch.equal(o1, o3) and torch.equal(l1, l3)
-    small_plans = [pl for pl in L._PLANS.values() if pl.path == "splitkv" and pl.head == (2, 1, 2, 1)]
-    assert small_plans and all(pl.views[0] is L._WORKSPACE[wkey] for pl in small_plans)
+    assert len(entry[1]) == 2 and all(t._base is entry[0] for views in entry[1].values() for t in views)
     _check(o2, l2, *big, **kw)
 
 
@@ -585,11 +589,12 @@ def test_tma_prefill_path_choice_and_graph_replay():
 @pytest.mark.gpu
 @gpu
 def test_cuda_graph_capture_replays_exactly():
-    """No host sync, no per-call device tensors but outputs and the cached workspace."""
+    """No host sync, no per-call device tensors but the outputs (and, under capture, the
+    split scratch the graph owns: reference.device.scratch)."""
     kw = dict(window_size=512, chunk_size=64)
     for Lq in (1, 1024):  # split-KV and prefill
         q, k, v = _inputs(1, 8, 2, Lq, 4096, 128, 128, torch.bfloat16)
-        ref = sliding_window_attention(q, k, v, **kw)  # warm-up: compile, size the workspace
+        ref = sliding_window_attention(q, k, v, **kw)  # warm-up: compile
         out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
         assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
 
@@ -599,7 +604,7 @@ def test_cuda_graph_capture_replays_exactly():
 def test_pdl_combine_matches_serial_launches_back_to_back():
     """The split-KV combine as a programmatic dependent launch (SPLIT_PDL) gives the
     bits of the serial launch, call after call without a host sync in between (each
-    split reuses the workspace the previous combine read), and under graph replay;
+    split reuses the scratch the previous combine read), and under graph replay;
     D=128 and the narrow D=64 tile (SPLIT_NARROW) of a small GQA grid."""
     kw = dict(window_size=512, chunk_size=64)
     for B, Hq, Hkv, D in ((1, 8, 8, 128), (1, 8, 1, 64)):
@@ -989,7 +994,7 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     del calls[-2:]
     # split-KV as planned for a Hopper GPU: the combine is a programmatic dependent launch
     monkeypatch.setattr(L, "capability", lambda device: (9, 0))
-    monkeypatch.setattr(L, "workspace", lambda device, numel: torch.empty(numel))  # a CPU stand-in
+    monkeypatch.setattr(L, "scratch", lambda device, shapes: tuple(torch.empty(s) for s in shapes))  # on CPU
     pdc = dataclasses.replace(pd, device=torch.device("cuda"))
     assert L.launch(pdc, qd, kd, vd, od, lsed) == "splitkv"
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from reference.device import capability, sm_count
+from reference.device import capability, scratch, sm_count
 from reference.errors import UnsupportedConfig
 from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f32
 
@@ -715,10 +715,10 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    # Workspace: normalised partial outputs and their LSEs (fp32), from torch's
-    # caching allocator (no synchronisation; CUDA-graph capturable).
-    op = torch.empty((p.B, p.Hq, S, p.Lq, p.Dv), dtype=torch.float32, device=p.device)
-    lp = torch.empty((p.B, p.Hq, S, p.Lq), dtype=torch.float32, device=p.device)
+    # Normalised partial outputs and their LSEs (fp32): the current stream's cached
+    # scratch (reference.device.scratch: nothing allocated once sized; under CUDA-graph
+    # capture the graph's own tensors).
+    op, lp = scratch(p.device, ((p.B, p.Hq, S, p.Lq, p.Dv), (p.B, p.Hq, S, p.Lq)))
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
     ckind, cargs = combine_key(args)
     _call(ckind, *cargs)(op, lp, o, lse)

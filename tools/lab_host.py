@@ -51,6 +51,11 @@ chunked 65.4 / 56.5 / 45.5, prefill 50.6 / 45.6 / 39.4 and 52.8 / 48.4 / 38.9 (i
 medians). ``--plan-micro`` (:func:`plan_micro`) times the plan alone on the device host
 (``tilelang-lab21-planmicro-*.{json,txt}``). See BENCHMARKS.md, session 21.
 
+Session 22: ``--scratch`` (:func:`scratch_ab`) times both backends' split-KV decode with
+the partial states from the stream's cached scratch (``reference.device.scratch``) against
+two earlier schemes: TileLang's two ``torch.empty`` per call, and one buffer per device
+(Triton's workspace before, which concurrent streams shared).
+
 Writes ``lab_host.json`` under ``--out``.
 """
 
@@ -461,6 +466,95 @@ def tilelang_ab(rounds=25):
     return ok
 
 
+def scratch_ab(rounds=25):
+    """Split-KV scratch, three variants in both backends: ``stream scratch``
+    (``reference.device.scratch``, shipped: one cached buffer per stream, new tensors under
+    capture); ``per-call alloc`` (two ``torch.empty`` per call: TileLang as before);
+    ``device buffer`` (one buffer per device, its views memoised by shape, no stream or
+    capture query: the cost of Triton's workspace before, which two streams shared). Checks
+    the variants bit-identical on fresh split-KV decode inputs, within the suite's bound;
+    then host microseconds per public call, back to back, interleaved as :func:`interleaved`.
+    Predicted (written with the change): TileLang decode 4-12 us less than per-call alloc
+    (two allocations at 3-6 us each on the device host, less 1-2 us for the stream and capture
+    queries and two dict lookups); Triton 0.5-2 us more than the device buffer, 4-12 us less
+    than per-call alloc; kernels and outputs unchanged."""
+    from conformance import verdict
+    from conformance.cases import poison_unseen
+    from reference import device as D
+    from tilelang_impl import launch as TLL
+    from tilelang_impl import sliding_window_attention as tl_swa
+
+    f32 = torch.float32
+    per_dev: dict = {}
+
+    def device_buffer(device, shapes):
+        views = per_dev.get(shapes)
+        if views is None:
+            sizes = [-(-D._numel(sh) // 64) * 64 for sh in shapes]
+            buf = torch.empty(sum(sizes), dtype=f32, device=device)
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            views = per_dev[shapes] = tuple(buf[a: a + D._numel(sh)].view(sh) for a, sh in zip(starts, shapes))
+        return views
+
+    schemes = {"stream scratch": D.scratch,
+               "per-call alloc": lambda device, shapes: tuple(torch.empty(sh, dtype=f32, device=device)
+                                                              for sh in shapes),
+               "device buffer": device_buffer}
+    variants = tuple(schemes)
+
+    @contextlib.contextmanager
+    def scheme(var):
+        L.scratch = TLL.scratch = schemes[var]
+        try:
+            yield
+        finally:
+            L.scratch = TLL.scratch = D.scratch
+
+    out = RES.setdefault("scratch", {})
+    bf = torch.bfloat16
+    cases = [  # (B, Hq, Hkv, Lq, Lk, D, kw): split-KV in both backends
+        (1, 32, 32, 1, 8192, 128, dict(window_size=512, chunk_size=64)),
+        (2, 8, 8, 1, 5000, 128, dict(window_size=900, chunk_size=16, kv_start=10 ** 6 + 3)),
+        (1, 8, 8, 4, 6000, 96, dict(window_size=700, chunk_size=32, expand_to_chunk=False)),
+    ]
+    rows, ok = [], True
+    for i, (B, Hq, Hkv, Lq, Lk, Dh, kw) in enumerate(cases):
+        q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dh, Dh, bf, seed=500 + i)
+        poison_unseen(k, v, Lq, kw)
+        for name, fn in (("triton", swa), ("tilelang", tl_swa)):
+            got = {}
+            for var in variants:
+                with scheme(var):
+                    got[var] = fn(q, k, v, **kw)
+            torch.cuda.synchronize()
+            vd = verdict.judge(*got[variants[0]], verdict.expected(q, k, v, kw))
+            row = dict(backend=name, case=[B, Hq, Hkv, Lq, Lk, Dh, kw],
+                       split=(L._make_plan(reference.check_inputs(q, k, v, **kw), None, None, None, None).path
+                              == "splitkv") if name == "triton" else "+combine" in TLL.describe(
+                           reference.check_inputs(q, k, v, **kw)),
+                       equal=all(same(got[variants[0]], got[var]) for var in variants[1:]),
+                       verdict=vd.status, ratio=vd.ratio)
+            rows.append(row)
+            ok = ok and row["equal"] and row["split"] and vd.status == verdict.PASS
+            print(f"  scratch check {row}", flush=True)
+    out.update(checks=rows, checks_ok=ok)
+    kw = dict(window_size=512, chunk_size=64)
+    timing = out.setdefault("interleaved", {})
+    for label, (B, Hq, Hkv, Lq, Lk, Dh) in (("decode B1 8K", SHAPES["decode B1 8K"]),
+                                            ("decode B8 GQA32/4 D64 32K", (8, 32, 4, 1, 32768, 64))):
+        q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dh, Dh, bf, seed=300)
+        backends = (("triton", swa), ("tilelang", tl_swa)) if Dh in TLL.SPLIT_DV else (("triton", swa),)
+        for name, fn in backends:
+            got, st = _rounds(variants, scheme, dict(call=lambda: fn(q, k, v, **kw)), 200, rounds)
+            timing[f"{name} {label}"] = dict(rounds=rounds, n=200, stats=st, raw=got)
+            print(f"  scratch interleaved {name:8s} {label:26s} " + "  ".join(
+                f"{var}: {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()),
+                flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return ok
+
+
 def plan_micro(rounds=7, n=5000):
     """Host microseconds of TileLang's launch plan on this host, for the interleaved
     shapes: computed (``launch._tc_choice``) and cached (``launch._plan``), with
@@ -518,6 +612,7 @@ def main(argv=None):
     mode.add_argument("--interleaved-only", action="store_true", help="checks, then the interleaved host timing only")
     mode.add_argument("--tilelang", action="store_true", help="TileLang's host path only (tilelang_ab)")
     mode.add_argument("--plan-micro", action="store_true", help="TileLang's launch plan timed alone (plan_micro)")
+    mode.add_argument("--scratch", action="store_true", help="split-KV scratch schemes, both backends (scratch_ab)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     G.DEV = DEV
@@ -531,12 +626,12 @@ def main(argv=None):
         with open(path, "w") as f:
             json.dump(RES, f, indent=1, default=str)
         return 0
-    if args.tilelang:
-        ok = tilelang_ab()
+    if args.tilelang or args.scratch:
+        ok = tilelang_ab() if args.tilelang else scratch_ab()
         RES["wall_s"] = time.time() - t0
         with open(path, "w") as f:
             json.dump(RES, f, indent=1, default=str)
-        print(f"tilelang checks ok: {ok}; {time.time() - t0:.0f} s", flush=True)
+        print(f"{'tilelang' if args.tilelang else 'scratch'} checks ok: {ok}; {time.time() - t0:.0f} s", flush=True)
         return 0 if ok else 1
     ok = checks()
     with open(path, "w") as f:

@@ -1,7 +1,7 @@
 """Triton backend of HiLS sliding-window attention, forward (SPEC.md).
 
 Layers: :mod:`triton_impl.api` (public adapter: validation, outputs, path
-choice), :mod:`triton_impl.launch` (config table, launchers, workspace),
+choice), :mod:`triton_impl.launch` (config table, launchers, split-KV scratch),
 :mod:`triton_impl.kernels` (the ``@triton.jit`` kernels).
 
 On CPU tensors the kernels run only under the Triton interpreter; set

@@ -1,10 +1,11 @@
-"""Launchers of the Triton kernels: the config table, path choice, workspace.
+"""Launchers of the Triton kernels: the config table, path choice, split-KV scratch.
 
 Everything here is host-side Python that never synchronises with the device:
 no ``.item()``, no device tensor built per call except the outputs and the
-split-KV scratch, which lives in a cached, grow-only workspace. A call is
-therefore capturable in a CUDA graph once a warm-up call has compiled the
-kernel and sized the workspace. Triton caches the compiled kernel per static
+split-KV scratch, which comes from :func:`reference.device.scratch` (a cached,
+grow-only buffer per stream; new tensors in the graph's pool under capture). A
+call is therefore capturable in a CUDA graph once a warm-up call has compiled
+the kernel. Triton caches the compiled kernel per static
 configuration (dtype, head dims, block sizes, flags, stride specialisation).
 """
 
@@ -19,7 +20,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference.device import capability, made_current, sm_count
+from reference.device import capability, made_current, scratch, sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import LOG2E, Problem, positive_normal_f32
@@ -608,25 +609,6 @@ def head_bucket(p: Problem) -> int:
     return max(32, _pow2(max(p.Dqk, p.Dv)))
 
 
-# Grow-only fp32 scratch per device for the split-KV partial states.
-_WORKSPACE: dict[tuple[str, int | None], torch.Tensor] = {}
-
-
-def workspace(device: torch.device, numel: int) -> torch.Tensor:
-    """A cached fp32 buffer of at least ``numel`` elements on ``device``.
-
-    Grown (never shrunk) outside the hot path; a warm-up call before CUDA-graph
-    capture sizes it, so a capture allocates nothing. Calls on one device share
-    it: two split-KV calls must not run concurrently on different streams.
-    """
-    key = (device.type, device.index)
-    buf = _WORKSPACE.get(key)
-    if buf is None or buf.numel() < numel:
-        buf = torch.empty(max(numel, 1 << 16), dtype=torch.float32, device=device)
-        _WORKSPACE[key] = buf
-    return buf
-
-
 def _span(p: Problem) -> int:
     """Upper bound of the keys one query sees, plus chunk expansion."""
     extra = p.chunk_size - 1 if p.expand_to_chunk else 0
@@ -674,14 +656,12 @@ class _Plan:
     num_stages: int
     block_n: int
     static: dict  # (LMK_ONE, FOLD) -> static_key
-    # split-KV only
-    ws_numel: int = 0
-    op_numel: int = 0
+    # split-KV only: the shapes of the partial outputs and LSEs (reference.device.scratch)
+    scratch_shapes: tuple = ()
     combine_grid: tuple = ()
     combine_ints: tuple = ()
     combine_constexprs: dict | None = None
     combine_static: tuple = ()
-    views: tuple | None = None  # (workspace buffer, op, lp) last used
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
@@ -961,8 +941,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                  (split_len, rows_total), cx, base.num_warps, base.num_stages, block_n, st,
                  fold=fold_on)
     if not packed:
-        plan.op_numel = num_splits * rows_total * p.Dv
-        plan.ws_numel = plan.op_numel + num_splits * rows_total
+        plan.scratch_shapes = ((num_splits * rows_total * p.Dv,), (num_splits * rows_total,))
         plan.combine_grid = (_cdiv(rows_total, COMBINE_ROWS),)
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
@@ -1155,12 +1134,7 @@ def _run(plan: _Plan, p: Problem, q, k, v, o, lse, tma, dev: int | None) -> str:
     if plan.path == "packed":
         op, lp = o, lse
     else:
-        wkey = (p.device.type, p.device.index)
-        views = plan.views
-        if views is None or views[0] is not _WORKSPACE.get(wkey):
-            ws = workspace(p.device, plan.ws_numel)
-            views = plan.views = (ws, ws[: plan.op_numel], ws[plan.op_numel: plan.ws_numel])
-        op, lp = views[1], views[2]
+        op, lp = scratch(p.device, plan.scratch_shapes)
     frame = _frame(p)
     cx, st = plan.pick(frame[2], qk_scale)
     st = _frame_static(st, frame)

@@ -1,0 +1,92 @@
+"""reference.device.scratch: the split-KV partial states' buffer both backends share
+the code of (CPU tier; streams and graph capture: tests/test_split_scratch_gpu.py)."""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+
+from reference import device as D
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _empty(monkeypatch):
+    monkeypatch.setattr(D, "_SCRATCH", {})
+
+
+def _span(t):
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("shapes", [((3, 5, 7), (3, 5)), ((1,), (1,), (1,)), ((2, 4, 9, 1, 96), (2, 4, 9, 1)),
+                                    ((70_000,), (33,))], ids=["odd", "ones", "split-like", "past-minimum"])
+def test_views_have_the_shapes_asked_aligned_and_disjoint(shapes):
+    views = D.scratch(CPU, shapes)
+    (buf, memo), = D._SCRATCH.values()
+    assert [tuple(t.shape) for t in views] == [tuple(s) for s in shapes]
+    assert all(t.dtype == torch.float32 and t.is_contiguous() and t._base is buf for t in views)
+    assert all((t.data_ptr() - buf.data_ptr()) % 256 == 0 for t in views)  # CUDA buffers start 512-aligned
+    spans = sorted(_span(t) for t in views)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    lo, hi = _span(buf)
+    assert all(lo <= a and b <= hi for a, b in spans)
+    assert buf.numel() >= D.SCRATCH_MIN_NUMEL
+    # every element writable without touching another view
+    for i, t in enumerate(views):
+        t.fill_(i)
+    assert all(bool((t == i).all()) for i, t in enumerate(views))
+
+
+def test_same_shapes_same_views_and_growth_drops_the_old_buffer():
+    small = ((4, 8), (4,))
+    a = D.scratch(CPU, small)
+    assert D.scratch(CPU, small) is a  # memoised: nothing built on a repeat
+    other = D.scratch(CPU, ((2, 3),))
+    assert other[0]._base is a[0]._base  # one buffer per stream, any number of shapes
+    old = weakref.ref(a[0]._base)
+    del a, other
+    big = D.scratch(CPU, ((D.SCRATCH_MIN_NUMEL + 1,), (5,)))
+    assert old() is None, "the outgrown buffer (and its memoised views) must be dropped"
+    (buf, memo), = D._SCRATCH.values()
+    assert big[0]._base is buf and list(memo) == [((D.SCRATCH_MIN_NUMEL + 1,), (5,))]
+    again = D.scratch(CPU, small)  # re-cut from the grown buffer
+    assert again[0]._base is buf and len(memo) == 2
+
+
+def test_each_stream_key_gets_its_own_buffer(monkeypatch):
+    key = ["s1"]
+    monkeypatch.setattr(D, "_stream_key", lambda device: key[0])
+    shapes = ((16, 16), (16,))
+    a = D.scratch(CPU, shapes)
+    key[0] = "s2"
+    b = D.scratch(CPU, shapes)
+    assert a[0]._base is not b[0]._base
+    spans = sorted([_span(a[0]._base), _span(b[0]._base)])
+    assert spans[0][1] <= spans[1][0], "two streams' buffers overlap"
+    key[0] = "s1"
+    assert D.scratch(CPU, shapes) is a
+
+
+def test_caches_are_bounded(monkeypatch):
+    monkeypatch.setattr(D, "SCRATCH_KEYS_MAX", 3)
+    monkeypatch.setattr(D, "SCRATCH_VIEWS_MAX", 4)
+    key = [0]
+    monkeypatch.setattr(D, "_stream_key", lambda device: key[0])
+    for i in range(4):
+        key[0] = i
+        D.scratch(CPU, ((8,),))
+        assert len(D._SCRATCH) == (i % 3) + 1
+    key[0] = 9
+    for n in range(1, 10):
+        D.scratch(CPU, ((n,),))
+        assert 1 <= len(D._SCRATCH[9][1]) <= 4
+
+
+def test_clear_scratch():
+    D.scratch(CPU, ((8,),))
+    D.clear_scratch()
+    assert D._SCRATCH == {}
