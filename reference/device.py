@@ -51,20 +51,26 @@ def made_current(device: torch.device):
 # they may share it; calls on two streams may run at once, so they may not. The caching
 # allocator keeps each buffer on the stream that allocated it, so one dropped (grown,
 # evicted) while its last call runs is reused only by work queued after that call.
-_SCRATCH: dict[tuple, list] = {}  # key -> [buffer, {shapes: views}]
-SCRATCH_KEYS_MAX = 64  # (device, stream) pairs kept; all dropped when one more arrives
+_SCRATCH: dict = {}  # _stream_key -> [buffer, {shapes: views}]
+SCRATCH_KEYS_MAX = 64  # streams kept; all dropped when one more arrives
 SCRATCH_VIEWS_MAX = 256  # shape tuples kept per buffer; all dropped when one more arrives
 SCRATCH_MIN_NUMEL = 1 << 16
 _ALIGN = 64  # floats: views start at multiples of 256 bytes into their buffer
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
 
 
-def _stream_key(device: torch.device) -> tuple:
+def _stream_key(device: torch.device):
+    """The cache key of the current stream of ``device`` (the current device): the raw
+    stream handle, or ``-1 - index`` for a device's default stream (handle 0 on every
+    device); ``None`` while that stream captures a CUDA graph (no key: no cache)."""
     if device.type != "cuda":
-        return (device.type, device.index)
+        return device.type
     idx = device.index if device.index is not None else torch.cuda.current_device()
     stream = _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(idx).cuda_stream
-    return ("cuda", idx, stream)
+    if not stream:  # the legacy default stream, which cannot capture
+        return -1 - idx
+    return None if _capturing() else stream
 
 
 def scratch(device: torch.device, shapes: tuple) -> tuple:
@@ -81,9 +87,9 @@ def scratch(device: torch.device, shapes: tuple) -> tuple:
     its scratch, and graphs replayed concurrently do not share it either. ``device``
     must be the current CUDA device (the launchers run under :func:`made_current`).
     """
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return tuple(torch.empty(s, dtype=torch.float32, device=device) for s in shapes)
     key = _stream_key(device)
+    if key is None:
+        return tuple(torch.empty(s, dtype=torch.float32, device=device) for s in shapes)
     entry = _SCRATCH.get(key)
     if entry is not None:
         views = entry[1].get(shapes)
