@@ -5,7 +5,7 @@
 
 Where the kernel time goes, measured instead of inferred: for each (backend, shape)
 one child process builds the bench's inputs (``tools.bench``: same shapes, bf16,
-fresh random data), warms the call up (compiles, sizes the split-KV workspace),
+fresh random data), warms the call up (compiles, sizes the split-KV scratch),
 checks batch element 0 against the float64 reference under the suite's verdict
 (``bench.Gate``: a profile of a wrong kernel is worthless), then runs the public call
 once between ``cudaProfilerStart`` / ``cudaProfilerStop``. ``ncu --profile-from-start
