@@ -54,7 +54,11 @@ medians). ``--plan-micro`` (:func:`plan_micro`) times the plan alone on the devi
 Session 22: ``--scratch`` (:func:`scratch_ab`) times both backends' split-KV decode with
 the partial states from the stream's cached scratch (``reference.device.scratch``) against
 two earlier schemes: TileLang's two ``torch.empty`` per call, and one buffer per device
-(Triton's workspace before, which concurrent streams shared).
+(Triton's workspace before, which concurrent streams shared). Measured at 2f53c4b
+(``bench_results/scratch-lab22-host-2f53c4b.json``, paired medians): TileLang's decode 7.4 us
+less than with per-call allocation, Triton's 1.8-2.8 us more than with the device buffer; at
+b9c5ac5 on a host half as fast (``scratch-lab22-host-b9c5ac5.json``) 14.5 less and 1.0-3.0
+more. See BENCHMARKS.md, session 22.
 
 Writes ``lab_host.json`` under ``--out``.
 """
