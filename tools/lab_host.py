@@ -56,9 +56,9 @@ the partial states from the stream's cached scratch (``reference.device.scratch`
 two earlier schemes: TileLang's two ``torch.empty`` per call, and one buffer per device
 (Triton's workspace before, which concurrent streams shared). Measured at 2f53c4b
 (``bench_results/scratch-lab22-host-2f53c4b.json``, paired medians): TileLang's decode 7.4 us
-less than with per-call allocation, Triton's 1.8-2.8 us more than with the device buffer; at
-b9c5ac5 on a host half as fast (``scratch-lab22-host-b9c5ac5.json``) 14.5 less and 1.0-3.0
-more. See BENCHMARKS.md, session 22.
+less than with per-call allocation (1.8 more than with the device buffer), Triton's 2.6-2.8 us
+more than with the device buffer; at b9c5ac5 on a host half as fast
+(``scratch-lab22-host-b9c5ac5.json``) TileLang 14.5 less, Triton 1.0-2.5 more. See BENCHMARKS.md, session 22.
 
 Writes ``lab_host.json`` under ``--out``.
 """
