@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -47,17 +48,23 @@ def made_current(device: torch.device):
 
 
 # Split-KV scratch (the partial states a split kernel writes and its combine reads).
-# One grow-only float32 buffer per (device, stream): calls on one stream run in order, so
-# they may share it; calls on two streams may run at once, so they may not. The caching
-# allocator keeps each buffer on the stream that allocated it, so one dropped (grown,
-# evicted) while its last call runs is reused only by work queued after that call.
-_SCRATCH: dict = {}  # _stream_key -> [buffer, {shapes: views}]
-SCRATCH_KEYS_MAX = 64  # streams kept; all dropped when one more arrives
+# One grow-only float32 buffer per (host thread, device, stream). Calls of one thread on
+# one stream reach the stream whole and in order, so they may share it. Calls on two
+# streams may run at once; two threads on one stream may interleave their launches (a
+# launch releases the GIL: split A, split B, combine A), so neither may share it. The
+# caching allocator keeps each buffer on the stream that allocated it, so one dropped
+# (grown, evicted) while its last call runs is reused only by work queued after that call;
+# a thread id that Python reuses after its thread ended inherits that thread's buffers,
+# safely too (the old thread launched everything it queued). Buffers of ended threads are
+# kept until the key bound drops them.
+_SCRATCH: dict = {}  # (thread id, _stream_key) -> [buffer, {shapes: views}]
+SCRATCH_KEYS_MAX = 64  # (thread, stream) pairs kept; all dropped when one more arrives
 SCRATCH_VIEWS_MAX = 256  # shape tuples kept per buffer; all dropped when one more arrives
 SCRATCH_MIN_NUMEL = 1 << 16
 _ALIGN = 64  # floats: views start at multiples of 256 bytes into their buffer
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+_thread = threading.get_ident
 
 
 def _stream_key(device: torch.device):
@@ -79,17 +86,22 @@ def scratch(device: torch.device, shapes: tuple) -> tuple:
     whose allocations start 512-byte aligned: 256-byte aligned), for one call's
     intermediate results; their contents are undefined.
 
-    Outside CUDA-graph capture they are views of a cached buffer of the current stream
-    of ``device`` (grown, never shrunk; views memoised by ``shapes``): a call allocates
-    nothing once a call of the same shapes has run on that stream, and calls on other
-    streams get other buffers, so concurrent calls never share scratch. Under capture
-    every call gets new tensors from the graph's private pool: each captured graph owns
-    its scratch, and graphs replayed concurrently do not share it either. ``device``
-    must be the current CUDA device (the launchers run under :func:`made_current`).
+    Outside CUDA-graph capture they are views of a buffer cached for the calling thread
+    and the current stream of ``device`` (grown, never shrunk; views memoised by
+    ``shapes``): a call allocates nothing once a call of the same shapes has run there,
+    and calls on other streams or from other threads get other buffers, so calls that
+    can overlap never share scratch. Under capture every call gets new tensors from the
+    graph's memory pool, so each captured graph owns its scratch and graphs replayed at
+    once do not share it, unless they were captured into one shared pool (``pool=``,
+    ``make_graphed_callables``): torch's rule for such graphs is to replay them one at a
+    time in capture order, and scratch freed in one capture may back the next one's.
+    ``device`` must be the current CUDA device (the launchers run under
+    :func:`made_current`).
     """
-    key = _stream_key(device)
-    if key is None:
+    stream = _stream_key(device)
+    if stream is None:
         return tuple(torch.empty(s, dtype=torch.float32, device=device) for s in shapes)
+    key = (_thread(), stream)
     entry = _SCRATCH.get(key)
     if entry is not None:
         views = entry[1].get(shapes)

@@ -83,10 +83,55 @@ def test_caches_are_bounded(monkeypatch):
     key[0] = 9
     for n in range(1, 10):
         D.scratch(CPU, ((n,),))
-        assert 1 <= len(D._SCRATCH[9][1]) <= 4
+        (memo,) = [e[1] for k, e in D._SCRATCH.items() if k[1] == 9]
+        assert 1 <= len(memo) <= 4
 
 
 def test_clear_scratch():
     D.scratch(CPU, ((8,),))
     D.clear_scratch()
     assert D._SCRATCH == {}
+
+
+def test_stream_key_of_cuda_streams(monkeypatch):
+    """The CUDA branches of _stream_key with torch's stream and capture queries stood in:
+    a device's default stream (handle 0 on every device) by its device, without a capture
+    query (the legacy stream cannot capture); another stream by its handle, or no key while
+    it captures; a device without an index is the current one."""
+    stream, capturing, asked = [0], [True], []
+    monkeypatch.setattr(D, "_raw_stream", lambda idx: asked.append(idx) or stream[0])
+    monkeypatch.setattr(D, "_capturing", lambda: asked.append("capturing?") or capturing[0])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert D._stream_key(torch.device("cuda", 1)) == -2
+    assert D._stream_key(torch.device("cuda", 0)) == -1
+    assert D._stream_key(torch.device("cuda")) == -4
+    assert asked == [1, 0, 3], "the default stream asked whether it captures"
+    stream[0] = 0x7F00
+    assert D._stream_key(torch.device("cuda", 1)) is None
+    capturing[0] = False
+    assert D._stream_key(torch.device("cuda", 1)) == 0x7F00
+    assert D._stream_key(CPU) == "cpu"
+
+
+def test_no_key_means_new_tensors_every_call(monkeypatch):
+    """Under capture (_stream_key None) every call gets new tensors and nothing is cached."""
+    monkeypatch.setattr(D, "_stream_key", lambda device: None)
+    shapes = ((4, 8), (4,))
+    a, b = D.scratch(CPU, shapes), D.scratch(CPU, shapes)
+    assert D._SCRATCH == {}
+    assert [tuple(t.shape) for t in a] == [(4, 8), (4,)] and all(t.dtype == torch.float32 for t in a)
+    assert all(x.data_ptr() != y.data_ptr() for x in a for y in b)
+
+
+def test_each_thread_gets_its_own_buffer():
+    """Two threads on one stream may interleave their launches: one buffer per thread."""
+    import threading
+
+    shapes = ((16,),)
+    a = D.scratch(CPU, shapes)
+    other = []
+    t = threading.Thread(target=lambda: other.append(D.scratch(CPU, shapes)))
+    t.start()
+    t.join()
+    assert other[0][0]._base is not a[0]._base and len(D._SCRATCH) == 2
+    assert D.scratch(CPU, shapes) is a

@@ -146,12 +146,15 @@ def test_scratch_is_per_stream_and_each_graph_owns_its_own():
     spans = sorted((t.data_ptr(), t.data_ptr() + 4 * t.numel()) for t in bufs)
     assert spans[0][1] <= spans[1][0]
     cached = dict(D._SCRATCH)
-    graphs = [capture_graph(lambda: D.scratch(dev, shapes)) for _ in range(2)]
+    graphs = [capture_graph(lambda: D.scratch(dev, shapes), warmup=lambda: None) for _ in range(2)]
     (g1, c1), (g2, c2) = graphs
-    assert c1[0].data_ptr() != c2[0].data_ptr() and c1[0]._base is None and c2[0]._base is None
-    assert all(c[0].data_ptr() not in range(lo, hi) for c in (c1, c2) for lo, hi in spans)
-    # the warm-up of capture_graph ran eagerly on a side stream: one more cached entry, no other change
-    assert all(D._SCRATCH[k] is v for k, v in cached.items())
+    got = [t for c in (c1, c2) for t in c]
+    assert all(t._base is None for t in got)  # new tensors, not views of a cached buffer
+    ptrs = sorted((t.data_ptr(), t.data_ptr() + 4 * t.numel()) for t in got)
+    assert all(x[1] <= y[0] for x, y in zip(ptrs, ptrs[1:])), "two graphs' scratch overlaps"
+    assert all(not (lo < y and x < hi) for x, y in ptrs for lo, hi in spans), "a graph took eager scratch"
+    assert D._SCRATCH.keys() == cached.keys() and all(D._SCRATCH[k] is v for k, v in cached.items()), \
+        "a capture touched the eager cache"
 
 
 def _gate(streams, cycles=40_000_000):
@@ -236,3 +239,41 @@ def test_concurrent_graph_replays_do_not_share_scratch(backend):
     for s in range(2):
         for r, (o, lse) in enumerate(got[s]):
             assert torch.equal(o, eager[s][0]) and torch.equal(lse, eager[s][1]), f"graph {s}, replay {r}"
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_two_threads_on_one_stream_do_not_share_scratch(backend, monkeypatch):
+    """Two host threads launching onto the default stream may interleave their calls (a
+    launch releases the GIL): A's split, B's whole call, A's combine. Forced by running
+    B's call in a second thread from A's combine launch; each must keep its own bits."""
+    import threading
+
+    call, shape, kw = _split_call(backend)
+    a, b = (_inputs(*shape, kw, seed=s) for s in (30, 31))
+    want_a, want_b = call(*a), call(*b)
+    fired, got_b = [], []
+
+    def b_first():
+        if not fired:  # A's combine (B's own, inside, passes straight through)
+            fired.append(1)
+            t = threading.Thread(target=lambda: got_b.append(call(*b)))
+            t.start()
+            t.join()
+
+    if backend == "triton":
+        from triton_impl import launch as L
+        real = L._COMBINE
+        monkeypatch.setattr(L, "_COMBINE", lambda *x, **y: (b_first(), real(*x, **y))[1])
+    else:
+        from tilelang_impl import launch as TLL
+        real = TLL._call
+
+        def _call(kind, *args):
+            fn = real(kind, *args)
+            return fn if kind != "combine" else (lambda *x: (b_first(), fn(*x))[1])
+        monkeypatch.setattr(TLL, "_call", _call)
+    got_a = call(*a)
+    torch.cuda.synchronize()
+    assert got_b, "the second thread's call did not run"
+    assert torch.equal(got_a[0], want_a[0]) and torch.equal(got_a[1], want_a[1]), "B's partials reached A's combine"
+    assert torch.equal(got_b[0][0], want_b[0]) and torch.equal(got_b[0][1], want_b[1])

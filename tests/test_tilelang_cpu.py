@@ -204,10 +204,12 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
     monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
     asked = []
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
-    for B, Hq, Hkv, Lq, D in ((1, 32, 32, 1, 128), (8, 32, 4, 1, 64), (1, 4, 4, 512, 128)):
+    for B, Hq, Hkv, Lq, D, Dv in ((1, 32, 32, 1, 128, 128), (8, 32, 4, 1, 64, 64), (1, 4, 4, 512, 128, 128),
+                                  (1, 16, 16, 1, 64, 96)):
         q = torch.empty(B, Hq, Lq, D, dtype=torch.bfloat16, device="meta")
         k = torch.empty(B, Hkv, 4096, D, dtype=torch.bfloat16, device="meta")
-        p = dataclasses.replace(reference.check_inputs(q, k, k, window_size=512, chunk_size=64),
+        v = torch.empty(B, Hkv, 4096, Dv, dtype=torch.bfloat16, device="meta")
+        p = dataclasses.replace(reference.check_inputs(q, k, v, window_size=512, chunk_size=64),
                                 device=torch.device("cuda"))
         text = launch.describe(p)
         asked.clear()
@@ -224,7 +226,7 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
         assert (" +combine" in text) == bool(comb) == args[11]
         # one scratch request per split call: partial outputs (B, Hq, S, Lq, Dv), their LSEs
         S = int(text.split(" S=")[1].split()[0]) if comb else 0
-        assert sizes == ([((B, Hq, S, Lq, D), (B, Hq, S, Lq))] if comb else [])
+        assert sizes == ([((B, Hq, S, Lq, Dv), (B, Hq, S, Lq))] if comb else [])
         assert ("pack=" in text) == (B == 8)
         assert "min_blocks=2" in text  # two CTAs per SM: the prefill and the split tile
 

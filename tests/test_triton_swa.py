@@ -226,6 +226,36 @@ def test_split_scratch_grows_and_serves_cached_plans(monkeypatch):
     _check(o2, l2, *big, **kw)
 
 
+def test_split_calls_of_two_threads_on_one_stream_do_not_share_scratch(monkeypatch):
+    """Two host threads may launch onto one stream (the default stream, say) and interleave
+    their calls, since a launch releases the GIL: A's split, then B's whole call, then A's
+    combine. Forced here by running B's call in a second thread from A's combine launch;
+    A's combine must still read A's partials (reference.device.scratch: a buffer per thread
+    and stream)."""
+    import threading
+
+    kw = dict(window_size=100, chunk_size=8)
+    a = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
+    b = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)  # same shapes: the same scratch views
+    want_a, _, _ = _run(*a, path="splitkv", num_splits=4, **kw)
+    want_b, _, _ = _run(*b, path="splitkv", num_splits=4, **kw)
+    real, fired, got_b = L._COMBINE, [], []
+
+    def combine_after_b(*args, **kwargs):
+        if not fired:  # A's combine (B's own combine, inside, passes straight through)
+            fired.append(1)
+            t = threading.Thread(target=lambda: got_b.append(_run(*b, path="splitkv", num_splits=4, **kw)[0]))
+            t.start()
+            t.join()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(L, "_COMBINE", combine_after_b)
+    got_a, _, _ = _run(*a, path="splitkv", num_splits=4, **kw)
+    assert got_b, "the second thread's call did not run"
+    assert torch.equal(got_a, want_a), "thread B's partials reached thread A's combine"
+    assert torch.equal(got_b[0], want_b)
+
+
 @pytest.mark.parametrize("path", ["prefill", "splitkv"])
 @pytest.mark.parametrize("sm_scale", [None, 0.37, 0.0, -0.2, 1e-39])
 def test_fold_scale(path, sm_scale):

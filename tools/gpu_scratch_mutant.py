@@ -3,11 +3,13 @@
     python tools/gpu_scratch_mutant.py
 
 Runs the concurrency tests of ``tests/test_split_scratch_gpu.py`` (two streams released
-together; two graphs replayed together; the scratch helper's own) with
-``reference.device._stream_key`` returning one key per device: no buffer per stream and
-none of its own for a graph, the scheme of Triton's workspace before session 22. Each of
-them must fail, by a wrong result or a shared buffer, not by an error of the harness.
-Exit status 0 when every one fails so, 1 otherwise, 2 without CUDA.
+together; two graphs replayed together; two threads on one stream; the scratch helper's
+own) twice in one process: as shipped, where every one must pass, then with
+``reference.device`` keying its cache by device alone (``_stream_key``: one key per
+device, never "capturing"; ``_thread``: one thread), the scheme of Triton's workspace
+before session 22, where every one must fail by an assertion (a wrong result, a shared
+buffer), not by an error of the harness. Exit status 0 when both hold, 1 otherwise, 2
+without CUDA.
 """
 
 from __future__ import annotations
@@ -22,39 +24,50 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from reference import device as D  # noqa: E402
 
-SELECT = "concurrent or per_stream"
+SELECT = "concurrent or per_stream or threads"
+ARGS = ["-q", "-p", "no:cacheprovider", "-n", "0", "tests/test_split_scratch_gpu.py", "-k", SELECT]
 
 
 class _Outcomes:
+    """Per test id: ``"passed"``, ``"assert: <message>"`` (failed by an assertion) or
+    ``"<phase> <outcome>: <message>"`` (anything else: an error, a skip)."""
+
     def __init__(self):
-        self.failed, self.other = {}, []
+        self.seen: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report):
-        if report.when == "call" and report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            self.failed[report.nodeid] = getattr(crash, "message", "") or report.longreprtext
-        elif report.when == "call" or report.outcome != "passed":
-            self.other.append((report.nodeid, report.when, report.outcome))
+        crash = getattr(report.longrepr, "reprcrash", None)
+        msg = (getattr(crash, "message", "") or str(report.longrepr or "")).splitlines()[:1]
+        msg = msg[0][:160] if msg else ""
+        if report.when == "call" and report.passed:
+            self.seen.setdefault(report.nodeid, "passed")
+        elif report.when == "call" and report.failed and msg.startswith(("AssertionError", "assert ")):
+            self.seen[report.nodeid] = f"assert: {msg}"
+        elif report.failed or report.skipped:
+            self.seen[report.nodeid] = f"{report.when} {report.outcome}: {msg}"
+
+
+def _run() -> dict[str, str]:
+    out = _Outcomes()
+    pytest.main(ARGS, plugins=[out])
+    return out.seen
 
 
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_scratch_mutant: needs a CUDA device", file=sys.stderr)
         return 2
+    shipped = _run()
     D._stream_key = lambda device: ("cuda", device.index)
-    out = _Outcomes()
-    pytest.main(["-q", "-p", "no:cacheprovider", "-n", "0", "tests/test_split_scratch_gpu.py", "-k", SELECT],
-                plugins=[out])
-    # a harness error (AttributeError, a CUDA fault) is not the failure this run looks for
-    by_assert = {n: msg.startswith(("AssertionError", "assert ")) for n, msg in out.failed.items()}
-    for n, ok in by_assert.items():
-        print(f"{'fails as it must' if ok else 'FAILS BY AN ERROR'}: {n}: {out.failed[n].splitlines()[0][:160]}")
-    for n, when, outcome in out.other:
-        print(f"NOT FAILED ({when}: {outcome}): {n}")
-    good = len(by_assert) >= 5 and all(by_assert.values()) and not out.other
-    print(f"gpu_scratch_mutant: {sum(by_assert.values())} of {len(by_assert) + len(out.other)} tests fail "
-          f"against one buffer per device: {'as they must' if good else 'NOT ALL'}")
-    return 0 if good else 1
+    D._thread = lambda: 0
+    mutant = _run()
+    ok_shipped = bool(shipped) and all(v == "passed" for v in shipped.values())
+    ok_mutant = mutant.keys() == shipped.keys() and all(v.startswith("assert: ") for v in mutant.values())
+    for name in shipped:
+        print(f"{name}\n    shipped: {shipped[name]}\n    one buffer per device: {mutant.get(name, 'not run')}")
+    print(f"gpu_scratch_mutant: {len(shipped)} tests; shipped {'all pass' if ok_shipped else 'NOT ALL PASS'}; "
+          f"one buffer per device {'all fail by assertion' if ok_mutant else 'NOT ALL FAIL BY ASSERTION'}")
+    return 0 if ok_shipped and ok_mutant else 1
 
 
 if __name__ == "__main__":

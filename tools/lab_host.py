@@ -474,8 +474,9 @@ def scratch_ab(rounds=25):
     """Split-KV scratch, three variants in both backends: ``stream scratch``
     (``reference.device.scratch``, shipped: one cached buffer per stream, new tensors under
     capture); ``per-call alloc`` (two ``torch.empty`` per call: TileLang as before);
-    ``device buffer`` (one buffer per device, its views memoised by shape, no stream or
-    capture query: the cost of Triton's workspace before, which two streams shared). Checks
+    ``device buffer`` (views memoised by shape, cut from a buffer made for that shape tuple,
+    with no stream, thread or capture query: the cost of Triton's workspace before, one per
+    device, which two streams shared). Checks
     the variants bit-identical on fresh split-KV decode inputs, within the suite's bound;
     then host microseconds per public call, back to back, interleaved as :func:`interleaved`.
     Predicted (written with the change): TileLang decode 4-12 us less than per-call alloc
