@@ -715,9 +715,9 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    # Normalised partial outputs and their LSEs (fp32): the current stream's cached
-    # scratch (reference.device.scratch: nothing allocated once sized; under CUDA-graph
-    # capture the graph's own tensors).
+    # Normalised partial outputs and their LSEs (fp32): the scratch cached for this
+    # thread and stream (reference.device.scratch: nothing allocated once sized; under
+    # CUDA-graph capture the graph's own tensors).
     op, lp = scratch(p.device, ((p.B, p.Hq, S, p.Lq, p.Dv), (p.B, p.Hq, S, p.Lq)))
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
     ckind, cargs = combine_key(args)

@@ -3,7 +3,7 @@
 Everything here is host-side Python that never synchronises with the device:
 no ``.item()``, no device tensor built per call except the outputs and the
 split-KV scratch, which comes from :func:`reference.device.scratch` (a cached,
-grow-only buffer per stream; new tensors in the graph's pool under capture). A
+grow-only buffer per thread and stream; new tensors in the graph's pool under capture). A
 call is therefore capturable in a CUDA graph once a warm-up call has compiled
 the kernel. Triton caches the compiled kernel per static
 configuration (dtype, head dims, block sizes, flags, stride specialisation).
