@@ -353,6 +353,14 @@ def _rounds(variants, enter, measures: dict, n: int, rounds: int):
     return raw, stats
 
 
+def _timed_call(timing: dict, key: str, title: str, variants, enter, call, n: int, rounds: int) -> None:
+    """:func:`_rounds` of the public ``call`` alone, kept as ``timing[key]`` and printed."""
+    got, st = _rounds(variants, enter, dict(call=call), n, rounds)
+    timing[key] = dict(rounds=rounds, n=n, stats=st, raw=got)
+    print(f"  {title} {key:34s} " + "  ".join(
+        f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()), flush=True)
+
+
 def interleaved(rounds=25):
     """The host noise of one variant timed after another (session 20's first run: check_inputs
     5-10 us between blocks) hides a few microseconds: here every round times each variant
@@ -460,11 +468,8 @@ def tilelang_ab(rounds=25):
         B, Hq, Hkv, Lq, Lk, D = SHAPES[name]
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, D, D, torch.bfloat16, seed=300)
         n = 200 if Lq < 8192 else 20
-        got, st = _rounds(variants, fast_call, dict(call=lambda: tl_swa(q, k, v, **kw)), n, rounds)
-        timing[name] = dict(rounds=rounds, n=n, stats=st, raw=got)
-        print(f"  tilelang interleaved {name:22s} " + "  ".join(
-            f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()),
-            flush=True)
+        _timed_call(timing, name, "tilelang interleaved", variants, fast_call, lambda: tl_swa(q, k, v, **kw),
+                    n, rounds)
         del q, k, v
         torch.cuda.empty_cache()
     return ok
@@ -550,11 +555,8 @@ def scratch_ab(rounds=25):
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dh, Dh, bf, seed=300)
         backends = (("triton", swa), ("tilelang", tl_swa)) if Dh in TLL.SPLIT_DV else (("triton", swa),)
         for name, fn in backends:
-            got, st = _rounds(variants, scheme, dict(call=lambda: fn(q, k, v, **kw)), 200, rounds)
-            timing[f"{name} {label}"] = dict(rounds=rounds, n=200, stats=st, raw=got)
-            print(f"  scratch interleaved {name:8s} {label:26s} " + "  ".join(
-                f"{var}: {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()),
-                flush=True)
+            _timed_call(timing, f"{name} {label}", "scratch interleaved", variants, scheme,
+                        lambda: fn(q, k, v, **kw), 200, rounds)
         del q, k, v
         torch.cuda.empty_cache()
     return ok
