@@ -46,7 +46,7 @@ def test_same_shapes_same_views_and_growth_drops_the_old_buffer():
     a = D.scratch(CPU, small)
     assert D.scratch(CPU, small) is a  # memoised: nothing built on a repeat
     other = D.scratch(CPU, ((2, 3),))
-    assert other[0]._base is a[0]._base  # one buffer per stream, any number of shapes
+    assert other[0]._base is a[0]._base  # one buffer per thread and stream, any number of shapes
     old = weakref.ref(a[0]._base)
     del a, other
     big = D.scratch(CPU, ((D.SCRATCH_MIN_NUMEL + 1,), (5,)))

@@ -201,7 +201,7 @@ def test_split_tiles_of_both_tables(table):
 
 
 def test_split_scratch_grows_and_serves_cached_plans(monkeypatch):
-    """Split-KV partials live in the stream's cached scratch (reference.device.scratch).
+    """Split-KV partials live in the thread's and stream's cached scratch (reference.device.scratch).
     A later, larger call grows it; the first problem's cached plan must then be served
     from the new buffer (results stay right; the old buffer is not kept alive)."""
     import weakref

@@ -8,8 +8,10 @@ own) twice in one process: as shipped, where every one must pass, then with
 ``reference.device`` keying its cache by device alone (``_stream_key``: one key per
 device, never "capturing"; ``_thread``: one thread), the scheme of Triton's workspace
 before session 22, where every one must fail by an assertion (a wrong result, a shared
-buffer), not by an error of the harness. Exit status 0 when both hold, 1 otherwise, 2
-without CUDA.
+buffer), not by an error or a failed premise of the harness (those go through
+``pytest.fail``). Exit status 0 when both hold, 1 otherwise, 2 without CUDA. The thread
+part of the key alone (``_thread`` only, the code before e7ba038) is caught on the CPU
+tier: ``tests/test_device_scratch.py``, ``tests/test_triton_swa.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
 from reference import device as D  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECT = "concurrent or per_stream or threads"
-ARGS = ["-q", "-p", "no:cacheprovider", "-n", "0", "tests/test_split_scratch_gpu.py", "-k", SELECT]
+ARGS = ["-q", "-p", "no:cacheprovider", "-n", "0", os.path.join(ROOT, "tests", "test_split_scratch_gpu.py"),
+        "-k", SELECT]
 
 
 class _Outcomes:

@@ -52,7 +52,8 @@ medians). ``--plan-micro`` (:func:`plan_micro`) times the plan alone on the devi
 (``tilelang-lab21-planmicro-*.{json,txt}``). See BENCHMARKS.md, session 21.
 
 Session 22: ``--scratch`` (:func:`scratch_ab`) times both backends' split-KV decode with
-the partial states from the stream's cached scratch (``reference.device.scratch``) against
+the partial states from the scratch cached per stream (``reference.device.scratch``; per thread
+too since e7ba038, after this lab ran) against
 two earlier schemes: TileLang's two ``torch.empty`` per call, and one buffer per device
 (Triton's workspace before, which concurrent streams shared). Measured at 2f53c4b
 (``bench_results/scratch-lab22-host-2f53c4b.json``, paired medians): TileLang's decode 7.4 us
@@ -477,8 +478,8 @@ def tilelang_ab(rounds=25):
 
 def scratch_ab(rounds=25):
     """Split-KV scratch, three variants in both backends: ``stream scratch``
-    (``reference.device.scratch``, shipped: one cached buffer per stream, new tensors under
-    capture); ``per-call alloc`` (two ``torch.empty`` per call: TileLang as before);
+    (``reference.device.scratch``, shipped: one cached buffer per stream, per thread and
+    stream since e7ba038, new tensors under capture); ``per-call alloc`` (two ``torch.empty`` per call: TileLang as before);
     ``device buffer`` (views memoised by shape, cut from a buffer made for that shape tuple,
     with no stream, thread or capture query: the cost of Triton's workspace before, one per
     device, which two streams shared). Checks
