@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import torch
@@ -107,11 +108,7 @@ def scratch(device: torch.device, shapes: tuple) -> tuple:
         views = entry[1].get(shapes)
         if views is not None:
             return views
-    numels = [_numel(s) for s in shapes]
-    starts, end = [], 0
-    for n in numels:
-        starts.append(end)
-        end += -(-n // _ALIGN) * _ALIGN
+    numels, starts, end = _layout(shapes)
     if entry is None or entry[0].numel() < end:
         if entry is None and len(_SCRATCH) >= SCRATCH_KEYS_MAX:
             _SCRATCH.clear()
@@ -121,15 +118,24 @@ def scratch(device: torch.device, shapes: tuple) -> tuple:
     buf, memo = entry
     if len(memo) >= SCRATCH_VIEWS_MAX:
         memo.clear()
-    views = memo[shapes] = tuple(buf[a: a + n].view(s) for a, n, s in zip(starts, numels, shapes))
+    views = memo[shapes] = _cut(buf, shapes, numels, starts)
     return views
 
 
-def _numel(shape: tuple) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def _layout(shapes: tuple) -> tuple[list, list, int]:
+    """``(numels, starts, end)`` of ``shapes`` laid out one after another in one float32
+    buffer, each start a multiple of ``_ALIGN`` elements; ``end`` the elements it needs."""
+    numels = [math.prod(s) for s in shapes]
+    starts, end = [], 0
+    for n in numels:
+        starts.append(end)
+        end += -(-n // _ALIGN) * _ALIGN
+    return numels, starts, end
+
+
+def _cut(buf: torch.Tensor, shapes: tuple, numels: list, starts: list) -> tuple:
+    """The views of ``buf`` that :func:`_layout` places."""
+    return tuple(buf[a: a + n].view(s) for a, n, s in zip(starts, numels, shapes))
 
 
 def clear_scratch() -> None:

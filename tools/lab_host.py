@@ -501,10 +501,8 @@ def scratch_ab(rounds=25):
     def device_buffer(device, shapes):
         views = per_dev.get(shapes)
         if views is None:
-            sizes = [-(-D._numel(sh) // 64) * 64 for sh in shapes]
-            buf = torch.empty(sum(sizes), dtype=f32, device=device)
-            starts = [sum(sizes[:i]) for i in range(len(sizes))]
-            views = per_dev[shapes] = tuple(buf[a: a + D._numel(sh)].view(sh) for a, sh in zip(starts, shapes))
+            numels, starts, end = D._layout(shapes)
+            views = per_dev[shapes] = D._cut(torch.empty(end, dtype=f32, device=device), shapes, numels, starts)
         return views
 
     schemes = {"stream scratch": D.scratch,
