@@ -59,7 +59,7 @@ def test_same_shapes_same_views_and_growth_drops_the_old_buffer():
 
 def test_each_stream_key_gets_its_own_buffer(monkeypatch):
     key = ["s1"]
-    monkeypatch.setattr(D, "_stream_key", lambda device: key[0])
+    monkeypatch.setattr(D, "_stream_key", lambda device, stream=None: key[0])
     shapes = ((16, 16), (16,))
     a = D.scratch(CPU, shapes)
     key[0] = "s2"
@@ -75,7 +75,7 @@ def test_caches_are_bounded(monkeypatch):
     monkeypatch.setattr(D, "SCRATCH_KEYS_MAX", 3)
     monkeypatch.setattr(D, "SCRATCH_VIEWS_MAX", 4)
     key = [0]
-    monkeypatch.setattr(D, "_stream_key", lambda device: key[0])
+    monkeypatch.setattr(D, "_stream_key", lambda device, stream=None: key[0])
     for i in range(4):
         key[0] = i
         D.scratch(CPU, ((8,),))
@@ -113,9 +113,24 @@ def test_stream_key_of_cuda_streams(monkeypatch):
     assert D._stream_key(CPU) == "cpu"
 
 
+def test_a_stream_handle_given_is_not_read_again(monkeypatch):
+    """A caller that has read the current stream for its launches (Triton's split path)
+    hands the raw handle over: it is the key, torch's stream query is not asked again,
+    and a non-default handle still asks whether it captures."""
+    asked = []
+    monkeypatch.setattr(D, "_raw_stream", lambda idx: pytest.fail("the stream was read again"))
+    monkeypatch.setattr(D, "_capturing", lambda: asked.append("capturing?") or False)
+    assert D._stream_key(torch.device("cuda", 1), 0) == -2 and asked == []
+    assert D._stream_key(torch.device("cuda", 1), 0x7F00) == 0x7F00 and asked == ["capturing?"]
+    keys = []
+    monkeypatch.setattr(D, "_stream_key", lambda device, stream=None: keys.append(stream) or ("k", stream))
+    a = D.scratch(CPU, ((4,),), 0x7F00)
+    assert keys == [0x7F00] and D.scratch(CPU, ((4,),)) is not a  # None: another key
+
+
 def test_no_key_means_new_tensors_every_call(monkeypatch):
     """Under capture (_stream_key None) every call gets new tensors and nothing is cached."""
-    monkeypatch.setattr(D, "_stream_key", lambda device: None)
+    monkeypatch.setattr(D, "_stream_key", lambda device, stream=None: None)
     shapes = ((4, 8), (4,))
     a, b = D.scratch(CPU, shapes), D.scratch(CPU, shapes)
     assert D._SCRATCH == {}
@@ -135,3 +150,12 @@ def test_each_thread_gets_its_own_buffer():
     t.join()
     assert other[0][0]._base is not a[0]._base and len(D._SCRATCH) == 2
     assert D.scratch(CPU, shapes) is a
+
+
+def test_device_type_is_read_once_per_device(monkeypatch):
+    """device_type answers torch.device.type, from a cache per device (the launchers ask
+    it several times a call)."""
+    monkeypatch.setattr(D, "_TYPES", {})
+    for dev in (CPU, torch.device("cuda", 1), torch.device("cuda"), torch.device("meta")):
+        assert D.device_type(dev) == dev.type and D.device_type(dev) is D._TYPES[dev]
+    assert len(D._TYPES) == 4  # cuda:1 and cuda (no index) are two devices

@@ -256,6 +256,46 @@ def test_split_calls_of_two_threads_on_one_stream_do_not_share_scratch(monkeypat
     assert torch.equal(got_b[0], want_b)
 
 
+def test_split_call_reads_the_stream_once(monkeypatch):
+    """A CUDA split-KV call reads its current stream once and hands the handle to its
+    scratch and to both launches (each read it before); a call without a device (the
+    interpreter's) reads none and lets each launch read its own. The launches and the
+    scratch are stood in: only the handle's path is checked here."""
+    kw = dict(window_size=100, chunk_size=8)
+    q, k, v = _inputs(1, 2, 1, 1, 200, 32, 32, torch.float32)
+    p = reference.check_inputs(q, k, v, **kw)
+    o, lse = p.new_outputs(poison=True)
+    plan = L._plan(p, "splitkv", None, 4)
+    assert plan.path == "splitkv" and plan.scratch_shapes
+    reads, seen = [], []
+    monkeypatch.setattr(L, "_stream", lambda dev: reads.append(dev) or 0x5EED)
+    monkeypatch.setattr(L, "scratch", lambda device, shapes, stream=None: (
+        seen.append(("scratch", stream)), tuple(torch.empty(sh) for sh in shapes))[1])
+    for name in ("_SPLIT", "_COMBINE"):
+        monkeypatch.setattr(L, name, lambda *a, _n=name, dev=None, stream=None: seen.append((_n, stream)))
+    for dev, want in ((0, 0x5EED), (None, None)):
+        reads.clear(), seen.clear()
+        assert L._run(plan, p, q, k, v, o, lse, None, dev) == "splitkv"
+        assert reads == ([dev] if dev is not None else [])
+        assert seen == [("scratch", want), ("_SPLIT", want), ("_COMBINE", want)]
+    monkeypatch.setattr(L, "PASS_STREAM", False)  # the lab's "each reads it" variant
+    reads.clear(), seen.clear()
+    L._run(plan, p, q, k, v, o, lse, None, 0)
+    assert reads == [] and seen == [("scratch", None), ("_SPLIT", None), ("_COMBINE", None)]
+
+
+def test_raw_launch_takes_the_stream_given(monkeypatch):
+    """The raw C launch gets the handle it is given, or reads the current stream."""
+    got = []
+    ck = type("CK", (), dict(function=7, packed_metadata="meta"))()
+    raw = L._RawLaunch(lambda *a: got.append(a[3]), ck, False, True)
+    monkeypatch.setattr(L, "_stream", lambda dev: 0xD0 + dev)
+    raw.launch((2,), (), 1, 0x5EED)
+    raw.launch((2,), (), 1)
+    raw.launch((2,), (), 1, 0)  # the default stream's handle is 0: given, not read
+    assert got == [0x5EED, 0xD1, 0]
+
+
 @pytest.mark.parametrize("path", ["prefill", "splitkv"])
 @pytest.mark.parametrize("sm_scale", [None, 0.37, 0.0, -0.2, 1e-39])
 def test_fold_scale(path, sm_scale):
@@ -953,7 +993,7 @@ def test_direct_launch_falls_back_only_when_the_jit_succeeds(monkeypatch):
                 return ck
             return launch
 
-    monkeypatch.setattr(L, "_direct_launch", lambda ck, grid, args, dev: ck.run(*args))
+    monkeypatch.setattr(L, "_direct_launch", lambda ck, grid, args, dev, stream=None: ck.run(*args))
     kern = L._Kernel(Fn())
     x = torch.zeros(4)
     call = ((1,), (x,), (5,), (), {"BLOCK": 16}, L.static_key({"BLOCK": 16}, 4, 1))
@@ -984,7 +1024,7 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
         def __init__(self, fn):
             self.fn = fn
 
-        def __call__(self, grid, tensors, ints, floats, cx, static, dev=None):
+        def __call__(self, grid, tensors, ints, floats, cx, static, dev=None, stream=None):
             calls.append((self.fn, tensors, ints, floats, cx, static))
 
         def launch_tma(self, grid, descs, build, tensors, ints, floats, cx, static, dev=None):
@@ -1024,7 +1064,7 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     del calls[-2:]
     # split-KV as planned for a Hopper GPU: the combine is a programmatic dependent launch
     monkeypatch.setattr(L, "capability", lambda device: (9, 0))
-    monkeypatch.setattr(L, "scratch", lambda device, shapes: tuple(torch.empty(s) for s in shapes))  # on CPU
+    monkeypatch.setattr(L, "scratch", lambda device, shapes, stream=None: tuple(torch.empty(s) for s in shapes))
     pdc = dataclasses.replace(pd, device=torch.device("cuda"))
     assert L.launch(pdc, qd, kd, vd, od, lsed) == "splitkv"
     names = [c[0].fn.__name__ if hasattr(c[0], "fn") else c[0].__name__ for c in calls]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from reference.device import made_current
+from reference.device import device_type, made_current
 from reference.errors import UnsupportedConfig
 from reference.validation import check_inputs
 
@@ -57,7 +57,7 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
     if not p.empty:
-        if p.device.type not in devices:
+        if device_type(p.device) not in devices:
             raise UnsupportedConfig(
                 f"tilelang: tensors on device {p.device} are not supported (CUDA or CPU only)")
         launch.check_limits(p)
@@ -113,7 +113,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
-    if p.device.type == "cuda":
+    if device_type(p.device) == "cuda":
         return _run_cuda(p, q, k, v)
     (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from reference.device import capability, scratch, sm_count
+from reference.device import capability, device_type, scratch, sm_count
 from reference.errors import UnsupportedConfig
 from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f32
 
@@ -487,7 +487,7 @@ def check_limits(p) -> None:
         raise UnsupportedConfig(
             f"tilelang: Lk + chunk_size = {p.Lk + p.chunk_size} is not supported "
             f"(< 2**22: the in-kernel landmark test divides in float32)")
-    if p.device.type == "cuda" and p.dtype != torch.float32:
+    if device_type(p.device) == "cuda" and p.dtype != torch.float32:
         if capability(p.device)[0] != 9:
             raise UnsupportedConfig(
                 "tilelang: the bf16/fp16 kernels are built for Hopper (sm_90a); "
@@ -685,7 +685,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
     off left out); ``force_split`` as in :func:`run_cuda`. Plans only; builds and
     launches nothing."""
-    if p.device.type != "cuda":
+    if device_type(p.device) != "cuda":
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)"
     if p.dtype == torch.float32:
         return "fwd_fp32 (one row per thread, CUDA cores)"

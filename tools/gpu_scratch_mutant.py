@@ -62,7 +62,7 @@ def main() -> int:
         print("gpu_scratch_mutant: needs a CUDA device", file=sys.stderr)
         return 2
     shipped = _run()
-    D._stream_key = lambda device: ("cuda", device.index)
+    D._stream_key = lambda device, stream=None: ("cuda", device.index)
     D._thread = lambda: 0
     mutant = _run()
     ok_shipped = bool(shipped) and all(v == "passed" for v in shipped.values())

@@ -488,7 +488,19 @@ def scratch_ab(rounds=25):
     Predicted (written with the change): TileLang decode 4-12 us less than per-call alloc
     (two allocations at 3-6 us each on the device host, less 1-2 us for the stream and capture
     queries and two dict lookups); Triton 0.5-2 us more than the device buffer, 4-12 us less
-    than per-call alloc; kernels and outputs unchanged."""
+    than per-call alloc; kernels and outputs unchanged.
+
+    Session 23 adds three variants, the shipped call being ``stream scratch``: ``stream read
+    thrice`` (``launch.PASS_STREAM`` off: Triton's split path as at a215cfe, the scratch and
+    both launches each reading the current stream; TileLang's call unchanged by it); ``type
+    per read`` (``reference.device.device_type`` replaced by ``device.type``, read anew each
+    time, in every module that calls it); ``as a215cfe`` (both). Predicted: Triton's split
+    decode 0.3-1.0 us less with the stream passed (two reads through Triton's driver object,
+    0.2-0.5 us each); the cached type 0.5-2 us less for either backend (five or six reads at
+    0.2-0.3 us on the CI machine, more on the device host); ``as a215cfe`` - ``stream
+    scratch`` 0.8-3 us for Triton; and, timed alone (:func:`_scratch_micro`), ``scratch``
+    with the stream given 0.1-0.3 us under ``scratch`` reading it, the thread id of the key
+    (e7ba038) under 0.1 us."""
     from conformance import verdict
     from conformance.cases import poison_unseen
     from reference import device as D
@@ -497,8 +509,9 @@ def scratch_ab(rounds=25):
 
     f32 = torch.float32
     per_dev: dict = {}
+    shipped_type = D.device_type  # restored after each variant
 
-    def device_buffer(device, shapes):
+    def device_buffer(device, shapes, stream=None):
         views = per_dev.get(shapes)
         if views is None:
             numels, starts, end = D._layout(shapes)
@@ -506,18 +519,33 @@ def scratch_ab(rounds=25):
         return views
 
     schemes = {"stream scratch": D.scratch,
-               "per-call alloc": lambda device, shapes: tuple(torch.empty(sh, dtype=f32, device=device)
-                                                              for sh in shapes),
+               "stream read thrice": D.scratch,
+               "type per read": D.scratch,
+               "as a215cfe": D.scratch,
+               "per-call alloc": lambda device, shapes, stream=None: tuple(
+                   torch.empty(sh, dtype=f32, device=device) for sh in shapes),
                "device buffer": device_buffer}
     variants = tuple(schemes)
+    from tilelang_impl import api as TLA
+    from triton_impl import api as TA
+    typed = (D, TA, L, TLA, TLL)  # the modules that call device_type
+
+    def type_per_read(device):
+        return device.type
 
     @contextlib.contextmanager
     def scheme(var):
         L.scratch = TLL.scratch = schemes[var]
+        L.PASS_STREAM = var not in ("stream read thrice", "as a215cfe")
+        for m in typed:
+            m.device_type = type_per_read if var in ("type per read", "as a215cfe") else shipped_type
         try:
             yield
         finally:
             L.scratch = TLL.scratch = D.scratch
+            L.PASS_STREAM = True
+            for m in typed:
+                m.device_type = shipped_type
 
     out = RES.setdefault("scratch", {})
     bf = torch.bfloat16
@@ -550,15 +578,52 @@ def scratch_ab(rounds=25):
     kw = dict(window_size=512, chunk_size=64)
     timing = out.setdefault("interleaved", {})
     for label, (B, Hq, Hkv, Lq, Lk, Dh) in (("decode B1 8K", SHAPES["decode B1 8K"]),
-                                            ("decode B8 GQA32/4 D64 32K", (8, 32, 4, 1, 32768, 64))):
+                                            ("decode B8 GQA32/4 D64 32K", (8, 32, 4, 1, 32768, 64)),
+                                            ("chunk 512/8K D128", SHAPES["chunk 512/8K D128"])):
         q, k, v = G.make(B, Hq, Hkv, Lq, Lk, Dh, Dh, bf, seed=300)
-        backends = (("triton", swa), ("tilelang", tl_swa)) if Dh in TLL.SPLIT_DV else (("triton", swa),)
+        # TileLang's split-KV serves Dv of SPLIT_DV; the chunked shape is prefill in both
+        both = Dh in TLL.SPLIT_DV or Lq > 1
+        backends = (("triton", swa), ("tilelang", tl_swa)) if both else (("triton", swa),)
         for name, fn in backends:
             _timed_call(timing, f"{name} {label}", "scratch interleaved", variants, scheme,
                         lambda: fn(q, k, v, **kw), 200, rounds)
         del q, k, v
         torch.cuda.empty_cache()
+    _scratch_micro(out)
     return ok
+
+
+def _scratch_micro(out: dict, rounds=7, n=20000) -> None:
+    """Host microseconds, timed alone (medians of ``rounds`` timeit loops of ``n`` calls), of
+    what a split call's stream and scratch cost: the stream read as Triton's launches read it
+    (``launch._stream``) and as the scratch does (``torch._C._cuda_getCurrentRawStream``),
+    the thread id, a cached ``scratch`` with the stream given and reading it, a device's type
+    read and looked up, and the current-device query of ``made_current``."""
+    import threading
+    import timeit
+
+    from reference import device as D
+
+    dev = torch.device(DEV)
+    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    shapes = ((1, 32, 4, 1, 128), (1, 32, 4, 1))
+    stream = L._stream(idx)
+    D.scratch(dev, shapes, stream)
+
+    def us(fn):
+        return statistics.median(timeit.timeit(fn, number=n) / n * 1e6 for _ in range(rounds))
+
+    row = {"launch._stream": us(lambda: L._stream(idx)),
+           "raw stream read": us(lambda: D._raw_stream(idx)),
+           "threading.get_ident": us(threading.get_ident),
+           "scratch, stream given": us(lambda: D.scratch(dev, shapes, stream)),
+           "scratch, stream read": us(lambda: D.scratch(dev, shapes)),
+           "device.type": us(lambda: dev.type),
+           "device_type(device)": us(lambda: D.device_type(dev)),
+           "torch.cuda.current_device": us(torch.cuda.current_device),
+           "empty lambda": us(lambda: None)}
+    out["micro_us"] = row
+    print("  scratch micro (us) " + "  ".join(f"{k}: {v:.3f}" for k, v in row.items()), flush=True)
 
 
 def plan_micro(rounds=7, n=5000):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reference.device import device_type
 from reference.errors import UnsupportedConfig
 from reference.validation import check_f32_score_scale, check_inputs
 
@@ -19,13 +20,14 @@ def _check_supported(p) -> None:
             raise UnsupportedConfig(
                 f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
     check_f32_score_scale(p.sm_scale, "triton")
-    if p.device.type == "cpu":
+    kind = device_type(p.device)
+    if kind == "cpu":
         if not _launch.interpreter_active():
             raise UnsupportedConfig(
                 "triton: CPU tensors need the Triton interpreter; set TRITON_INTERPRET=1 "
                 "before triton_impl (and triton) are first imported, or pass CUDA tensors")
-    elif p.device.type != "cuda":
-        raise UnsupportedConfig(f"triton: device type {p.device.type!r} is not supported (cuda, "
+    elif kind != "cuda":
+        raise UnsupportedConfig(f"triton: device type {kind!r} is not supported (cuda, "
                                 "or cpu under TRITON_INTERPRET=1)")
 
 

@@ -20,7 +20,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference.device import capability, made_current, scratch, sm_count
+from reference.device import capability, device_type, made_current, scratch, sm_count
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import LOG2E, Problem, positive_normal_f32
@@ -187,6 +187,10 @@ TMA_MIN_WAVES = 4
 # in the environment turns it off for the process (a driver or graph tool without
 # programmatic launches).
 SPLIT_PDL = os.environ.get("HILS_SWA_TRITON_PDL", "1") != "0"  # HILS_SWA_TRITON_PDL=0: serial launches
+# A split-KV call reads the current stream once and hands it to its scratch and both
+# launches (each read it before: three reads). False: each reads it again, as before
+# (the lab's A/B, tools/lab_host.py --scratch).
+PASS_STREAM = True
 # Split-KV grids that the table's 128-key blocks leave under one program per SM
 # even with a split per block (tiles x key blocks < SMs: B=1 GQA decode at
 # D <= 64) take 32-key blocks instead, four times the programs. H200, bf16,
@@ -265,7 +269,8 @@ class _Kernel:
                           else (tuple(t.block_shape), t.base.dtype, t.padding) for t in tensors)
         return (static, _Kernel._int_spec(ints), align), ptrs
 
-    def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple, dev: int | None = None):
+    def __call__(self, grid, tensors, ints, floats, constexprs: dict, static: tuple, dev: int | None = None,
+                 stream: int | None = None):
         """Positional runtime args are ``*tensors, *ints, *floats`` in the kernel's order
         (``ints`` a tuple). ``static``: ``static_key(constexprs, num_warps, num_stages,
         launch_pdl, maxnreg)``, precomputed by the caller's plan: the cache key's
@@ -273,7 +278,9 @@ class _Kernel:
         launch as a programmatic dependent of the previous kernel on the stream,
         carried by the compiled kernel, so the direct launch keeps it; ``maxnreg``:
         the register cap per thread, ``Config.maxnreg``). ``dev``: the current CUDA device
-        when the caller knows it (:func:`launch`), else asked for. Returns the compiled
+        when the caller knows it (:func:`launch`), else asked for; ``stream``: the raw handle
+        of its current stream when the caller has read it (:func:`_stream`; the split path
+        reads it once for its scratch and both launches), else read at the launch. Returns the compiled
         kernel launched (what ``JITFunction.run`` returns; None where it returns nothing)."""
         if interpreter_active() or not _Kernel.enabled:
             return self.fn[grid](*tensors, *ints, *floats, **constexprs, **_options(static))
@@ -293,9 +300,9 @@ class _Kernel:
             via_raw = hooks_off and raw is not None and _RawLaunch.enabled
             try:
                 if via_raw:
-                    raw.launch(grid, rest, dev)
+                    raw.launch(grid, rest, dev, stream)
                 else:
-                    _direct_launch(ck, grid, rest, dev)
+                    _direct_launch(ck, grid, rest, dev, stream)
                 return ck
             except Exception as e:
                 failed = e
@@ -460,15 +467,16 @@ class _RawLaunch:
         except Exception:  # any other launcher: ck.run
             return None
 
-    def launch(self, grid, args: tuple, dev: int) -> None:
+    def launch(self, grid, args: tuple, dev: int, stream: int | None = None) -> None:
         """Launch on the current stream of device ``dev`` (the current device, whose
-        compiled kernel this is); ``args`` the kernel's arguments in its order."""
+        compiled kernel this is; ``stream`` its raw handle, None: read here); ``args`` the
+        kernel's arguments in its order."""
         g = _grid3(grid)
         # The C launch's leading arguments (Triton 3.6, _BASE_ARGS_FORMAT "iiiKKppOOOOOO"): grid,
         # stream, function, cooperative, PDL, global and profile scratch (none), the packed
         # metadata, the launch metadata and the enter / exit hooks (none: _no_launch_hooks).
-        self.raw(g[0], g[1], g[2], _stream(dev), self.function, self.coop, self.pdl, None, None,
-                 self.packed, None, None, None, *args)
+        self.raw(g[0], g[1], g[2], _stream(dev) if stream is None else stream, self.function, self.coop,
+                 self.pdl, None, None, self.packed, None, None, None, *args)
 
 
 class _TmaFast(_RawLaunch):
@@ -577,13 +585,15 @@ def _grid3(grid) -> tuple:
     return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
-def _direct_launch(ck, grid, full_args, dev: int) -> None:
+def _direct_launch(ck, grid, full_args, dev: int, stream: int | None = None) -> None:
     """What ``JITFunction.run`` does after its cache hit (Triton 3.4 .. 3.9), except
     that with no launch hook set (:func:`_no_launch_hooks`) it builds no launch
     metadata and passes ``None`` for the hooks instead of two empty chains (and
     :meth:`_Kernel.__call__` then passes pointers as ints, which every one of these
-    launchers takes as the address). ``dev``: the current device, ``ck``'s."""
-    stream = _stream(dev)
+    launchers takes as the address). ``dev``: the current device, ``ck``'s; ``stream`` the raw
+    handle of its current stream (None: read here)."""
+    if stream is None:
+        stream = _stream(dev)
     g = _grid3(grid)
     if _no_launch_hooks():
         ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None, *full_args)
@@ -745,7 +755,7 @@ def _gluon_ok(p: Problem) -> bool:
     """Whether the Gluon prefill kernel can serve ``p`` (Hopper, 16-bit, head dims of
     :data:`GLUON_HEADS`). Static in the problem (the plan cache's key): the kernel
     serves int32 and int64 kernel frames alike."""
-    return (gluon_prefill.HAVE_GLUON and not interpreter_active() and p.device.type == "cuda"
+    return (gluon_prefill.HAVE_GLUON and not interpreter_active() and device_type(p.device) == "cuda"
             and capability(p.device) == (9, 0) and p.dtype != torch.float32
             and p.Dqk in GLUON_HEADS and p.Dv in GLUON_HEADS)
 
@@ -806,7 +816,7 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
         if p.dtype != torch.float16:
             raise UnsupportedConfig("triton: under TRITON_INTERPRET=1 the TMA prefill kernel runs fp16 "
                                     "only (the interpreter computes bf16 wrongly, triton-lang/triton#11584)")
-    elif p.device.type != "cuda":
+    elif device_type(p.device) != "cuda":
         return None
     if (p.Dv * p.dtype.itemsize) % 16:
         return None
@@ -1105,7 +1115,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
     mode, :class:`UnsupportedConfig` is raised.
     """
-    if p.device.type != "cuda" and not interpreter_active():  # the direct launches pass raw addresses
+    if device_type(p.device) != "cuda" and not interpreter_active():  # the direct launches pass raw addresses
         raise UnsupportedConfig(f"triton: launch() needs CUDA tensors, or TRITON_INTERPRET=1 for CPU ones; "
                                 f"got {p.device}")
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
@@ -1131,17 +1141,20 @@ def _run(plan: _Plan, p: Problem, q, k, v, o, lse, tma, dev: int | None) -> str:
              (*q.stride(), *k.stride(), *v.stride(), *o.stride(), *plan.head, p.Lk, *frame),
              (qk_scale,), cx, st, dev=dev)
         return plan.path
+    # The current stream, read once for the scratch and both launches (None: not a CUDA
+    # call, or PASS_STREAM off: each reads it).
+    stream = _stream(dev) if dev is not None and PASS_STREAM else None
     if plan.path == "packed":
         op, lp = o, lse
     else:
-        op, lp = scratch(p.device, plan.scratch_shapes)
+        op, lp = scratch(p.device, plan.scratch_shapes, stream)
     frame = _frame(p)
     cx, st = plan.pick(frame[2], qk_scale)
     st = _frame_static(st, frame)
     _SPLIT(plan.grid, (q, k, v, op, lp),
            (*q.stride(), *k.stride(), *v.stride(), *plan.head, p.Lk, *frame, *plan.tail),
-           (qk_scale,), cx, st, dev=dev)
+           (qk_scale,), cx, st, dev=dev, stream=stream)
     if plan.path == "splitkv":
         _COMBINE(plan.combine_grid, (op, lp, o, lse), plan.combine_ints, (), plan.combine_constexprs,
-                 plan.combine_static, dev=dev)
+                 plan.combine_static, dev=dev, stream=stream)
     return plan.path
