@@ -61,6 +61,16 @@ less than with per-call allocation (1.8 more than with the device buffer), Trito
 more than with the device buffer; at b9c5ac5 on a host half as fast
 (``scratch-lab22-host-b9c5ac5.json``) TileLang 14.5 less, Triton 1.0-2.5 more. See BENCHMARKS.md, session 22.
 
+Session 23: ``--scratch`` adds a Triton split call that reads its stream once
+(``launch.PASS_STREAM``) and the device type cached per device
+(``reference.device.device_type``), each alone and both undone (``as a215cfe``), and times
+the chunked prefill too; every timing carries its paired median against the first variant
+(:func:`paired_median`). Measured at 8e62990 (``bench_results/scratch-lab23-host-8e62990.json``,
+paired medians against the shipped call): ``as a215cfe`` costs Triton's decode 1.6 / 2.7 us
+(B1 / B8 GQA) and its chunked prefill 1.7, TileLang's decode 3.1 and chunked 1.8; the stream
+read once saves Triton's decode 0.5-0.6 us (calls it does not change moved by -0.2..+0.3).
+See BENCHMARKS.md, session 23.
+
 Writes ``lab_host.json`` under ``--out``.
 """
 
@@ -337,7 +347,9 @@ def _rounds(variants, enter, measures: dict, n: int, rounds: int):
     each ``measures`` function under each of ``variants`` (``enter(var)``: a context putting
     it in effect): every round times each variant once, in turn, the order reversed every
     other round, after one warm call of each. Returns ``(raw, stats)``: per variant and
-    measure the list over rounds, and its median, 25th percentile and minimum."""
+    measure the list over rounds, its median, 25th percentile and minimum, and ``paired``:
+    the median over rounds of the variant's time minus the first variant's in that round
+    (the host's drift between rounds cancels; the first variant's own is 0)."""
     raw = {var: {what: [] for what in measures} for var in variants}
     for var in variants:
         with enter(var):
@@ -349,9 +361,16 @@ def _rounds(variants, enter, measures: dict, n: int, rounds: int):
             with enter(var):
                 for what, fn in measures.items():
                     raw[var][what].append(G.host_time(fn, (), n))
-    stats = {var: {what: dict(median=statistics.median(xs), p25=sorted(xs)[len(xs) // 4], min=min(xs))
+    first = raw[variants[0]]
+    stats = {var: {what: dict(median=statistics.median(xs), p25=sorted(xs)[len(xs) // 4], min=min(xs),
+                              paired=paired_median(xs, first[what]))
                    for what, xs in per.items()} for var, per in raw.items()}
     return raw, stats
+
+
+def paired_median(xs: list, base: list) -> float:
+    """The median of ``x - b`` over rounds: a variant against the base timed in the same round."""
+    return statistics.median(x - b for x, b in zip(xs, base, strict=True))
 
 
 def _timed_call(timing: dict, key: str, title: str, variants, enter, call, n: int, rounds: int) -> None:
@@ -359,7 +378,8 @@ def _timed_call(timing: dict, key: str, title: str, variants, enter, call, n: in
     got, st = _rounds(variants, enter, dict(call=call), n, rounds)
     timing[key] = dict(rounds=rounds, n=n, stats=st, raw=got)
     print(f"  {title} {key:34s} " + "  ".join(
-        f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f})" for var, x in st.items()), flush=True)
+        f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f}, paired {x['call']['paired']:+.2f})"
+        for var, x in st.items()), flush=True)
 
 
 def interleaved(rounds=25):
