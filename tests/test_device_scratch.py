@@ -159,3 +159,5 @@ def test_device_type_is_read_once_per_device(monkeypatch):
     for dev in (CPU, torch.device("cuda", 1), torch.device("cuda"), torch.device("meta")):
         assert D.device_type(dev) == dev.type and D.device_type(dev) is D._TYPES[dev]
     assert len(D._TYPES) == 4  # cuda:1 and cuda (no index) are two devices
+    D._TYPES[CPU] = "cached"  # what is cached is answered, not read again
+    assert D.device_type(CPU) == "cached"

@@ -881,6 +881,11 @@ def test_raw_launch_passes_pointers_as_ints(monkeypatch):
     kern(*call)
     assert len(jit) == 1 and jit[0][:2] == (x, y)  # the JIT got the tensors
     assert c2.calls[-1][13:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
+    # the stream: read for the current device, or the handle the caller read (0 included)
+    assert c2.calls[-1][3] == 50
+    for handle in (0x5EED, 0):
+        kern(*call, stream=handle)
+        assert c2.calls[-1][3] == handle
     # the raw launch raises where the JIT's launch succeeds: the raw launch alone turns off
     monkeypatch.setattr(L._RawLaunch, "enabled", True)
     monkeypatch.setattr(L, "FAST_PATH_OFF", [])
@@ -896,11 +901,17 @@ def test_raw_launch_passes_pointers_as_ints(monkeypatch):
     ck.run = lambda *a: runs.append(a)
     kern(*call)  # then ck.run, with the ints (also the lab's switch)
     assert len(jit) == 2 and runs[-1][9:] == (x.data_ptr(), y.data_ptr(), 9, 0.25, 16)
+    assert runs[-1][3] == 50
+    for handle in (0x5EED, 0):
+        kern(*call, stream=handle)
+        assert runs[-1][3] == handle
     # a launch hook set: Triton's own metadata is built from the tensors, so they travel
     monkeypatch.setattr(L, "_no_launch_hooks", lambda: False)
     ck.launch_metadata = lambda *a: "meta"
     kern(*call)
-    assert runs[-1][6] == "meta" and runs[-1][9:11] == (x, y)
+    assert runs[-1][6] == "meta" and runs[-1][9:11] == (x, y) and runs[-1][3] == 50
+    kern(*call, stream=0)
+    assert runs[-1][3] == 0
 
 
 def test_tma_fast_launch_falls_back_when_the_raw_launch_fails(monkeypatch):

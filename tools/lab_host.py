@@ -65,7 +65,7 @@ Session 23: ``--scratch`` adds a Triton split call that reads its stream once
 (``launch.PASS_STREAM``) and the device type cached per device
 (``reference.device.device_type``), each alone and both undone (``as a215cfe``), and times
 the chunked prefill too; every timing carries its paired median against the first variant
-(:func:`paired_median`). Measured at 8e62990 (``bench_results/scratch-lab23-host-8e62990.json``,
+(:func:`paired_stats`). Measured at 8e62990 (``bench_results/scratch-lab23-host-8e62990.json``,
 paired medians against the shipped call): ``as a215cfe`` costs Triton's decode 1.6 / 2.7 us
 (B1 / B8 GQA) and its chunked prefill 1.7, TileLang's decode 3.1 and chunked 1.8; the stream
 read once saves Triton's decode 0.5-0.6 us (calls it does not change moved by -0.2..+0.3).
@@ -347,9 +347,9 @@ def _rounds(variants, enter, measures: dict, n: int, rounds: int):
     each ``measures`` function under each of ``variants`` (``enter(var)``: a context putting
     it in effect): every round times each variant once, in turn, the order reversed every
     other round, after one warm call of each. Returns ``(raw, stats)``: per variant and
-    measure the list over rounds, its median, 25th percentile and minimum, and ``paired``:
-    the median over rounds of the variant's time minus the first variant's in that round
-    (the host's drift between rounds cancels; the first variant's own is 0)."""
+    measure the list over rounds, its median, 25th percentile and minimum, and ``paired``
+    (:func:`paired_stats` against the first variant: the host's drift between rounds
+    cancels)."""
     raw = {var: {what: [] for what in measures} for var in variants}
     for var in variants:
         with enter(var):
@@ -363,14 +363,24 @@ def _rounds(variants, enter, measures: dict, n: int, rounds: int):
                     raw[var][what].append(G.host_time(fn, (), n))
     first = raw[variants[0]]
     stats = {var: {what: dict(median=statistics.median(xs), p25=sorted(xs)[len(xs) // 4], min=min(xs),
-                              paired=paired_median(xs, first[what]))
+                              paired=paired_stats(xs, first[what]))
                    for what, xs in per.items()} for var, per in raw.items()}
     return raw, stats
 
 
-def paired_median(xs: list, base: list) -> float:
-    """The median of ``x - b`` over rounds: a variant against the base timed in the same round."""
-    return statistics.median(x - b for x, b in zip(xs, base, strict=True))
+def paired_stats(xs: list, base: list, resamples: int = 2000) -> dict:
+    """A variant against the base timed in the same round, over rounds: ``median`` of
+    ``x - b``, ``lo`` / ``hi`` the 2.5th / 97.5th percentiles of that median over
+    ``resamples`` bootstrap resamples of the rounds (seeded: the same data gives the same
+    interval), ``slower`` the rounds in which the variant took longer. A difference whose
+    interval holds 0 is not resolved by the run."""
+    import random
+
+    d = [x - b for x, b in zip(xs, base, strict=True)]
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(d, k=len(d))) for _ in range(resamples))
+    return dict(median=statistics.median(d), lo=meds[int(0.025 * resamples)],
+                hi=meds[int(0.975 * resamples) - 1], slower=sum(x > 0 for x in d), rounds=len(d))
 
 
 def _timed_call(timing: dict, key: str, title: str, variants, enter, call, n: int, rounds: int) -> None:
@@ -378,8 +388,13 @@ def _timed_call(timing: dict, key: str, title: str, variants, enter, call, n: in
     got, st = _rounds(variants, enter, dict(call=call), n, rounds)
     timing[key] = dict(rounds=rounds, n=n, stats=st, raw=got)
     print(f"  {title} {key:34s} " + "  ".join(
-        f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f}, paired {x['call']['paired']:+.2f})"
+        f"{var}: call {x['call']['median']:.1f} (min {x['call']['min']:.1f}; paired {_paired_text(x['call'])})"
         for var, x in st.items()), flush=True)
+
+
+def _paired_text(stat: dict) -> str:
+    pr = stat["paired"]
+    return f"{pr['median']:+.2f} [{pr['lo']:+.2f}, {pr['hi']:+.2f}] slower {pr['slower']}/{pr['rounds']}"
 
 
 def interleaved(rounds=25):
@@ -624,8 +639,8 @@ def _scratch_micro(out: dict, rounds=7, n=20000) -> None:
 
     from reference import device as D
 
-    dev = torch.device(DEV)
-    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    idx = torch.cuda.current_device()
+    dev = torch.device(DEV, idx)  # with its index, as a call's tensors have it
     shapes = ((1, 32, 4, 1, 128), (1, 32, 4, 1))
     stream = L._stream(idx)
     D.scratch(dev, shapes, stream)
@@ -704,6 +719,7 @@ def main(argv=None):
     mode.add_argument("--tilelang", action="store_true", help="TileLang's host path only (tilelang_ab)")
     mode.add_argument("--plan-micro", action="store_true", help="TileLang's launch plan timed alone (plan_micro)")
     mode.add_argument("--scratch", action="store_true", help="split-KV scratch schemes, both backends (scratch_ab)")
+    ap.add_argument("--rounds", type=int, default=25, help="interleaved rounds of the --tilelang / --scratch timings")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     G.DEV = DEV
@@ -718,7 +734,7 @@ def main(argv=None):
             json.dump(RES, f, indent=1, default=str)
         return 0
     if args.tilelang or args.scratch:
-        ok = tilelang_ab() if args.tilelang else scratch_ab()
+        ok = tilelang_ab(args.rounds) if args.tilelang else scratch_ab(args.rounds)
         RES["wall_s"] = time.time() - t0
         with open(path, "w") as f:
             json.dump(RES, f, indent=1, default=str)
