@@ -65,11 +65,12 @@ Session 23: ``--scratch`` adds a Triton split call that reads its stream once
 (``launch.PASS_STREAM``) and the device type cached per device
 (``reference.device.device_type``), each alone and both undone (``as a215cfe``), and times
 the chunked prefill too; every timing carries its paired median against the first variant
-(:func:`paired_stats`). Measured at 8e62990 (``bench_results/scratch-lab23-host-8e62990.json``,
-paired medians against the shipped call): ``as a215cfe`` costs Triton's decode 1.6 / 2.7 us
-(B1 / B8 GQA) and its chunked prefill 1.7, TileLang's decode 3.1 and chunked 1.8; the stream
-read once saves Triton's decode 0.5-0.6 us (calls it does not change moved by -0.2..+0.3).
-See BENCHMARKS.md, session 23.
+(:func:`paired_stats`: median, bootstrap interval, rounds slower). Measured at 8e62990
+(``bench_results/scratch-lab23-host-8e62990.json``, 25 rounds, the paired statistics computed
+afterwards): ``as a215cfe`` costs Triton's B8 GQA decode 2.7 us and its chunked prefill 1.7,
+TileLang's decode 3.1 and chunked 1.8; the stream read once (+0.5-0.6 us on Triton's decode)
+and Triton's B1 decode row are not resolved (intervals holding 0). See BENCHMARKS.md,
+session 23.
 
 Writes ``lab_host.json`` under ``--out``.
 """
