@@ -629,6 +629,13 @@ def scratch_ab(rounds=25):
     return ok
 
 
+def _alone_us(fn, rounds: int, n: int) -> float:
+    """Host microseconds of ``fn`` timed alone: the median of ``rounds`` timeit loops of ``n`` calls."""
+    import timeit
+
+    return statistics.median(timeit.timeit(fn, number=n) / n * 1e6 for _ in range(rounds))
+
+
 def _scratch_micro(out: dict, rounds=7, n=20000) -> None:
     """Host microseconds, timed alone (medians of ``rounds`` timeit loops of ``n`` calls), of
     what a split call's stream and scratch cost: the stream read as Triton's launches read it
@@ -636,7 +643,6 @@ def _scratch_micro(out: dict, rounds=7, n=20000) -> None:
     the thread id, a cached ``scratch`` with the stream given and reading it, a device's type
     read and looked up, and the current-device query of ``made_current``."""
     import threading
-    import timeit
 
     from reference import device as D
 
@@ -647,7 +653,7 @@ def _scratch_micro(out: dict, rounds=7, n=20000) -> None:
     D.scratch(dev, shapes, stream)
 
     def us(fn):
-        return statistics.median(timeit.timeit(fn, number=n) / n * 1e6 for _ in range(rounds))
+        return _alone_us(fn, rounds, n)
 
     row = {"launch._stream": us(lambda: L._stream(idx)),
            "raw stream read": us(lambda: D._raw_stream(idx)),
@@ -670,15 +676,13 @@ def plan_micro(rounds=7, n=5000):
     prediction was made; then each right after a CUDA launch (a ``fill_`` of 1024 floats),
     to see whether a plan costs more between launches than in a loop of its own (medians
     of ``rounds`` timeit loops of ``n`` calls)."""
-    import timeit
-
     from tilelang_impl import launch as TLL
 
     kw = dict(window_size=512, chunk_size=64)
     out = RES.setdefault("plan_micro", {})
 
     def us(fn):
-        return statistics.median(timeit.timeit(fn, number=n) / n * 1e6 for _ in range(rounds))
+        return _alone_us(fn, rounds, n)
 
     for name in ("decode B1 8K", "chunk 512/8K D128", "gqa32/4 D64 L8K (tma)", "mha D128 L8K (tma)"):
         B, Hq, Hkv, Lq, Lk, D = SHAPES[name]
