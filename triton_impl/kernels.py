@@ -430,7 +430,7 @@ def _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min, j_l
                 qidx, span, kv_start, C, ph, qk_scale, DV: tl.constexpr, BLOCK_DK: tl.constexpr,
                 BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr,
                 MASK_LMK: tl.constexpr, V_TMA: tl.constexpr, LMK_ONE: tl.constexpr,
-                FOLD: tl.constexpr):
+                FOLD: tl.constexpr, V_CHUNK: tl.constexpr = False, vc=0):
     """One key block ``[n0, n0 + BLOCK_N)`` of :func:`_swa_fwd_tma_kernel`: ``k`` by
     TMA, ``v`` by TMA (landmark rows zeroed) or by masked pointer loads through
     ``v_ptrs`` (the block's ``(BLOCK_N, BLOCK_DV)`` pointers); the window test only
@@ -445,7 +445,11 @@ def _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min, j_l
         keep = offs_n >= 0  # unused: no landmark test
     p, m_new, l_i, acc = _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N,
                                       MASK_WINDOW, MASK_LMK, FOLD)
-    if V_TMA:
+    if V_CHUNK:
+        # the chunked view (chunk vc, row ph of it): the landmark row lies outside it and
+        # arrives as the copy engine's zero fill
+        v = desc_v.load([b, kvh, vc, ph.to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
+    elif V_TMA:
         v = desc_v.load([b, kvh, (n0 - j_min).to(tl.int32), 0]).reshape(BLOCK_N, BLOCK_DV)
         if MASK_LMK:
             v = tl.where(keep[:, None], v, 0.0)
@@ -482,6 +486,7 @@ def _swa_fwd_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
     LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False, PHASES: tl.constexpr = False,
+    V_CHUNK: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -505,6 +510,9 @@ def _swa_fwd_tma_kernel(
     order of its blocks; rows past ``Lq`` are never stored. Otherwise one loop
     masks every block.
     """
+    # V_CHUNK: the inside blocks' v through the chunked view (needs the phases, the landmark
+    # phase carried block to block, and v's edge blocks by pointers)
+    tl.static_assert(not V_CHUNK or (PHASES and LMK_ONE and MASK_LMK and not V_TMA))
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
@@ -527,6 +535,8 @@ def _swa_fwd_tma_kernel(
     if PHASES:
         # Blocks inside every real row's window: [mid_lo, mid_hi) on the block grid from start.
         n_left, n_mid = _inside_blocks(start, j_hi, m0, m_last, kv_start, Lq, Lk, W, C, EXPAND, BLOCK_N)
+        if V_CHUNK:  # the chunked view of v ends at the last whole chunk; blocks past it are edges
+            n_mid = tl.maximum(tl.minimum(n_mid, ((Lk - j_min) // C * C - (start - j_min)) // BLOCK_N - n_left), 0)
         mid_lo = start + n_left * BLOCK_N
         mid_hi = mid_lo + n_mid * BLOCK_N
         # The edge blocks, masked: [start, mid_lo), then [mid_hi, j_hi).
@@ -545,13 +555,18 @@ def _swa_fwd_tma_kernel(
         hi = j_hi
         MASK_MID: tl.constexpr = True
     ph = _lmk_phase(kv_start, lo, C)
+    vc = ((lo - j_min) // C).to(tl.int32)  # V_CHUNK: the chunk of key lo (its row in it: ph)
     v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min,
                                     j_lo, j_hi, qidx, span, kv_start, C, ph, qk_scale, DV, BLOCK_DK,
-                                    BLOCK_DV, BLOCK_N, MASK_MID, MASK_LMK, V_TMA, LMK_ONE, FOLD)
+                                    BLOCK_DV, BLOCK_N, MASK_MID, MASK_LMK, V_TMA, LMK_ONE, FOLD,
+                                    V_CHUNK, vc)
         ph = _next_phase(ph, C, BLOCK_N, LMK_ONE)
-        v_ptrs += BLOCK_N * svl
+        if V_CHUNK:
+            vc = tl.where(ph == 0, vc + 1, vc)
+        else:
+            v_ptrs += BLOCK_N * svl
 
     out, lse2 = _finish(acc, m_i, l_i)
     lse = lse2 * 0.6931471805599453

@@ -1,0 +1,241 @@
+"""Lab (session 24): ``v`` of the TMA prefill kernel's inside blocks through a chunked view.
+
+The TMA prefill kernel loads ``v`` by masked pointer loads, because a landmark row of
+``v`` (never visible, may hold NaN) must reach ``P @ V`` as 0 and zeroing a TMA-loaded
+tile in registers costs more than it saves (``launch.PREFILL_TMA``). With ``V_CHUNK`` the
+blocks inside every row's window take ``v`` by TMA through a 5-D view
+``(B, Hkv, Lk // C, C - 1, Dv)`` with strides ``(sb, sh, C * sl, sl, 1)``: the landmark
+row of each chunk lies outside the view, and the copy engine fills it with zeros. Valid
+when ``C % BLOCK_N == 0`` and key tiles start on chunk boundaries.
+
+Checks first (bit-identical ``o`` and ``lse`` against the shipped pointer-``v`` kernel on
+fresh inputs with NaN in every landmark slot of ``v`` and ``k``, outputs poisoned; error
+against the float64 reference), then kernel-only times, interleaved rounds: back to back
+(CUDA graph over three input sets) and the bench's flushed timer.
+
+    python -m tools.lab_vchunk --out results.json [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import reference
+from tools._common import attention_flops, capture_graph
+from triton_impl import kernels
+from triton_impl import launch as L
+
+import os
+
+DEV = os.environ.get("LAB_DEVICE", "cuda")
+MUTANT = os.environ.get("LAB_MUTANT") == "1"
+
+
+def make(B, Hq, Hkv, L_, D, dtype, seed, C, nan_lmk=True, kv_start=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    q = torch.randn(B, Hq, L_, D, device=DEV, dtype=dtype, generator=g)
+    k = torch.randn(B, Hkv, L_, D, device=DEV, dtype=dtype, generator=g)
+    v = torch.randn(B, Hkv, L_, D, device=DEV, dtype=dtype, generator=g)
+    if nan_lmk:
+        pos = torch.arange(L_, device=DEV) + kv_start
+        lmk = (pos + 1) % C == 0
+        k[:, :, lmk] = float("nan")
+        v[:, :, lmk] = float("nan")
+    return q, k, v
+
+
+def runner(q, k, v, W, C, kv_start, chunk):
+    """A function running the TMA prefill kernel once on (q, k, v) into fresh outputs,
+    V_CHUNK on or off; everything else as the shipped plan (tma='v_ptr' forced)."""
+    p = reference.check_inputs(q, k, v, window_size=W, chunk_size=C, kv_start=kv_start)
+    plan = L._plan(p, path="prefill", tma="v_ptr").tma
+    assert plan is not None and plan.path == "prefill_tma"
+    bm, bn, bdk, bdv = plan.blocks
+    r, w, c = L._frame(p)
+    j_min = L._j_min(plan, p)
+    qk_scale = p.sm_scale * L.LOG2E
+    cx, st = plan.pick(c, qk_scale)
+    cx = dict(cx)
+    kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+    if chunk:
+        assert c % bn == 0 and (r + j_min) % c == 0, (c, bn, r, j_min)
+        nch = (p.Lk - j_min) // c
+        s = v.stride()
+        rows = c if MUTANT else c - 1  # MUTANT: the landmark row inside the view (the checks must fail)
+        v5 = torch.as_strided(v, (p.B, p.Hkv, nch, rows, p.Dv), (s[0], s[1], c * s[2], s[2], s[3]),
+                              v.storage_offset() + j_min * s[2])
+        dv = TensorDescriptor(v5, list(v5.shape), list(v5.stride()), [1, 1, 1, bn, bdv])
+        cx["V_CHUNK"] = True
+    else:
+        dv = TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv])
+    opts = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    if st[4] is not None:
+        opts["maxnreg"] = st[4]
+    dq = TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk])
+    dk = TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk])
+
+    def fn(o=None, lse=None):
+        if o is None:
+            o, lse = p.new_outputs()
+        do = TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv])
+        kernels._swa_fwd_tma_kernel[plan.grid](
+            dq, dk, dv, do, v, lse, *v.stride(), *plan.head, p.Lk, r, j_min, w, c, qk_scale, **cx, **opts)
+        return o, lse
+    return fn, p
+
+
+def check(results, only_fp16=False):
+    """Each case: V_CHUNK against the pointer kernel (bit-identical) and the float64 reference."""
+    bf, f16 = torch.bfloat16, torch.float16
+    if only_fp16:  # the interpreter: fp16 only (its bf16 is wrong, triton-lang/triton#11584)
+        bf = f16
+    cases = [  # B, Hq, Hkv, L, D, W, C, kv_start, dtype
+        (2, 4, 2, 1000, 128, 200, 64, 0, bf), (1, 4, 4, 1100, 128, 300, 128, 128, bf),
+        (2, 8, 2, 777, 64, 100, 64, 64, f16), (1, 2, 1, 1500, 64, 512, 256, 0, bf),
+        (1, 4, 1, 640, 128, 512, 64, 0, bf), (3, 2, 2, 513, 64, 64, 64, 192, f16),
+    ]
+    if only_fp16:  # the interpreter: smaller
+        cases = [(1, 2, 1, 400, 64, 200, 64, 0, f16), (1, 2, 2, 520, 64, 150, 128, 128, f16),
+                 (1, 2, 1, 333, 64, 64, 64, 64, f16)]
+    ok = True
+    for i, (B, Hq, Hkv, L_, D, W, C, ks, dt) in enumerate(cases):
+        q, k, v = make(B, Hq, Hkv, L_, D, dt, 1000 + i, C, True, ks)
+        outs = []
+        for chunk in (False, True):
+            fn, p = runner(q, k, v, W, C, ks, chunk)
+            o, lse = p.new_outputs()
+            o.fill_(float("nan")), lse.fill_(float("nan"))  # poisoned: an element never written shows
+            o, lse = fn(o, lse)
+            if DEV == "cuda":
+                torch.cuda.synchronize()
+            outs.append((o, lse))
+        (o0, l0), (o1, l1) = outs
+        same = torch.equal(o0.view(torch.int16), o1.view(torch.int16)) and torch.equal(
+            l0.view(torch.int32), l1.view(torch.int32))
+        ro, rl = reference.golden(q, k, v, window_size=W, chunk_size=C, kv_start=ks)
+        err_o = (o1.double() - ro.double()).abs().max().item()
+        fin = torch.isfinite(rl)
+        err_l = (l1.double()[fin] - rl.double()[fin]).abs().max().item() if fin.any() else 0.0
+        nan = bool(torch.isnan(o1).any() or torch.isnan(l1).any())
+        good = same and not nan and err_o < 0.05 and err_l < 0.01
+        ok &= good
+        row = dict(case=i, shape=(B, Hq, Hkv, L_, D, W, C, ks, str(dt)), bit_identical=same, nan=nan,
+                   err_o=err_o, err_lse=err_l, ok=good)
+        results["checks"].append(row)
+        print("check", row, flush=True)
+    return ok
+
+
+def graph_us(fn, reps=10, sets=1):
+    fn()
+    torch.cuda.synchronize()
+    graph, _ = capture_graph(lambda: [fn() for _ in range(reps)])
+    graph.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(7):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1e3 / reps)
+    del graph
+    return statistics.median(ts)
+
+
+FLUSH = None
+
+
+def flushed_us(fn, reps=15):
+    global FLUSH
+    if FLUSH is None:
+        FLUSH = torch.empty(256 * 2**20, dtype=torch.int8, device=DEV)
+    fn()
+    torch.cuda.synchronize()
+    graph, _ = capture_graph(fn)
+    graph.replay()
+    ts = []
+    for _ in range(reps):
+        FLUSH.zero_()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1e3)
+    del graph
+    return statistics.median(ts)
+
+
+SHAPES = [  # name, B, Hq, Hkv, L, D, W, C
+    ("train-8k-32/32/128", 1, 32, 32, 8192, 128, 512, 64),
+    ("train-16k-32/32/128", 1, 32, 32, 16384, 128, 512, 64),
+    ("train-8k-32/4/64", 1, 32, 4, 8192, 64, 512, 64),
+    ("train-8k-16/2/64", 1, 16, 2, 8192, 64, 512, 64),
+    ("batch4x4k-32/4/64", 4, 32, 4, 4096, 64, 512, 64),
+    ("longwin-w4096-8k-32/4/64", 1, 32, 4, 8192, 64, 4096, 64),
+    ("train-8k-32/32/128-C128", 1, 32, 32, 8192, 128, 512, 128),
+]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--budget-s", type=float, default=400)
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    results = dict(checks=[], times=[], device=torch.cuda.get_device_name())
+    ok = check(results)
+    results["checks_ok"] = ok
+    if not ok:
+        print("checks failed: no timing", flush=True)
+    else:
+        for name, B, Hq, Hkv, L_, D, W, C in SHAPES:
+            if time.time() - t0 > a.budget_s:
+                print("budget reached", flush=True)
+                break
+            fns = {}
+            for chunk in (False, True):
+                q, k, v = make(B, Hq, Hkv, L_, D, torch.bfloat16, 7, C, False)
+                fns[chunk] = runner(q, k, v, W, C, 0, chunk)[0]
+            flops = attention_flops(B, Hq, L_, L_, D, window_size=W, chunk_size=C)
+            per = {False: [], True: []}
+            fl = {False: [], True: []}
+            for rnd in range(a.rounds):
+                order = (False, True) if rnd % 2 == 0 else (True, False)
+                for chunk in order:
+                    per[chunk].append(graph_us(fns[chunk]))
+                    fl[chunk].append(flushed_us(fns[chunk]))
+            diffs = [b - a_ for a_, b in zip(per[False], per[True])]
+            fdiffs = [b - a_ for a_, b in zip(fl[False], fl[True])]
+            row = dict(shape=name, ptr_us=per[False], chunk_us=per[True], ptr_flushed=fl[False],
+                       chunk_flushed=fl[True], flops=flops,
+                       med_ptr=statistics.median(per[False]), med_chunk=statistics.median(per[True]),
+                       med_diff=statistics.median(diffs), med_fdiff=statistics.median(fdiffs),
+                       med_ptr_fl=statistics.median(fl[False]), med_chunk_fl=statistics.median(fl[True]))
+            results["times"].append(row)
+            print(f"{name:28s} b2b ptr {row['med_ptr']:8.1f} chunk {row['med_chunk']:8.1f} us "
+                  f"(paired {row['med_diff']:+6.1f}, {100 * row['med_diff'] / row['med_ptr']:+5.1f}%)  "
+                  f"flushed ptr {row['med_ptr_fl']:8.1f} chunk {row['med_chunk_fl']:8.1f} "
+                  f"({row['med_fdiff']:+6.1f})  TF/s flushed {flops / row['med_ptr_fl'] / 1e6:6.1f} -> "
+                  f"{flops / row['med_chunk_fl'] / 1e6:6.1f}", flush=True)
+            del fns
+            torch.cuda.empty_cache()
+    results["wall_s"] = time.time() - t0
+    with open(a.out, "w") as f:
+        json.dump(results, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
