@@ -173,6 +173,22 @@ def variants():
                  EXPAND=True, V_TMA=v_tma, LMK_ONE=True,
                  PHASES=L.TMA_PHASES.get((cls, bucket), False)),  # no register cap: launch._frame_static
             cfg.num_warps, cfg.num_stages, True)
+    # V_CHUNK (v's inside blocks through the chunked 5-D view, launch._v_chunk_desc): every
+    # TMA tile of the table, both 16-bit dtypes (shipped where launch.TMA_V_CHUNK says so).
+    for (cls, bucket), (cfg, v_tma) in L.PREFILL_TMA.items():
+        d, bd = _dims(bucket)
+        for dt in _dtypes(cls):
+            t = TYPES[dt]
+            bm, bn = cfg.block_m, cfg.block_n
+            out[f"tma-v_chunk-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"] = (
+                f"tma-{t}", "_swa_fwd_tma_kernel",
+                {"desc_q": f"tensordesc<{t}[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<{t}[1,1,{bn},{bd}]>",
+                 "desc_v": f"tensordesc<{t}[1,1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
+                 "V": f"*{t}", "LSE": "*fp32"},
+                dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
+                     EXPAND=True, V_TMA=False, LMK_ONE=True, PHASES=True, V_CHUNK=True,
+                     **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
+                cfg.num_warps, cfg.num_stages, True)
     # The modulo landmark test (LMK_ONE=False: chunk_size < BLOCK_N, or the
     # kernel frame's C = Lk + 1 below BLOCK_N) of every 16-bit kernel, D = 128 bucket.
     for name in [n for n in out if n.endswith(("-bf16-D96", "-bf16-D96-M64"))
@@ -330,6 +346,28 @@ def test_config_table_compiles_for_sm90(group):
         # (FMUL, FSEL of the range scaling: 2552 -> 2368 instructions at D = 128, TMA)
         if r["per_thread"] >= 8:
             assert r["fdiv"] <= 4, f"{name}: {r['fdiv']} fp32 divisions for {r['per_thread']} outputs a thread"
+        # The shipped TMA tiles were timed at two CTAs per SM or more: shared memory (plus the
+        # 1 KB the driver reserves a CTA) must still allow two. The D = 128 tile with the
+        # chunked view of v needs 24 bytes over (one more barrier): one CTA, 41% slower
+        # (session 24), hence pointer v at D = 128 (launch.TMA_V_CHUNK).
+        if name in shipped_tma_names():
+            assert 2 * (r["shared"] + 1024) <= 233472, f"{name}: {r['shared']} B of shared memory: one CTA per SM"
+
+
+def shipped_tma_names() -> set:
+    """Names (:func:`variants`) of the TMA prefill kernels the table ships: per row of
+    ``launch.PREFILL_TMA`` the pointer-v kernel and, where ``launch.TMA_V_CHUNK`` says so,
+    the chunked-view one, both 16-bit dtypes."""
+    from triton_impl import launch as L
+
+    names = set()
+    for key, (c, v_tma) in L.PREFILL_TMA.items():
+        tile = f"D{_dims(key[1])[0]}-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
+        for t in ("bf16", "fp16"):
+            names.add(f"tma-{'v_tma' if v_tma else 'v_ptr'}-{t}-{tile}")
+            if L.TMA_V_CHUNK.get(key):
+                names.add(f"tma-v_chunk-{t}-{tile}")
+    return names
 
 
 def test_groups_cover_every_variant():

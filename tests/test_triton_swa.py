@@ -592,6 +592,77 @@ def test_prefill_loop_forms(phases, kernel):
             assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
+# V_CHUNK (launch._v_chunk_desc): (Lq, Lk, D, W, C, extra, tile, takes the view). The view
+# serves calls whose chunk is a multiple of the tile's key block, whose first seen key
+# starts a chunk and which hold a whole chunk from there; the others run the pointer-v
+# kernel. Chunks of 48 (not a power of two), tails past the last whole chunk, kv_start
+# on and off a chunk boundary, a frame moved by a large kv_start, GQA, chunked prefill.
+V_CHUNK_CASES = [
+    (300, 300, 64, 120, 32, {}, L.Config(32, 16, 4, 2), True),
+    (300, 300, 64, 120, 48, dict(kv_start=96), L.Config(32, 16, 4, 2), True),
+    (260, 330, 64, 150, 128, dict(kv_start=128), L.Config(16, 32, 4, 2), True),
+    (200, 200, 128, 90, 64, dict(kv_start=64 * 10 ** 6), L.Config(32, 32, 4, 2), True),
+    (300, 300, 64, 120, 32, dict(kv_start=5), L.Config(32, 16, 4, 2), False),  # key 0 inside a chunk
+    (300, 300, 64, 120, 24, {}, L.Config(32, 16, 4, 2), False),  # chunk not a multiple of 16
+    (300, 300, 64, 121, 32, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), True),  # j_min 0
+    (100, 300, 64, 70, 32, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), False),  # j_min 131
+    (100, 300, 64, 41, 32, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), True),  # j_min 160
+    (300, 300, 64, 120, 32, dict(mask_lmk=False), L.Config(32, 16, 4, 2), False),  # no landmark: no view
+    (40, 300, 64, 400, 512, {}, L.Config(32, 16, 4, 2), False),  # no whole chunk in the key range
+]
+
+
+@pytest.mark.parametrize("case", range(len(V_CHUNK_CASES)))
+def test_tma_v_chunk_view(case):
+    """The TMA kernel's inside blocks with ``v`` through the chunked view (``V_CHUNK``,
+    forced by ``tma="v_chunk"``; shipped at D <= 64, ``launch.TMA_V_CHUNK``), fp16 under
+    the interpreter: taken exactly where the view serves the call (``describe``), against
+    float64 golden, outputs poisoned first; NaN in every slot no query sees (landmarks
+    among them, which only the copy engine's zero fill keeps out of ``P @ V``) changes
+    nothing; bit-identical to the pointer-v kernel when no block moves from the inside
+    loop to the edge loop (the view then ends at ``Lk``); the view with the landmark row
+    inside it is caught."""
+    Lq, Lk, D, W, C, extra, cfg, takes = V_CHUNK_CASES[case]
+    kw = dict(window_size=W, chunk_size=C, **extra)
+    q, k, v = _inputs(1, 2, 1, Lq, Lk, D, D, torch.float16)
+    k2, v2 = k.clone(), v.clone()
+    poison_unseen(k2, v2, Lq, kw)
+    p = reference.check_inputs(q, k, v, **kw)
+    j_min = reference.visible_key_range(0, Lq, Lq=Lq, Lk=Lk, window_size=W, chunk_size=C,
+                                        expand_to_chunk=kw.get("expand_to_chunk", True),
+                                        kv_start=kw.get("kv_start", 0))[0]
+    predicted = (kw.get("mask_lmk", True) and C % cfg.block_n == 0
+                 and (kw.get("kv_start", 0) + j_min) % C == 0 and Lk - j_min >= C)
+    assert predicted == takes, (j_min, predicted)
+    text = L.describe(p, q, k, v, path="prefill", tma="v_chunk", config=cfg)
+    assert ("v-chunk" in text) == takes, text
+    outs = {}
+    for mode in ("v_ptr", "v_chunk"):
+        for kk, vv, tag in ((k, v, ""), (k2, v2, "-nan")):
+            o, lse = p.new_outputs(poison=True)
+            assert L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
+            outs[mode + tag] = (o, lse)
+    _check(*outs["v_chunk"], q, k, v, **kw)
+    for a, b in (("v_chunk", "v_chunk-nan"), ("v_ptr", "v_ptr-nan")):
+        assert torch.equal(outs[a][0], outs[b][0]) and torch.equal(outs[a][1], outs[b][1]), (a, b)
+    if not takes or (Lk - j_min) % C == 0:
+        assert torch.equal(outs["v_chunk"][0], outs["v_ptr"][0])
+        assert torch.equal(outs["v_chunk"][1], outs["v_ptr"][1])
+    if takes and kw.get("mask_lmk", True):  # the landmark row inside the view: NaN reaches o
+        real = L._v_chunk_desc
+
+        def with_landmark(*a):
+            ptr, shape, strides = real(*a)
+            return ptr, (*shape[:3], shape[3] + 1, shape[4]), strides
+        L._v_chunk_desc = with_landmark
+        try:
+            o, lse = p.new_outputs(poison=True)
+            L.launch(p, q, k2, v2, o, lse, path="prefill", tma="v_chunk", config=cfg)
+        finally:
+            L._v_chunk_desc = real
+        assert torch.isnan(o).any()
+
+
 def test_gluon_knob_refuses_what_it_cannot_run():
     """The Gluon lab kernel (``_tma="gluon"``, never chosen by the table): a tile it
     has no form for is a ValueError, and a call it cannot serve (fp32, head dims
@@ -654,6 +725,40 @@ def test_tma_prefill_path_choice_and_graph_replay():
     assert not L.FAST_PATH_OFF, L.FAST_PATH_OFF
     _check(*sliding_window_attention(q[:, :4, -700:], k[:, :4], v[:, :4], **kw, _force_path="prefill",
                                      _tma="v_ptr"), q[:, :4, -700:], k[:, :4], v[:, :4], **kw)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+def test_tma_v_chunk_shipped_at_d64(blhd):
+    """A long GQA prefill at D = 64 takes the TMA kernel with its inside blocks' ``v``
+    through the chunked view (launch.TMA_V_CHUNK), in both stride orders, through the
+    descriptor fast path: bit-identical to the pointer-v kernel (the view ends at ``Lk``:
+    the same blocks in the same order) with NaN in every landmark slot of ``k`` and
+    ``v``, poisoned outputs, a graph replay; and within the bound against float64 on a
+    slice. A ``kv_start`` inside a chunk runs the pointer-v kernel."""
+    kw = dict(window_size=512, chunk_size=64)
+    q, k, v = _inputs(1, 32, 4, 8192, 8192, 64, 64, torch.bfloat16, blhd)
+    lmk = (torch.arange(8192, device=DEV) + 1) % 64 == 0
+    k[:, :, lmk] = float("nan")
+    v[:, :, lmk] = float("nan")
+    p = reference.check_inputs(q, k, v, **kw)
+    assert L.describe(p, q, k, v).endswith("phases v-chunk")
+    o, lse = p.new_outputs(poison=True)
+    assert L.launch(p, q, k, v, o, lse) == "prefill_tma"
+    o2, lse2 = p.new_outputs(poison=True)
+    assert L.launch(p, q, k, v, o2, lse2, tma="v_ptr") == "prefill_tma"
+    assert torch.equal(o, o2) and torch.equal(lse, lse2) and not torch.isnan(o).any()
+    out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
+    assert torch.equal(out[0], o) and torch.equal(out[1], lse)
+    import triton
+    if triton.__version__.startswith("3.6."):
+        assert any(isinstance(f, L._TmaFast) and "('V_CHUNK', True)" in str(key)
+                   for key, f in L._FWD_TMA.tma_cache.items())
+    assert not L.FAST_PATH_OFF, L.FAST_PATH_OFF
+    off = reference.check_inputs(q, k, v, **kw, kv_start=5)
+    assert "v-chunk" not in L.describe(off, q, k, v)
+    _check(o[:, :4, -300:], lse[:, :4, -300:], q[:, :4, -300:], k[:, :1], v[:, :1], **kw)
 
 
 @pytest.mark.gpu

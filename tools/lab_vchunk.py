@@ -52,11 +52,11 @@ def make(B, Hq, Hkv, L_, D, dtype, seed, C, nan_lmk=True, kv_start=0):
     return q, k, v
 
 
-def runner(q, k, v, W, C, kv_start, chunk):
+def runner(q, k, v, W, C, kv_start, chunk, config=None):
     """A function running the TMA prefill kernel once on (q, k, v) into fresh outputs,
     V_CHUNK on or off; everything else as the shipped plan (tma='v_ptr' forced)."""
     p = reference.check_inputs(q, k, v, window_size=W, chunk_size=C, kv_start=kv_start)
-    plan = L._plan(p, path="prefill", tma="v_ptr").tma
+    plan = L._plan(p, path="prefill", config=config, tma="v_ptr").tma
     assert plan is not None and plan.path == "prefill_tma"
     bm, bn, bdk, bdv = plan.blocks
     r, w, c = L._frame(p)
@@ -101,16 +101,19 @@ def check(results, only_fp16=False):
         (2, 4, 2, 1000, 128, 200, 64, 0, bf), (1, 4, 4, 1100, 128, 300, 128, 128, bf),
         (2, 8, 2, 777, 64, 100, 64, 64, f16), (1, 2, 1, 1500, 64, 512, 256, 0, bf),
         (1, 4, 1, 640, 128, 512, 64, 0, bf), (3, 2, 2, 513, 64, 64, 64, 192, f16),
+        (1, 4, 2, 900, 128, 300, 64, 64, bf, L.Config(64, 32, 4, 3)),
+        (1, 4, 2, 900, 128, 300, 128, 0, bf, L.Config(64, 64, 4, 2)),
     ]
     if only_fp16:  # the interpreter: smaller
         cases = [(1, 2, 1, 400, 64, 200, 64, 0, f16), (1, 2, 2, 520, 64, 150, 128, 128, f16),
-                 (1, 2, 1, 333, 64, 64, 64, 64, f16)]
+                 (1, 2, 1, 333, 64, 64, 64, 64, f16), (1, 2, 1, 300, 64, 150, 64, 64, f16, L.Config(64, 32, 4, 3))]
     ok = True
-    for i, (B, Hq, Hkv, L_, D, W, C, ks, dt) in enumerate(cases):
+    for i, (B, Hq, Hkv, L_, D, W, C, ks, dt, *cfg) in enumerate(cases):
+        cfg = cfg[0] if cfg else None
         q, k, v = make(B, Hq, Hkv, L_, D, dt, 1000 + i, C, True, ks)
         outs = []
         for chunk in (False, True):
-            fn, p = runner(q, k, v, W, C, ks, chunk)
+            fn, p = runner(q, k, v, W, C, ks, chunk, cfg)
             o, lse = p.new_outputs()
             o.fill_(float("nan")), lse.fill_(float("nan"))  # poisoned: an element never written shows
             o, lse = fn(o, lse)
@@ -121,14 +124,23 @@ def check(results, only_fp16=False):
         same = torch.equal(o0.view(torch.int16), o1.view(torch.int16)) and torch.equal(
             l0.view(torch.int32), l1.view(torch.int32))
         ro, rl = reference.golden(q, k, v, window_size=W, chunk_size=C, kv_start=ks)
-        err_o = (o1.double() - ro.double()).abs().max().item()
         fin = torch.isfinite(rl)
-        err_l = (l1.double()[fin] - rl.double()[fin]).abs().max().item() if fin.any() else 0.0
+
+        def errs(o, lse):
+            eo = (o.double() - ro.double()).abs().max().item()
+            el = (lse.double()[fin] - rl.double()[fin]).abs().max().item() if fin.any() else 0.0
+            return eo, el
+        (e0o, e0l), (err_o, err_l) = errs(o0, l0), errs(o1, l1)
         nan = bool(torch.isnan(o1).any() or torch.isnan(l1).any())
-        good = same and not nan and err_o < 0.05 and err_l < 0.01
+        # bit-identical expected; a compile that orders the same math differently may move an
+        # ulp: then the error against float64 must stay the pointer kernel's (1.25x + a floor)
+        good = not nan and (same or (err_o <= 1.25 * e0o + 1e-3 and err_l <= 1.25 * e0l + 1e-5))
         ok &= good
+        do = (o1.double() - o0.double()).abs()
         row = dict(case=i, shape=(B, Hq, Hkv, L_, D, W, C, ks, str(dt)), bit_identical=same, nan=nan,
-                   err_o=err_o, err_lse=err_l, ok=good)
+                   err_o=err_o, err_lse=err_l, ptr_err_o=e0o, ptr_err_lse=e0l, ok=good,
+                   o_diff_max=do.max().item(), o_diff_n=int((do > 0).sum()), o_n=do.numel(),
+                   lse_diff_n=int((l1 != l0).sum()))
         results["checks"].append(row)
         print("check", row, flush=True)
     return ok
@@ -176,6 +188,14 @@ def flushed_us(fn, reps=15):
     return statistics.median(ts)
 
 
+C_ = L.Config
+VARIANTS = {  # per head dim: (name, V_CHUNK, config); the first is the shipped kernel
+    128: [("ptr", False, None), ("chunk-s2", True, C_(64, 64, 4, 2)), ("ptr-s2", False, C_(64, 64, 4, 2)),
+          ("chunk-64x32s3", True, C_(64, 32, 4, 3)), ("chunk-64x32s4", True, C_(64, 32, 4, 4))],
+    64: [("ptr", False, None), ("chunk", True, None), ("chunk-s3", True, C_(64, 64, 4, 3, maxnreg=128)),
+         ("chunk-s3-nocap", True, C_(64, 64, 4, 3))],
+}
+
 SHAPES = [  # name, B, Hq, Hkv, L, D, W, C
     ("train-8k-32/32/128", 1, 32, 32, 8192, 128, 512, 64),
     ("train-16k-32/32/128", 1, 32, 32, 16384, 128, 512, 64),
@@ -204,32 +224,32 @@ def main(argv=None):
             if time.time() - t0 > a.budget_s:
                 print("budget reached", flush=True)
                 break
-            fns = {}
-            for chunk in (False, True):
-                q, k, v = make(B, Hq, Hkv, L_, D, torch.bfloat16, 7, C, False)
-                fns[chunk] = runner(q, k, v, W, C, 0, chunk)[0]
+            q, k, v = make(B, Hq, Hkv, L_, D, torch.bfloat16, 7, C, False)
+            variants = VARIANTS[D]
+            fns = {vn: runner(q, k, v, W, C, 0, chunk, cfg)[0] for vn, chunk, cfg in variants}
             flops = attention_flops(B, Hq, L_, L_, D, window_size=W, chunk_size=C)
-            per = {False: [], True: []}
-            fl = {False: [], True: []}
+            per = {vn: [] for vn in fns}
+            fl = {vn: [] for vn in fns}
+            names = list(fns)
             for rnd in range(a.rounds):
-                order = (False, True) if rnd % 2 == 0 else (True, False)
-                for chunk in order:
-                    per[chunk].append(graph_us(fns[chunk]))
-                    fl[chunk].append(flushed_us(fns[chunk]))
-            diffs = [b - a_ for a_, b in zip(per[False], per[True])]
-            fdiffs = [b - a_ for a_, b in zip(fl[False], fl[True])]
-            row = dict(shape=name, ptr_us=per[False], chunk_us=per[True], ptr_flushed=fl[False],
-                       chunk_flushed=fl[True], flops=flops,
-                       med_ptr=statistics.median(per[False]), med_chunk=statistics.median(per[True]),
-                       med_diff=statistics.median(diffs), med_fdiff=statistics.median(fdiffs),
-                       med_ptr_fl=statistics.median(fl[False]), med_chunk_fl=statistics.median(fl[True]))
+                for vn in (names if rnd % 2 == 0 else names[::-1]):
+                    per[vn].append(graph_us(fns[vn]))
+                    fl[vn].append(flushed_us(fns[vn]))
+            base = names[0]
+            row = dict(shape=name, flops=flops, b2b=per, flushed=fl, variants={})
+            line = f"{name:26s}"
+            for vn in names:
+                d = [x - y for x, y in zip(per[vn], per[base])]
+                fd = [x - y for x, y in zip(fl[vn], fl[base])]
+                st = dict(med=statistics.median(per[vn]), med_fl=statistics.median(fl[vn]),
+                          paired=statistics.median(d), paired_fl=statistics.median(fd),
+                          slower=sum(x > 0 for x in d), tflops_fl=flops / statistics.median(fl[vn]) / 1e6)
+                row["variants"][vn] = st
+                line += (f" | {vn} {st['med']:7.1f} ({100 * st['paired'] / row['variants'][base]['med']:+5.1f}%)"
+                         f" fl {st['med_fl']:7.1f} {st['tflops_fl']:5.1f}TF")
             results["times"].append(row)
-            print(f"{name:28s} b2b ptr {row['med_ptr']:8.1f} chunk {row['med_chunk']:8.1f} us "
-                  f"(paired {row['med_diff']:+6.1f}, {100 * row['med_diff'] / row['med_ptr']:+5.1f}%)  "
-                  f"flushed ptr {row['med_ptr_fl']:8.1f} chunk {row['med_chunk_fl']:8.1f} "
-                  f"({row['med_fdiff']:+6.1f})  TF/s flushed {flops / row['med_ptr_fl'] / 1e6:6.1f} -> "
-                  f"{flops / row['med_chunk_fl'] / 1e6:6.1f}", flush=True)
-            del fns
+            print(line, flush=True)
+            del fns, q, k, v
             torch.cuda.empty_cache()
     results["wall_s"] = time.time() - t0
     with open(a.out, "w") as f:

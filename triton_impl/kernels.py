@@ -51,8 +51,12 @@ not only masked in the scores. The TMA prefill kernel does the same for ``v``
 (masked pointer loads over the program's key range ``[j_lo, j_hi)``, landmarks
 zeroed); its ``k`` tiles come by TMA, aligned to the first key any query of the
 *call* sees (nothing left of it is ever read), and a NaN in a ``k`` column
-reaches only scores that ``tl.where`` replaces. With ``V_TMA`` (a tuning mode,
-not shipped) ``v`` tiles come by TMA too and only landmark rows are zeroed.
+reaches only scores that ``tl.where`` replaces. With ``V_CHUNK`` (shipped at
+D <= 64, ``launch.TMA_V_CHUNK``) the blocks inside every row's window take ``v``
+by TMA through a chunked view ``(B, Hkv, chunks, C - 1, Dv)`` whose chunks start
+on chunk boundaries: a chunk's landmark row lies outside the view, and the copy
+engine fills it with zeros. With ``V_TMA`` (a tuning mode, not shipped) ``v``
+tiles come by TMA too and only landmark rows are zeroed, in registers.
 
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
 arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets
@@ -502,6 +506,18 @@ def _swa_fwd_tma_kernel(
     all (``V_TMA=False``: ``v`` by masked pointer loads), so ``0 * NaN``
     cannot reach ``o``. The store of ``o`` through ``desc_o`` clips rows past
     ``Lq`` and columns past ``Dv``.
+
+    ``V_CHUNK`` (with ``PHASES``, ``LMK_ONE``, ``MASK_LMK``, pointer ``v``): the
+    blocks inside every real row's window load ``v`` through ``desc_v``
+    describing ``(B, Hkv, (Lk - j_min) // C, C - 1, Dv)`` with strides
+    ``(sb, sh, C * sl, sl, sd)`` from key ``j_min`` and blocks ``[1, 1, 1,
+    BLOCK_N, BLOCK_DV]``: the launcher guarantees that ``C`` is a multiple of
+    ``BLOCK_N`` and that key ``j_min`` starts a chunk (``launch._v_chunk_desc``),
+    so a block is rows ``ph .. ph + BLOCK_N - 1`` of one chunk (``ph`` its
+    landmark phase) and the landmark, row ``C - 1``, lies outside the view: the
+    copy engine fills it with zeros. Inside blocks past the last whole chunk run
+    with the edge blocks (pointer loads); the block order changes there, not the
+    result beyond rounding.
 
     ``PHASES`` (a tuning mode, :data:`launch.TMA_PHASES`): the key blocks some
     row sees only in part (the left edge and the diagonal) run first, with the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import types
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import triton
@@ -161,6 +161,19 @@ PREFILL_TMA: dict[tuple[str, int], tuple[Config, bool]] = {
 # 158.3 -> 133.3, 16/2 83.6 -> 70.8, batch 4 x 4K 298.4 -> 251.4, W=4096 843.3 ->
 # 630.3 us. The private _phases knob forces it either way (both kernels).
 TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
+# V of the TMA kernel's inside blocks through a chunked view (kernels._swa_fwd_tma_kernel
+# V_CHUNK): a 5-D descriptor (B, Hkv, chunks, C - 1, Dv) whose chunks start on chunk
+# boundaries, so each chunk's landmark row lies outside it and arrives as the copy
+# engine's zero fill; the edge blocks keep the pointer loads. Taken per call where it
+# applies (_v_chunk_desc: mask_lmk, the phases, C a multiple of BLOCK_N, key tiles on chunk
+# boundaries); the other calls run the pointer-v kernel. Measured on the H200 (session 24,
+# tools/lab_vchunk.py, bench_results/vchunk-lab2-ea2d6b9.json, paired medians of 5
+# interleaved rounds, bit-identical outputs or within the pointer kernel's error): D=64
+# (64x64 w4 s2 r128) 3.9-4.7% less kernel time back to back, 3.5-6.3% flushed on all four
+# D=64 bench shapes (GQA 32/4 L=8K 131.7 -> 126.0 us), SASS of an inside block 412 -> 400;
+# D=128 no gain resolved (64x64 s2: +0.5 / -1.2% at L=8K / 16K; 64x64 s3 does not fit two
+# CTAs per SM with the view's extra barrier: 24 bytes over, one CTA per SM, +41%).
+TMA_V_CHUNK: dict[tuple[str, int], bool] = {("16", 64): True}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
@@ -677,6 +690,8 @@ class _Plan:
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
     fold: bool = False  # the plan has FOLD variants (launch.FOLD_SCALE or the _fold knob)
     j_mins: dict = field(default_factory=dict)  # TMA plan: (kv_start, Lk) -> j_min (_j_min)
+    # TMA plan: the V_CHUNK variants (same grid and tiles), for calls _v_chunk_desc accepts
+    vchunk: "_Plan | None" = None
 
     def pick(self, c: int, qk_scale: float) -> tuple[dict, tuple]:
         """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
@@ -743,7 +758,9 @@ def _lk_key(p: Problem, path) -> int:
 # mode -> V by TMA. Triton 3.6's automatic warp specialisation of this loop
 # (tl.range(warp_specialize=True)) was tried on the H200 and dropped: 2.3x
 # slower at 64x64 and NaN in o at 64x64 w4 s3 (bench_results/triton-lab3-ef576ba.json).
-TMA_MODES = {"v_ptr": False, "v_tma": True, "gluon": True}
+# "v_chunk": v's inside blocks through the chunked view where a call allows it (TMA_V_CHUNK),
+# else by pointers; "shipped": the TMA kernel forced, v as the tables ship it.
+TMA_MODES = {"v_ptr": False, "v_tma": True, "v_chunk": False, "shipped": False, "gluon": True}
 # The Gluon prefill kernel (gluon_prefill._swa_fwd_gluon_kernel: q, k, v by TMA,
 # the softmax overlapped with the PV product), per (dtype class, head bucket), for
 # head dims whose rows the copy engine and the wgmma tiles take as they are.
@@ -787,7 +804,9 @@ def _frame(p: Problem) -> tuple[int, int, int]:
 
 
 def _tma_choice(p: Problem, tma, cfg: Config | None):
-    """``(Config, v_by_tma)`` of the TMA prefill kernel for this problem, or None.
+    """``(Config, v_by_tma, v_chunk)`` of the TMA prefill kernel for this problem, or
+    None. ``v_chunk``: the plan may take ``V_CHUNK`` (:data:`TMA_V_CHUNK`; calls decide,
+    :func:`_v_chunk_desc`).
 
     ``o`` comes from ``Problem.new_outputs`` (fresh, contiguous): the copy
     engine accepts it exactly when a row of ``Dv`` elements is a multiple of
@@ -804,7 +823,8 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
             raise UnsupportedConfig(
                 "triton: the Gluon prefill kernel needs bf16/fp16 CUDA tensors on a Hopper GPU (sm_90) "
                 f"with head dims in {GLUON_HEADS}")
-        return (cfg or GLUON_PREFILL.get((dtype_class(p.dtype), head_bucket(p))) or Config(64, 64, 4, 2), True)
+        return (cfg or GLUON_PREFILL.get((dtype_class(p.dtype), head_bucket(p))) or Config(64, 64, 4, 2), True,
+                False)
     if tma is False or p.dtype == torch.float32:
         return None
     if interpreter_active():
@@ -823,14 +843,18 @@ def _tma_choice(p: Problem, tma, cfg: Config | None):
     key = (dtype_class(p.dtype), head_bucket(p))
     if tma is None:  # the table decides; an explicit pointer-kernel config keeps that kernel
         choice = None if cfg is not None else PREFILL_TMA.get(key)
-        if choice is not None and (_cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
-                                   < TMA_MIN_WAVES * sm_count(p.device)):
+        if choice is None or (_cdiv(p.Lq, choice[0].block_m) * p.B * p.Hq
+                              < TMA_MIN_WAVES * sm_count(p.device)):
             return None
-        return choice
+        return (*choice, TMA_V_CHUNK.get(key, False))
     if tma not in TMA_MODES:
         raise ValueError(f"unknown tma mode {tma!r}; one of {sorted(TMA_MODES)}")
     shipped = PREFILL_TMA.get(key)  # forced: the shipped TMA config where there is one
-    return (cfg or (shipped[0] if shipped else PREFILL[key]), TMA_MODES[tma])
+    if tma == "shipped":
+        v_tma, v_chunk = (shipped[1] if shipped else False), TMA_V_CHUNK.get(key, False)
+    else:
+        v_tma, v_chunk = TMA_MODES[tma], tma == "v_chunk"
+    return (cfg or (shipped[0] if shipped else PREFILL[key]), v_tma, v_chunk)
 
 
 def _tma_strides_ok(*tensors) -> bool:
@@ -906,15 +930,22 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                              gcxs, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, gsts,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv))
         elif choice is not None:
-            tcfg, v_tma = choice
+            tcfg, v_tma, v_chunk = choice
             tph = TMA_PHASES.get((cls, bucket), False) if phases is None else phases
-            tcx, tst = _variants(dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n,
-                                      MASK_LMK=p.mask_lmk, EXPAND=p.expand_to_chunk, V_TMA=v_tma),
-                                 lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on, dict(PHASES=tph),
-                                 maxnreg=tcfg.maxnreg)
+            tcommon = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
+                           EXPAND=p.expand_to_chunk, V_TMA=v_tma)
+            tcx, tst = _variants(tcommon, lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on,
+                                 dict(PHASES=tph, V_CHUNK=False), maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
+            # V_CHUNK variants: the kernel needs the landmark test (one landmark a block at
+            # most: calls with C >= BLOCK_N), the phases and v by pointers on the edges
+            if v_chunk and lmk_one_ok and tph and not v_tma:
+                ccx, cst = _variants(tcommon, True, tcfg.num_warps, tcfg.num_stages, fold_on,
+                                     dict(PHASES=True, V_CHUNK=True), maxnreg=tcfg.maxnreg)
+                plan.tma.vchunk = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
+                                          j_mins=plan.tma.j_mins)
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
@@ -1001,6 +1032,33 @@ def _j_min(plan: _Plan, p: Problem) -> int:
     return j
 
 
+_TMA_STRIDE_MAX = 1 << 40  # the copy engine's bound on a global stride, in bytes
+
+
+def _v_chunk_desc(plan: _Plan, p: Problem, j_min: int, r: int, c: int, pv: int, sv: tuple,
+                  es: int) -> tuple | None:
+    """``(data_ptr, shape, strides)`` of the chunked view of ``v`` that ``V_CHUNK`` reads
+    (``kernels._swa_fwd_tma_kernel``), or None: the call runs the pointer-v kernel.
+
+    The view starts at key ``j_min`` (where the kernel's key tiles start) and holds the
+    whole chunks from there: shape ``(B, Hkv, (Lk - j_min) // c, c - 1, Dv)``, strides
+    ``(sb, sh, c * sl, sl, sd)``. A chunk's last row, its landmark, lies outside the view
+    and arrives as the copy engine's zero fill. It serves a call when the plan has the
+    variants (:data:`TMA_V_CHUNK`, ``mask_lmk``, the phases), the kernel frame's chunk
+    ``c`` is a multiple of ``BLOCK_N`` (a key tile then lies in one chunk), key ``j_min``
+    starts a chunk (``(r + j_min) % c == 0``: with ``expand_to_chunk``, whenever the
+    first window is not clipped at key 0 or ``kv_start`` starts a chunk), a whole chunk
+    lies past it, and the chunk stride fits the copy engine. The kernel runs the inside
+    blocks past the last whole chunk as edge blocks (pointer loads)."""
+    if plan.vchunk is None or c % plan.block_n or (r + j_min) % c:
+        return None
+    n_chunks = (p.Lk - j_min) // c
+    if n_chunks < 1 or c * sv[2] * es >= _TMA_STRIDE_MAX:
+        return None
+    return (pv + j_min * sv[2] * es, (p.B, p.Hkv, n_chunks, c - 1, p.Dv),
+            (sv[0], sv[1], c * sv[2], sv[2], sv[3]))
+
+
 def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: tuple,
                 dev: int | None) -> None:
     """``plan`` is the TMA plan (``prefill_plan.tma``); ``ops`` the ``(data_ptr, strides)``
@@ -1014,20 +1072,25 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: 
         _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
                    (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st, dev=dev)
         return
-    st = _frame_static(st, (r, w, c))
     (pq, sq), (pk, sk), (pv, sv) = ops
+    es = k.element_size()
+    vd = _v_chunk_desc(plan, p, j_min, r, c, pv, sv, es)
+    if vd is not None:  # v's inside blocks through the chunked view (V_CHUNK)
+        cx, st = plan.vchunk.pick(c, qk_scale)
+    st = _frame_static(st, (r, w, c))
     if j_min == 0:
-        kd, vd = (pk, k.shape, sk), (pv, v.shape, sv)
+        kd = (pk, k.shape, sk)
+        vd = vd or (pv, v.shape, sv)
     else:  # the key range from j_min on: the base moved by j_min rows, Lk - j_min rows
-        es = k.element_size()
         kd = (pk + j_min * sk[2] * es, (p.B, p.Hkv, p.Lk - j_min, p.Dqk), sk)
-        vd = (pv + j_min * sv[2] * es, (p.B, p.Hkv, p.Lk - j_min, p.Dv), sv)
+        vd = vd or (pv + j_min * sv[2] * es, (p.B, p.Hkv, p.Lk - j_min, p.Dv), sv)
 
     def build():  # the same four descriptors as TensorDescriptor objects (the JIT path)
-        kk, vv = k[:, :, j_min:], v[:, :, j_min:]
+        kk = k[:, :, j_min:]
+        vv = torch.as_strided(v, vd[1], vd[2], v.storage_offset() + (vd[0] - pv) // es)
         return (TensorDescriptor(q, list(q.shape), list(q.stride()), [1, 1, bm, bdk]),
                 TensorDescriptor(kk, list(kk.shape), list(kk.stride()), [1, 1, bn, bdk]),
-                TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1, 1, bn, bdv]),
+                TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [1] * (len(vd[1]) - 2) + [bn, bdv]),
                 TensorDescriptor(o, list(o.shape), list(o.stride()), [1, 1, bm, bdv]))
 
     _FWD_TMA.launch_tma(plan.grid, ((pq, q.shape, sq), kd, vd, (o.data_ptr(), o.shape, o.stride())), build,
@@ -1071,13 +1134,18 @@ def _tma_operands(plan: _Plan, tma, q, k, v) -> tuple | None:
 def describe(p: Problem, q, k, v, **knobs) -> str:
     """What :func:`launch` runs for this call (same plan, same choice of the TMA
     kernel), in one line: path, tile ``BLOCK_M x BLOCK_N``, warps, stages, the
-    register cap, split count and the combine's dependent launch. Plans only
-    (cached like a call's); launches nothing."""
+    register cap, the TMA kernel's phases and ``v-chunk`` (its inside blocks' ``v``
+    through the chunked view, :func:`_v_chunk_desc`), split count and the combine's
+    dependent launch. Plans only (cached like a call's); launches nothing."""
     plan = _plan(p, **knobs)
     kind = plan.path
-    if kind == "prefill" and _tma_operands(plan, knobs.get("tma"), q, k, v) is not None:
+    chunked = False
+    ops = _tma_operands(plan, knobs.get("tma"), q, k, v) if kind == "prefill" else None
+    if ops is not None:
         plan = plan.tma
         kind = plan.path  # "prefill_tma" or "prefill_gluon"
+        r, _, c = _frame(p)
+        chunked = _v_chunk_desc(plan, p, _j_min(plan, p), r, c, *ops[2], v.element_size()) is not None
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
@@ -1085,6 +1153,8 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
         text += f" r{st[4]}"
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
+    if chunked:
+        text += " v-chunk"
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
     return text
