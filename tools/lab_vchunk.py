@@ -207,14 +207,92 @@ SHAPES = [  # name, B, Hq, Hkv, L, D, W, C
 ]
 
 
+CHUNKED = [  # name, B, Hq, Hkv, Lq, Lk, D, W, C: grids under TMA_MIN_WAVES (the pointer kernel ships)
+    ("chunk512of8k-32/4/64", 1, 32, 4, 512, 8192, 64, 512, 64),
+    ("chunk1024of8k-32/4/64", 1, 32, 4, 1024, 8192, 64, 512, 64),
+    ("chunk512of8k-32/32/128", 1, 32, 32, 512, 8192, 128, 512, 64),
+    ("chunk1024of8k-32/32/128", 1, 32, 32, 1024, 8192, 128, 512, 64),
+]
+CHUNKED_SMALL = [  # session 24, part 3: grids from 0.73 to 1.45 waves of 132 SMs
+    (f"chunk{lq}of8k-{h}/{hk}/{d}", 1, h, hk, lq, 8192, d, 512, 64)
+    for lq in (192, 256, 384) for h, hk, d in ((32, 32, 128), (32, 4, 64))]
+CHUNKED_VARIANTS = [("table", {}), ("tma v_ptr", dict(_force_path="prefill", _tma="v_ptr")),
+                    ("tma shipped", dict(_force_path="prefill", _tma="shipped")),
+                    ("tma v_chunk", dict(_force_path="prefill", _tma="v_chunk"))]
+
+
+def host_us(fn, n=100):
+    """Host microseconds per call, back to back (the device not waited for inside)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t0) * 1e6 / n
+    torch.cuda.synchronize()
+    return dt
+
+
+def chunked(results, rounds, shapes=CHUNKED):
+    """Session 24, part 2: the public call on chunked-prefill shapes (grids under
+    TMA_MIN_WAVES, where the table runs the pointer kernel), the TMA kernel forced with
+    pointer v, as shipped (the view at D <= 64) and with the view everywhere: whether the
+    view moves the gate. Each variant's output is checked against the table's first."""
+    from triton_impl import sliding_window_attention as swa
+    from triton_impl.api import describe_call
+    for name, B, Hq, Hkv, Lq, Lk, D, W, C in shapes:
+        q, k, v = make(B, Hq, Hkv, Lk, D, torch.bfloat16, 11, C, False)
+        q = q[:, :, -Lq:].contiguous()
+        kw = dict(window_size=W, chunk_size=C)
+        ref = swa(q, k, v, **kw)
+        fns, runs = {}, {}
+        for vn, knobs in CHUNKED_VARIANTS:
+            o, lse = swa(q, k, v, **kw, **knobs)
+            err = (o.float() - ref[0].float()).abs().max().item()
+            assert err < 0.05 and torch.equal(torch.isinf(lse), torch.isinf(ref[1])), (name, vn, err)
+            fns[vn] = (lambda kn=knobs: swa(q, k, v, **kw, **kn))
+            runs[vn] = describe_call(q, k, v, **kw, **{kk.lstrip("_").replace("force_path", "path"): vv
+                                                        for kk, vv in knobs.items()})
+        flops = attention_flops(B, Hq, Lq, Lk, D, window_size=W, chunk_size=C)
+        per = {vn: [] for vn in fns}
+        fl = {vn: [] for vn in fns}
+        hs = {vn: [] for vn in fns}
+        names = list(fns)
+        for rnd in range(rounds):
+            for vn in (names if rnd % 2 == 0 else names[::-1]):
+                per[vn].append(graph_us(fns[vn]))
+                fl[vn].append(flushed_us(fns[vn]))
+                hs[vn].append(host_us(fns[vn]))
+        row = dict(shape=name, flops=flops, b2b=per, flushed=fl, host=hs, runs=runs, variants={})
+        line = f"{name:26s}"
+        for vn in names:
+            d = [x - y for x, y in zip(per[vn], per[names[0]])]
+            hd = [x - y for x, y in zip(hs[vn], hs[names[0]])]
+            st = dict(med=statistics.median(per[vn]), med_fl=statistics.median(fl[vn]),
+                      paired=statistics.median(d), slower=sum(x > 0 for x in d),
+                      host=statistics.median(hs[vn]), host_paired=statistics.median(hd))
+            row["variants"][vn] = st
+            line += (f" | {vn} {st['med']:6.1f} ({st['paired']:+5.1f}) fl {st['med_fl']:6.1f}"
+                     f" host {st['host']:5.1f} ({st['host_paired']:+5.1f})")
+        results["chunked"].append(row)
+        print(line, flush=True)
+        print("   runs:", runs, flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--chunked", action="store_true", help="part 2 only: the chunked-prefill gate")
+    ap.add_argument("--small", action="store_true", help="with --chunked: the grids under two waves")
     a = ap.parse_args(argv)
     t0 = time.time()
-    results = dict(checks=[], times=[], device=torch.cuda.get_device_name())
+    results = dict(checks=[], times=[], chunked=[], device=torch.cuda.get_device_name())
+    if a.chunked:
+        chunked(results, a.rounds, CHUNKED_SMALL if a.small else CHUNKED)
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+        return 0
     ok = check(results)
     results["checks_ok"] = ok
     if not ok:
