@@ -140,23 +140,27 @@ def variants():
                              DIRECT=False, LMK_ONE=dt != torch.float32, PDL=L.SPLIT_PDL),
                         cfg.num_warps, cfg.num_stages, dt != torch.float32 and bm >= 64)
     # TMA prefill: the shipped table (PREFILL_TMA) and, for every 16-bit row of
-    # PREFILL, both V modes (the private tma knob reaches them).
+    # PREFILL, both V modes (the private tma knob reaches them); every TMA tile of the
+    # table with its inside blocks' v through the chunked 5-D view (V_CHUNK,
+    # launch._v_chunk_desc; shipped where launch.TMA_V_CHUNK says so; it needs the phases).
     tma_rows = {(key, mode): cfg for key, cfg in L.PREFILL.items() if key[0] == "16"
                 for mode in ("v_tma", "v_ptr")}
     tma_rows.update({(key, "v_tma" if v_tma else "v_ptr"): cfg for key, (cfg, v_tma) in L.PREFILL_TMA.items()})
+    tma_rows.update({(key, "v_chunk"): cfg for key, (cfg, _) in L.PREFILL_TMA.items()})
     for ((cls, bucket), mode), cfg in tma_rows.items():
         d, bd = _dims(bucket)
+        chunk = mode == "v_chunk"
         for dt in _dtypes(cls):
             t = TYPES[dt]
             bm, bn = cfg.block_m, cfg.block_n
             out[f"tma-{mode}-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"] = (
                 f"tma-{t}", "_swa_fwd_tma_kernel",
                 {"desc_q": f"tensordesc<{t}[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<{t}[1,1,{bn},{bd}]>",
-                 "desc_v": f"tensordesc<{t}[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
-                 "V": f"*{t}", "LSE": "*fp32"},
+                 "desc_v": f"tensordesc<{t}[1,1,{'1,' if chunk else ''}{bn},{bd}]>",
+                 "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>", "V": f"*{t}", "LSE": "*fp32"},
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
                      EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True,
-                     PHASES=L.TMA_PHASES.get((cls, bucket), False),
+                     PHASES=chunk or L.TMA_PHASES.get((cls, bucket), False), V_CHUNK=chunk,
                      **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
                 cfg.num_warps, cfg.num_stages, True)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
@@ -173,22 +177,6 @@ def variants():
                  EXPAND=True, V_TMA=v_tma, LMK_ONE=True,
                  PHASES=L.TMA_PHASES.get((cls, bucket), False)),  # no register cap: launch._frame_static
             cfg.num_warps, cfg.num_stages, True)
-    # V_CHUNK (v's inside blocks through the chunked 5-D view, launch._v_chunk_desc): every
-    # TMA tile of the table, both 16-bit dtypes (shipped where launch.TMA_V_CHUNK says so).
-    for (cls, bucket), (cfg, v_tma) in L.PREFILL_TMA.items():
-        d, bd = _dims(bucket)
-        for dt in _dtypes(cls):
-            t = TYPES[dt]
-            bm, bn = cfg.block_m, cfg.block_n
-            out[f"tma-v_chunk-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"] = (
-                f"tma-{t}", "_swa_fwd_tma_kernel",
-                {"desc_q": f"tensordesc<{t}[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<{t}[1,1,{bn},{bd}]>",
-                 "desc_v": f"tensordesc<{t}[1,1,1,{bn},{bd}]>", "desc_o": f"tensordesc<{t}[1,1,{bm},{bd}]>",
-                 "V": f"*{t}", "LSE": "*fp32"},
-                dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                     EXPAND=True, V_TMA=False, LMK_ONE=True, PHASES=True, V_CHUNK=True,
-                     **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
-                cfg.num_warps, cfg.num_stages, True)
     # The modulo landmark test (LMK_ONE=False: chunk_size < BLOCK_N, or the
     # kernel frame's C = Lk + 1 below BLOCK_N) of every 16-bit kernel, D = 128 bucket.
     for name in [n for n in out if n.endswith(("-bf16-D96", "-bf16-D96-M64"))

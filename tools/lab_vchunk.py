@@ -29,7 +29,8 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import reference
-from tools._common import attention_flops, capture_graph
+from tools._common import attention_flops
+from tools.gpu_triton import flushed_time, graph_time
 from triton_impl import kernels
 from triton_impl import launch as L
 
@@ -146,46 +147,14 @@ def check(results, only_fp16=False):
     return ok
 
 
-def graph_us(fn, reps=10, sets=1):
-    fn()
-    torch.cuda.synchronize()
-    graph, _ = capture_graph(lambda: [fn() for _ in range(reps)])
-    graph.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(7):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        graph.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / reps)
-    del graph
-    return statistics.median(ts)
+def graph_us(fn):
+    """Kernel-only microseconds per call back to back (``tools.gpu_triton.graph_time``)."""
+    return graph_time(fn, [()])
 
 
-FLUSH = None
-
-
-def flushed_us(fn, reps=15):
-    global FLUSH
-    if FLUSH is None:
-        FLUSH = torch.empty(256 * 2**20, dtype=torch.int8, device=DEV)
-    fn()
-    torch.cuda.synchronize()
-    graph, _ = capture_graph(fn)
-    graph.replay()
-    ts = []
-    for _ in range(reps):
-        FLUSH.zero_()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        graph.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3)
-    del graph
-    return statistics.median(ts)
+def flushed_us(fn):
+    """Microseconds per call by the bench's flushed timer (``tools.gpu_triton.flushed_time``)."""
+    return flushed_time(fn, [()], reps=15)
 
 
 C_ = L.Config
