@@ -165,18 +165,22 @@ def variants():
                 cfg.num_warps, cfg.num_stages, True)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
+    # (and with the chunked view of v where the table ships it: an int64 frame with a
+    # chunk that is a multiple of the key block)
     for (cls, bucket), (cfg, v_tma) in L.PREFILL_TMA.items():
         d, bd = _dims(bucket)
         bm, bn = cfg.block_m, cfg.block_n
-        out[f"tma-i64-bf16-D{d}"] = (
-            "tma-bf16", "_swa_fwd_tma_kernel",
-            {"desc_q": f"tensordesc<bf16[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<bf16[1,1,{bn},{bd}]>",
-             "desc_v": f"tensordesc<bf16[1,1,{bn},{bd}]>", "desc_o": f"tensordesc<bf16[1,1,{bm},{bd}]>",
-             "V": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64", "C": "i64"},
-            dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
-                 EXPAND=True, V_TMA=v_tma, LMK_ONE=True,
-                 PHASES=L.TMA_PHASES.get((cls, bucket), False)),  # no register cap: launch._frame_static
-            cfg.num_warps, cfg.num_stages, True)
+        for chunk in (False, True) if L.TMA_V_CHUNK.get((cls, bucket)) else (False,):
+            out[f"tma-i64-bf16-D{d}" + ("-v_chunk" if chunk else "")] = (
+                "tma-bf16", "_swa_fwd_tma_kernel",
+                {"desc_q": f"tensordesc<bf16[1,1,{bm},{bd}]>", "desc_k": f"tensordesc<bf16[1,1,{bn},{bd}]>",
+                 "desc_v": f"tensordesc<bf16[1,1,{'1,' if chunk else ''}{bn},{bd}]>",
+                 "desc_o": f"tensordesc<bf16[1,1,{bm},{bd}]>",
+                 "V": "*bf16", "LSE": "*fp32", "kv_start": "i64", "W": "i64", "C": "i64"},
+                dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
+                     EXPAND=True, V_TMA=v_tma, LMK_ONE=True, V_CHUNK=chunk,
+                     PHASES=chunk or L.TMA_PHASES.get((cls, bucket), False)),  # no register cap: _frame_static
+                cfg.num_warps, cfg.num_stages, True)
     # The modulo landmark test (LMK_ONE=False: chunk_size < BLOCK_N, or the
     # kernel frame's C = Lk + 1 below BLOCK_N) of every 16-bit kernel, D = 128 bucket.
     for name in [n for n in out if n.endswith(("-bf16-D96", "-bf16-D96-M64"))
@@ -193,10 +197,10 @@ def variants():
     # Both prefill kernels in their other key loop form (PHASES: launch.PHASES /
     # launch.TMA_PHASES / the _phases knob): the pointer kernel's 16-bit D = 64 and D = 128
     # buckets and fp32 D = 64; every shipped TMA tile, both V modes at D = 128's bucket,
-    # and the int64 frame.
+    # and the int64 frame (not the chunked view of v, which needs the phases).
     pointer = ("prefill-bf16-D64", "prefill-fp16-D96", "prefill-bf16-D96", "prefill-fp32-D64")
     for name in [n for n in out if n in pointer or n in shipped_tma
-                 or n.startswith(("tma-v_tma-bf16-D96", "tma-i64"))]:
+                 or (n.startswith(("tma-v_tma-bf16-D96", "tma-i64")) and not out[n][3].get("V_CHUNK"))]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         ph = not consts["PHASES"]
         out[name + ("-phases" if ph else "-one-loop")] = (grp, fn, ptrs, dict(consts, PHASES=ph), warps,

@@ -14,6 +14,7 @@ NaN, so an element the kernel never writes fails.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -592,16 +593,17 @@ def test_prefill_loop_forms(phases, kernel):
             assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
-# V_CHUNK (launch._v_chunk_desc): (Lq, Lk, D, W, C, extra, tile, takes the view). The view
-# serves calls whose chunk is a multiple of the tile's key block, whose first seen key
-# starts a chunk and which hold a whole chunk from there; the others run the pointer-v
-# kernel. Chunks of 48 (not a power of two), tails past the last whole chunk, kv_start
-# on and off a chunk boundary, a frame moved by a large kv_start, GQA, chunked prefill.
+# V_CHUNK (launch._v_chunk_desc): (Lq, Lk, D, W, C, extra, tile, takes the view[, layout]).
+# The view serves calls whose chunk is a multiple of the tile's key block, whose first
+# seen key starts a chunk and which hold a whole chunk from there; the others run the
+# pointer-v kernel. Chunks of 48 (not a power of two), inside blocks past the last whole
+# chunk moved to the edge loop (cases 2 and 11), a kernel frame whose kv_start is not a
+# multiple of C (case 12, BLHD), kv_start on and off a chunk boundary, GQA, chunked prefill.
 V_CHUNK_CASES = [
     (300, 300, 64, 120, 32, {}, L.Config(32, 16, 4, 2), True),
     (300, 300, 64, 120, 48, dict(kv_start=96), L.Config(32, 16, 4, 2), True),
     (260, 330, 64, 150, 128, dict(kv_start=128), L.Config(16, 32, 4, 2), True),
-    (200, 200, 128, 90, 64, dict(kv_start=64 * 10 ** 6), L.Config(32, 32, 4, 2), True),
+    (200, 200, 128, 90, 64, dict(kv_start=64 * 10 ** 6), L.Config(32, 32, 4, 2), True),  # frame: kv_start 0
     (300, 300, 64, 120, 32, dict(kv_start=5), L.Config(32, 16, 4, 2), False),  # key 0 inside a chunk
     (300, 300, 64, 120, 24, {}, L.Config(32, 16, 4, 2), False),  # chunk not a multiple of 16
     (300, 300, 64, 121, 32, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), True),  # j_min 0
@@ -609,6 +611,8 @@ V_CHUNK_CASES = [
     (100, 300, 64, 41, 32, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), True),  # j_min 160
     (300, 300, 64, 120, 32, dict(mask_lmk=False), L.Config(32, 16, 4, 2), False),  # no landmark: no view
     (40, 300, 64, 400, 512, {}, L.Config(32, 16, 4, 2), False),  # no whole chunk in the key range
+    (360, 360, 64, 120, 64, dict(kv_start=128), L.Config(32, 16, 4, 2), True),  # 40-key tail: capped
+    (100, 300, 64, 41, 64, dict(kv_start=32), L.Config(32, 16, 4, 2), True, True),  # j_min 160, r 32
 ]
 
 
@@ -622,9 +626,9 @@ def test_tma_v_chunk_view(case):
     nothing; bit-identical to the pointer-v kernel when no block moves from the inside
     loop to the edge loop (the view then ends at ``Lk``); the view with the landmark row
     inside it is caught."""
-    Lq, Lk, D, W, C, extra, cfg, takes = V_CHUNK_CASES[case]
+    Lq, Lk, D, W, C, extra, cfg, takes, *blhd = V_CHUNK_CASES[case]
     kw = dict(window_size=W, chunk_size=C, **extra)
-    q, k, v = _inputs(1, 2, 1, Lq, Lk, D, D, torch.float16)
+    q, k, v = _inputs(1, 2, 1, Lq, Lk, D, D, torch.float16, bool(blhd))
     k2, v2 = k.clone(), v.clone()
     poison_unseen(k2, v2, Lq, kw)
     p = reference.check_inputs(q, k, v, **kw)
@@ -661,6 +665,35 @@ def test_tma_v_chunk_view(case):
         finally:
             L._v_chunk_desc = real
         assert torch.isnan(o).any()
+
+
+def test_triton_tma_backend_runs_the_shipped_v_mode():
+    """``triton-tma`` (``triton_impl.tma_prefill``) runs the TMA kernel with ``v`` as the
+    tables ship it: through the chunked view at D = 64 (``launch.TMA_V_CHUNK``) where a call
+    allows it, by pointers at D = 128; and the conformance suite's quick tier on the GPU
+    has cases that take the view, some of them with NaN in every unseen slot (on CPU,
+    fp16 under the interpreter, decided as on the GPU)."""
+    from conformance import cases as CS
+    from triton_impl import tma_prefill
+
+    assert L.TMA_V_CHUNK == {("16", 64): True}
+    kw = dict(window_size=100, chunk_size=64)
+    for d, view in ((64, True), (128, False)):
+        x = torch.randn(1, 2, 300, d, dtype=torch.float16, device=DEV)
+        assert tma_prefill.describe_call(x, x, x, **kw).endswith("v-chunk") == view
+    taken = []
+    for c in CS.generate("quick", "cuda"):
+        if c.error or c.dtype == "fp32" or 0 in (c.B, c.Hq, c.Lq):
+            continue
+        if DEV == "cpu":  # the interpreter runs the TMA kernel for fp16 only
+            c = dataclasses.replace(c, dtype="fp16", device="cpu")
+        q, k, v = CS.make_inputs(c, 0, DEV)[:3]
+        try:
+            if tma_prefill.describe_call(q, k, v, **c.kwargs()).endswith("v-chunk"):
+                taken.append(c)
+        except UnsupportedConfig:  # strides the copy engine refuses
+            pass
+    assert len(taken) >= 10 and any(c.nan_slots for c in taken), [c.id for c in taken]
 
 
 def test_gluon_knob_refuses_what_it_cannot_run():
@@ -738,6 +771,7 @@ def test_tma_v_chunk_shipped_at_d64(blhd):
     ``v``, poisoned outputs, a graph replay; and within the bound against float64 on a
     slice. A ``kv_start`` inside a chunk runs the pointer-v kernel."""
     kw = dict(window_size=512, chunk_size=64)
+    fast_off = len(L.FAST_PATH_OFF)  # a list the process shares: only this test's entries count
     q, k, v = _inputs(1, 32, 4, 8192, 8192, 64, 64, torch.bfloat16, blhd)
     lmk = (torch.arange(8192, device=DEV) + 1) % 64 == 0
     k[:, :, lmk] = float("nan")
@@ -755,10 +789,40 @@ def test_tma_v_chunk_shipped_at_d64(blhd):
     if triton.__version__.startswith("3.6."):
         assert any(isinstance(f, L._TmaFast) and "('V_CHUNK', True)" in str(key)
                    for key, f in L._FWD_TMA.tma_cache.items())
-    assert not L.FAST_PATH_OFF, L.FAST_PATH_OFF
+    assert len(L.FAST_PATH_OFF) == fast_off, L.FAST_PATH_OFF
     off = reference.check_inputs(q, k, v, **kw, kv_start=5)
     assert "v-chunk" not in L.describe(off, q, k, v)
     _check(o[:, :4, -300:].contiguous(), lse[:, :4, -300:].contiguous(), q[:, :4, -300:], k[:, :1], v[:, :1], **kw)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("C, kv_start, Lq, Lk, blhd", [(128, 384, 3000, 8292, False), (256, 0, 4296, 4296, True),
+                                                      (64, 32, 4000, 8232, True)],
+                         ids=["C128-kv384-tail100", "C256-BLHD-tail200", "C64-kv32-BLHD"])
+def test_tma_v_chunk_boxes_inside_chunks(C, kv_start, Lq, Lk, blhd):
+    """The chunked view on the copy engine where the lab's shapes do not take it: blocks
+    that start inside a chunk (C > BLOCK_N: row ``ph > 0`` of chunk ``vc``), a view whose
+    base is past key 0 (``j_min > 0``), a kernel frame whose ``kv_start`` is not a multiple
+    of C, and inside blocks past the last whole chunk run with the edge blocks (a tail of
+    100 / 200 keys). NaN in every landmark slot, outputs poisoned: no NaN anywhere, within
+    rounding of the pointer-v kernel (the same blocks in another order), and within the
+    suite's bound against float64 on the last rows, whose tiles hold the moved blocks."""
+    kw = dict(window_size=512, chunk_size=C, kv_start=kv_start)
+    q, k, v = _inputs(1, 32, 4, Lq, Lk, 64, 64, torch.bfloat16, blhd)
+    lmk = (torch.arange(Lk, device=DEV) + kv_start + 1) % C == 0
+    k[:, :, lmk] = float("nan")
+    v[:, :, lmk] = float("nan")
+    p = reference.check_inputs(q, k, v, **kw)
+    assert L.describe(p, q, k, v).endswith("v-chunk")
+    o, lse = p.new_outputs(poison=True)
+    assert L.launch(p, q, k, v, o, lse) == "prefill_tma"
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    o2, lse2 = p.new_outputs(poison=True)
+    assert L.launch(p, q, k, v, o2, lse2, tma="v_ptr") == "prefill_tma"
+    assert torch.allclose(o.float(), o2.float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(lse, lse2, rtol=0, atol=1e-4)
+    _check(o[:, :4, -256:].contiguous(), lse[:, :4, -256:].contiguous(), q[:, :4, -256:], k[:, :1], v[:, :1], **kw)
 
 
 @pytest.mark.gpu

@@ -153,8 +153,12 @@ def graph_us(fn):
 
 
 def flushed_us(fn):
-    """Microseconds per call by the bench's flushed timer (``tools.gpu_triton.flushed_time``)."""
-    return flushed_time(fn, [()], reps=15)
+    """Microseconds per call by the bench's flushed timer (``tools.gpu_triton.flushed_time``,
+    NaN when the graph capture failed: refused here)."""
+    us = flushed_time(fn, [()], reps=15)
+    if not math.isfinite(us):
+        raise RuntimeError("the flushed timer's graph capture failed")
+    return us
 
 
 C_ = L.Config

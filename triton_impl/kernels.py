@@ -571,7 +571,9 @@ def _swa_fwd_tma_kernel(
         hi = j_hi
         MASK_MID: tl.constexpr = True
     ph = _lmk_phase(kv_start, lo, C)
-    vc = ((lo - j_min) // C).to(tl.int32)  # V_CHUNK: the chunk of key lo (its row in it: ph)
+    vc = 0
+    if V_CHUNK:  # the chunk of key lo (its row in the chunk: ph)
+        vc = ((lo - j_min) // C).to(tl.int32)
     v_ptrs = v_base + (lo + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh, n0, j_min,

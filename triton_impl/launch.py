@@ -169,7 +169,7 @@ TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # boundaries); the other calls run the pointer-v kernel. Measured on the H200 (session 24,
 # tools/lab_vchunk.py, bench_results/vchunk-lab2-ea2d6b9.json, paired medians of 5
 # interleaved rounds, bit-identical outputs or within the pointer kernel's error): D=64
-# (64x64 w4 s2 r128) 3.9-4.7% less kernel time back to back, 3.5-6.3% flushed on all four
+# (64x64 w4 s2 r128) 3.9-4.7% less kernel time back to back, 3.5-6.4% flushed on all four
 # D=64 bench shapes (GQA 32/4 L=8K 131.7 -> 126.0 us), SASS of an inside block 412 -> 400;
 # D=128 no gain resolved (64x64 s2: +0.5 / -1.2% at L=8K / 16K; 64x64 s3 does not fit two
 # CTAs per SM with the view's extra barrier: 24 bytes over, one CTA per SM, +41%).
@@ -944,6 +944,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             if v_chunk and lmk_one_ok and tph and not v_tma:
                 ccx, cst = _variants(tcommon, True, tcfg.num_warps, tcfg.num_stages, fold_on,
                                      dict(PHASES=True, V_CHUNK=True), maxnreg=tcfg.maxnreg)
+                for fo in (False, True):  # the view needs C >= BLOCK_N: LMK_ONE whatever pick asks
+                    ccx[(False, fo)], cst[(False, fo)] = ccx[(True, fo)], cst[(True, fo)]
                 plan.tma.vchunk = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
                                           j_mins=plan.tma.j_mins)
         return plan
