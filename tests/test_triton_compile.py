@@ -189,8 +189,7 @@ def variants():
         out[name + "-lmkmod"] = (grp, fn, ptrs, dict(consts, LMK_ONE=False), warps, stages, hgmma)
     # The scale folded into the exponent (FOLD, launch.FOLD_SCALE / the _fold knob):
     # every shipped 16-bit TMA tile and the D = 128 bucket of the other two kernels.
-    shipped_tma = {f"tma-v_ptr-bf16-D{_dims(b)[0]}-{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}"
-                   for (cls, b), (c, v_tma) in L.PREFILL_TMA.items()}
+    shipped_tma = {n for n in shipped_tma_names() if "-bf16-" in n and not n.startswith("tma-v_chunk")}
     for name in [n for n in out if n in shipped_tma or n in ("prefill-bf16-D96", "splitkv-bf16-D96-M64")]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
         out[name + "-fold"] = (grp, fn, ptrs, dict(consts, FOLD=True), warps, stages, hgmma)

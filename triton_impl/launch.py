@@ -1068,17 +1068,16 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: 
     bm, bn, bdk, bdv = plan.blocks
     r, w, c = _frame(p)
     j_min = _j_min(plan, p)
-    cx, st = plan.pick(c, qk_scale)
     if plan.path == "prefill_gluon":
+        cx, st = plan.pick(c, qk_scale)
         kk, vv = k[:, :, j_min:], v[:, :, j_min:]
         _FWD_GLUON(plan.grid, (*_gluon_descs(q, kk, vv, bm, bn, bdk, bdv), o, lse),
                    (*o.stride()[:3], *plan.head, p.Lk, r, j_min, w, c), (qk_scale,), cx, st, dev=dev)
         return
     (pq, sq), (pk, sk), (pv, sv) = ops
     es = k.element_size()
-    vd = _v_chunk_desc(plan, p, j_min, r, c, pv, sv, es)
-    if vd is not None:  # v's inside blocks through the chunked view (V_CHUNK)
-        cx, st = plan.vchunk.pick(c, qk_scale)
+    vd = _v_chunk_desc(plan, p, j_min, r, c, pv, sv, es)  # None: v by pointers
+    cx, st = (plan if vd is None else plan.vchunk).pick(c, qk_scale)
     st = _frame_static(st, (r, w, c))
     if j_min == 0:
         kd = (pk, k.shape, sk)
