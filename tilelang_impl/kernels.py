@@ -100,6 +100,22 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 
 @T.macro
+def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N):
+    """The ``V`` tile from the chunk view ``V5[b, h, c, t, :] = V[b, h, c * C + t, :]``,
+    ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
+    ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
+    so the bulk copy writes zeros there, and past the last chunk (keys at or beyond
+    ``Lk``) too; nothing is zeroed by hand. The tile lies inside one chunk, rows ``k0 %
+    C`` on: valid only for the calls ``launch.v_chunk_call`` admits (``C`` a multiple of
+    ``block_N``, tiles starting on ``block_N``-key boundaries of a frame with ``r = 0``,
+    ``Lk`` a multiple of ``C``). A tile of several chunks (``block_N > C``) would need a
+    copy per chunk into part of ``V_s``, which TileLang 0.1.15 lowers as element loads,
+    not bulk copies (session 25, CPU compile)."""
+    t0 = k0 % C
+    T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
+
+
+@T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                 expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0,
                 q_first=None, n_q=None):
@@ -132,6 +148,75 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
                           mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0, pack)
 
 
+@T.macro
+def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l, row_sum,
+                  left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first, q_end, block_M,
+                  block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C, inv_c, mask_lmk,
+                  expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold,
+                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False):
+    """The key loop with one tile's softmax overlapped with the previous tile's ``P @ V``
+    (the ``overlap`` knob of :func:`fwd_tc`; FA3's intra-warpgroup overlap).
+
+    Iteration ``kb`` of ``n_it + 1`` (none when ``n_it == 0``) loads key tile ``min(kb,
+    n_it - 1)`` and value tile ``max(kb - 1, 0)``, issues ``S = Q K^T`` and ``O += P V``
+    of the previous tile as two asynchronous wgmma groups, waits for ``S`` only, masks it
+    and runs the online-softmax step while ``P V`` is on the tensor cores, then waits for
+    ``P V``, rescales ``O`` and keeps the new ``P``. ``P`` of "tile -1" is zero (its
+    product adds nothing: landmark rows of the value tile are zeroed as always; other
+    rows of tile 0 are finite by :func:`macros.zero_landmark_rows`' argument). The last
+    iteration's score tile is a repeat of the last key tile, and its softmax step is
+    skipped. ``serial`` (``overlap=2``, the lab's control): the same loop with both
+    products waited for before the softmax step.
+
+    The copy stages are released by the warp-specialisation pass after the last statement
+    that reads them, which it takes to be the (asynchronous) product: ``held`` reads one
+    element of ``K_s`` / ``V_s`` after the wait that covers the product, so the release
+    follows the wait (the reads themselves are dead code for nvcc)."""
+    T.clear(acc_p)
+    held = T.alloc_local([2], dtype)  # see the docstring's last paragraph
+    for kb in T.Pipelined(n_it + T.min(n_it, 1), num_stages=num_stages):
+        k0 = lo + (kb0 + T.min(kb, n_it - 1)) * block_N
+        k0v = lo + (kb0 + T.max(kb - 1, 0)) * block_N
+        T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
+        T.copy(_tile(V, kv_blhd, bz, hk, k0v, block_N), V_s)
+        if v_zero:
+            M.zero_landmark_rows(V_s, k0v, block_N, Dv, r, C, inv_c, dtype, True,
+                                 M.tile_landmark_start(k0v, r, C, mask_lmk, lmk_cols)
+                                 if rows_j0 else None, lmk_cols)
+        T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
+        T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
+        T.wait_wgmma(0 if serial else 1)
+        T.warpgroup_fence_operand(acc_s, num_regs=block_M * block_N // threads)
+        held[0] = K_s[0, 0]  # K_s is released here, after its product is done
+        if kb < n_it:
+            j0 = None
+            if rows_j0:
+                j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
+            if mask_split:
+                _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
+                            mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                            True, lmk_cols, win_u32, j0, pack,
+                            *((q_first, q_end - q_first) if pack else ()))
+            else:
+                M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
+                              inv_c, mask_lmk, None if scale_fold else scale_log2, True,
+                              lmk_cols, win_u32, j0, pack)
+            M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
+                                    True, fold, scale_log2 if scale_fold else None, fast_exp2)
+        T.wait_wgmma(0)
+        T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
+        T.warpgroup_fence_operand(acc_p, num_regs=block_M * block_N // threads // 2)
+        held[1] = V_s[0, 0]  # V_s likewise
+        if kb < n_it:
+            M.rescale_output(acc_o, alpha, block_M, Dv, True)
+            T.copy(acc_s, acc_p)
+
+
+#: Values of the ``overlap`` knob (:func:`fwd_tc`): 0 off, 1 the overlapped loop
+#: (:func:`_overlap_loop`), 2 its serial control (the lab's).
+OVERLAP = (0, 1, 2)
+
+
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
 #: ``"tile"`` re-writes the whole tile (every row tested with ``key_kept``; the
 #: behaviour before the knobs existed), ``"rows"`` zeroes only the landmark rows
@@ -159,7 +244,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, min_blocks=0):
+                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -227,7 +312,16 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
         raise ValueError("lmk_zero='rows' needs warp specialisation (fwd_tc) with mask_lmk")
-    v_zero = mask_lmk and (ws or lmk_zero == "rows")  # consumer writes V_s before PV
+    if overlap and not (ws and (lmk_zero == "rows" or not mask_lmk)):
+        raise ValueError("overlap needs warp specialisation (fwd_tc) and, with mask_lmk, "
+                         "lmk_zero='rows'")
+    _check_knobs(0, v_chunk=v_chunk)
+    if overlap not in OVERLAP:
+        raise ValueError(f"overlap={overlap!r}: one of {OVERLAP} (kernels.OVERLAP)")
+    if v_chunk and not (mask_lmk and ws and not overlap):
+        raise ValueError("v_chunk needs mask_lmk and warp specialisation (fwd_tc), "
+                         "without overlap")
+    v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)  # one j0 register per tile
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
@@ -236,12 +330,17 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
     k_shape = _shape(kv_blhd, B, Hkv, Lk, Dqk)
     v_shape = _shape(kv_blhd, B, Hkv, Lk, Dv)
+    if v_chunk:  # the chunk view of V (launch.v_chunk_view): strides are the call's
+        NC, Cm1, svb, svh, svc, svl = T.dynamic("NC Cm1 svb svh svc svl")
+        v_param = T.StridedTensor((B, Hkv, NC, Cm1, Dv), (svb, svh, svc, svl, 1), dtype)
+    else:
+        v_param = T.Tensor(v_shape, dtype)
     o_shape = (B, Hq, S, Lq, Dv) if split else (B, Hq, Lq, Dv)
     o_dtype = accum if split else dtype
     l_shape = (B, Hq, S, Lq) if split else (B, Hq, Lq)
 
     @T.prim_func
-    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor(v_shape, dtype),
+    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(k_shape, dtype), V: v_param,
              O: T.Tensor(o_shape, o_dtype), LSE: T.Tensor(l_shape, accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
         n_qb = T.ceildiv(pack * Lq, block_M) if pack else T.ceildiv(Lq, block_M)
@@ -295,40 +394,51 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             M.softmax_init(acc_o, m, l)
 
             policy = T.GemmWarpPolicy.FullRow
-            for kb in T.Pipelined(n_it, num_stages=num_stages):
-                k0 = lo + (kb0 + kb) * block_N
-                T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
-                _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk,
-                        ws, lmk_zero, lmk_cols)
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
-                j0 = None
-                if rows_j0:
-                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
-                if mask_split:
-                    _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                True, lmk_cols, win_u32, j0, pack,
-                                *((q_first, q_end - q_first) if pack else ()))
-                else:
-                    M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                                  inv_c, mask_lmk, None if scale_fold else scale_log2, True,
-                                  lmk_cols, win_u32, j0, pack)
-                M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                        True, fold, scale_log2 if scale_fold else None, fast_exp2)
-                T.copy(acc_s, acc_p)
-                M.rescale_output(acc_o, alpha, block_M, Dv, True)
-                if v_zero:
-                    if lmk_zero == "rows":
-                        M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype, True, j0,
-                                             lmk_cols)
+            if overlap:
+                _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
+                              row_sum, left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first,
+                              q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
+                              inv_c, mask_lmk, expand_to_chunk, scale_log2, mask_split, fold,
+                              lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
+                              policy, threads, overlap == 2)
+            else:
+                for kb in T.Pipelined(n_it, num_stages=num_stages):
+                    k0 = lo + (kb0 + kb) * block_N
+                    T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
+                    if v_chunk:
+                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N)
                     else:
+                        _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype,
+                                mask_lmk, ws, lmk_zero, lmk_cols)
+                    T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
+                    j0 = None
+                    if rows_j0:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
-                        for j, d in T.Parallel(block_N, Dv):
-                            V_s[j, d] = T.if_then_else(
-                                M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
-                                V_s[j, d],
-                                T.Cast(dtype, 0))
-                T.gemm(acc_p, V_s, acc_o, policy=policy)
+                    if mask_split:
+                        _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
+                                    mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                                    True, lmk_cols, win_u32, j0, pack,
+                                    *((q_first, q_end - q_first) if pack else ()))
+                    else:
+                        M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
+                                      inv_c, mask_lmk, None if scale_fold else scale_log2, True,
+                                      lmk_cols, win_u32, j0, pack)
+                    M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
+                                            True, fold, scale_log2 if scale_fold else None, fast_exp2)
+                    T.copy(acc_s, acc_p)
+                    M.rescale_output(acc_o, alpha, block_M, Dv, True)
+                    if v_zero:
+                        if lmk_zero == "rows":
+                            M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype, True, j0,
+                                                 lmk_cols)
+                        else:
+                            j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
+                            for j, d in T.Parallel(block_N, Dv):
+                                V_s[j, d] = T.if_then_else(
+                                    M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
+                                    V_s[j, d],
+                                    T.Cast(dtype, 0))
+                    T.gemm(acc_p, V_s, acc_o, policy=policy)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:
@@ -369,7 +479,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0, min_blocks: int = 0):
+           pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -401,7 +511,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
+                        overlap, v_chunk)
 
 
 @tilelang.jit(target=HOPPER,

@@ -280,7 +280,7 @@ def prefill_config(p) -> tuple:
 #: written with ``ws`` at 14 is refused (:func:`tc_kernel_args`), not misread.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0))
+            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -337,7 +337,7 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
-               scale_log2: float | None = None, group: int = 1) -> tuple:
+               scale_log2: float | None = None, group: int = 1, view: bool = False) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -347,9 +347,12 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``pack`` (a permission) becomes the call's ``group`` (``Hq / Hkv``) where it is
     above 1, else 0 (one query head per key/value head: nothing to pack); trailing
     defaults are dropped (one cache key per kernel; the default kernel keeps the key
-    it always had)."""
+    it always had). ``v_chunk`` (a permission) stays on only where ``view``, the call's
+    :func:`v_chunk_call`, and ``C`` is a multiple of ``block_N``."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
+    vc = _KNOB["v_chunk"]
+    full[vc] = bool(full[vc]) and view and mask_lmk and C > 0 and C % block_N == 0
     pk = _KNOB["pack"]
     full[pk] = group if (full[pk] and group > 1) else 0
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
@@ -361,7 +364,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
 
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
-                   scale_log2: float | None = None, group: int = 1) -> tuple[str, tuple, tuple]:
+                   scale_log2: float | None = None, group: int = 1,
+                   view: bool = False) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -380,21 +384,48 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                   q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
-                  split: bool = False, group: int = 1) -> tuple[str, tuple]:
+                  split: bool = False, group: int = 1, view: bool = False) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
     cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group)
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
 #: Where the knobs start in :func:`tc_kernel_key`'s factory arguments.
 _KNOBS_AT = 12
+#: Where the ``v_chunk`` knob is in them (absent when it and the knobs after it are off).
+_V_CHUNK_AT = _KNOBS_AT + _KNOB["v_chunk"]
+
+
+def v_chunk_call(p) -> bool:
+    """Whether a call admits the chunk view of ``v`` (:func:`v_chunk_view`, knob ``v_chunk``
+    of ``kernels.fwd_tc``, which also needs ``C`` a multiple of the tile's ``block_N``,
+    :func:`call_knobs`): ``mask_lmk`` and ``expand_to_chunk`` (every query block's first
+    key then starts a chunk), the kernel frame's ``r = 0`` (``kv_start`` a multiple of
+    ``chunk_size``, so key 0 starts a chunk too) and ``Lk`` a whole number of chunks
+    (at least one), so that every tile a block loads lies inside one chunk of the view
+    or past ``Lk``, where the copy engine fills zeros as the plain tile's copy does."""
+    if not (p.mask_lmk and p.expand_to_chunk) or p.Lk == 0:
+        return False
+    r, _, C = p.kernel_frame()
+    return r == 0 and C >= 2 and p.Lk % C == 0
+
+
+def v_chunk_view(v, C: int):
+    """``v`` (canonical shape ``(B, Hkv, Lk, Dv)``, any strides with a unit last one) as the
+    chunk view ``(B, Hkv, Lk // C, C - 1, Dv)`` that ``kernels.fwd_tc`` reads with
+    ``v_chunk``: element ``[b, h, c, t, d]`` is ``v[b, h, c * C + t, d]``. Each chunk's
+    last row, its landmark, is left out (the bulk copy writes zeros for it). A view of
+    the same storage: nothing is copied."""
+    B, H, L, D = v.shape
+    sb, sh, sl, sd = v.stride()
+    return v.as_strided((B, H, L // C, C - 1, D), (sb, sh, C * sl, sl, sd), v.storage_offset())
 
 
 def combine_key(tc_args: tuple) -> tuple[str, tuple]:
@@ -675,7 +706,7 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
     split = S > 1
     cfg = config or (split_cfg if split else prefill_config(p))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk, p.expand_to_chunk, q_blhd,
-                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv)
+                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv, v_chunk_call(p))
     return S, kind, args
 
 
@@ -712,6 +743,8 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
                      else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config))
     split = S > 1
     ker = _call(kind, *args)
+    if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
+        v = v_chunk_view(v, C)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return

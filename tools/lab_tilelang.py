@@ -121,6 +121,18 @@ def _other_tile(D):
     return (128, 64) if _base(D)[1] == 128 else (128, 128)
 
 
+def _ovl(D, stages=None, tile=None, **knobs):
+    """The shipped prefill config of head dim D with the ``overlap`` knob (session 25),
+    on another ``tile`` (block_M, block_N, num_stages, threads) or pipeline depth."""
+    cfg = _launch().shipped_config(D, D)
+    knobs = dict(dict(overlap=1), **knobs)
+    if tile is not None:
+        cfg = tuple(tile) + cfg[4:]
+    if stages is not None:
+        cfg = cfg[:2] + (stages,) + cfg[3:]
+    return _full(cfg, **knobs)
+
+
 VARIANTS = {
     "base": (lambda D: _base(D),
              "the session-11 tile (SESSION11_TILE) without knobs (lmk_zero=tile, full mask, "
@@ -168,6 +180,33 @@ VARIANTS = {
                   "(~9 instructions per score); called 'shipped' until lmk_cols shipped",
                   "reference point for lmkcols: ~137 TF/s H32 D128 L8K, ~85 TF/s GQA D64 "
                   "(BENCHMARKS.md)"),
+    "ovl": (lambda D: _ovl(D),
+            "shipped config with the overlap knob (session 25): each tile's mask and "
+            "softmax run while the previous tile's P @ V is on the tensor cores (two "
+            "asynchronous wgmma groups per iteration, T.wgmma_gemm / T.wait_wgmma), one "
+            "more iteration per block (K tile n-1 twice, V tile 0 twice)",
+            "D=128 +10-25% (the softmax, ~1/3 of a tile's serial chain, hidden behind P @ V), "
+            "D=64 +5-20%, chunked +0-10% (short loops: the added iteration costs more)"),
+    "ovl-serial": (lambda D: _ovl(D, overlap=2),
+                   "control of ovl: the same loop (one more iteration, V one tile behind) with "
+                   "each product waited for at once",
+                   "slower than ovl by what the overlap gains"),
+    "vchunk": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=True),
+               "shipped config with v through the chunk view (session 25): the copy engine "
+               "zero-fills each chunk's landmark row, the consumer no longer zeroes V rows "
+               "(no per-tile named barriers and proxy fence before P @ V); where C % block_N "
+               "== 0 (D=128 64x64 tiles at C=64; D=64's 64x128 tile keeps the zeroing)",
+               "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N)"),
+    "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
+                     "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
+                     "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
+    "ovl-s3": (lambda D: _ovl(D, stages=3),
+               "ovl with three stages (the K/V lag one more tile behind the math)",
+               "within 3% of ovl (D=128: may not fit two CTAs per SM)"),
+    "ovl-128x128": (lambda D: _ovl(D, tile=(128, 128, 2, 256), min_blocks=0),
+                    "overlap on the 128-row tile with two consumer warp groups, one CTA per SM "
+                    "(FA3's own tile)",
+                    "D=128 +0-20% over ovl (one CTA per SM loses the inter-CTA overlap)"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0)",
@@ -381,6 +420,13 @@ CASES = [
     ("D64 W300 C64 sm_scale=-0.2 nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=1, Lq=700, Lk=900, window_size=300, chunk_size=64, kv_start=3,
           nan_slots=True, tail_nan=True, sm_scale=-0.2)),
+    # calls the chunk view of v serves (launch.v_chunk_call: r = 0, Lk a multiple of C)
+    ("D64 GQA4/1 W512 C64 L2048 view nan", 64, (True, True),
+     dict(B=1, Hq=4, Hkv=1, Lq=2048, Lk=2048, window_size=512, chunk_size=64, kv_start=0,
+          nan_slots=True, tail_nan=True)),
+    ("D128 Lq<Lk kv_start=128 C64 view nan", 128, (True, True),
+     dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=1024, window_size=200, chunk_size=64, kv_start=128,
+          nan_slots=True, tail_nan=True)),
     ("D128 lmk=F sm_scale=-0.1", 128, (False, True),
      dict(B=1, Hq=4, Hkv=2, Lq=600, Lk=600, window_size=300, chunk_size=64, kv_start=0,
           nan_slots=True, sm_scale=-0.1)),
@@ -685,15 +731,27 @@ def _tables(name):
     return (lambda D: (fn(D), False)), CASES, SHAPES
 
 
-def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
-    """The kernel-frame chunk ``C`` of a call (``Problem.kernel_frame()``), which
-    decides the ``lmk_cols`` the launcher bakes."""
+def _meta_problem(Lq, Lk, window_size, chunk_size, kv_start, mask_lmk=True,
+                  expand_to_chunk=True):
     import torch
     from reference.validation import check_inputs
     q = torch.empty((1, 1, Lq, 64), device="meta")
     k = torch.empty((1, 1, Lk, 64), device="meta")
-    p = check_inputs(q, k, k, window_size=window_size, chunk_size=chunk_size, kv_start=kv_start)
-    return p.kernel_frame()[2]
+    return check_inputs(q, k, k, window_size=window_size, chunk_size=chunk_size,
+                        kv_start=kv_start, mask_lmk=mask_lmk, expand_to_chunk=expand_to_chunk)
+
+
+def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
+    """The kernel-frame chunk ``C`` of a call (``Problem.kernel_frame()``), which
+    decides the ``lmk_cols`` the launcher bakes."""
+    return _meta_problem(Lq, Lk, window_size, chunk_size, kv_start).kernel_frame()[2]
+
+
+def view_call(flags, Lq, Lk, window_size, chunk_size, kv_start, **_):
+    """``launch.v_chunk_call`` of a call with ``flags = (mask_lmk, expand_to_chunk)``
+    (decides the ``v_chunk`` permission)."""
+    from tilelang_impl import launch
+    return launch.v_chunk_call(_meta_problem(Lq, Lk, window_size, chunk_size, kv_start, *flags))
 
 
 def scale_log2(D, sm_scale=None, **_):
@@ -711,15 +769,15 @@ def kernel_jobs(variants):
     jobs = []
     for name in variants:
         plan, cases, shapes = _tables(name)
-        need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw), kw["Hq"] // kw["Hkv"])
-                for _, D, f, kw in cases}
+        need = {(D, f, frame_chunk(**kw), scale_log2(D, **kw), kw["Hq"] // kw["Hkv"],
+                 view_call(f, **kw)) for _, D, f, kw in cases}
         need |= {(s[6], (True, True), frame_chunk(s[4], s[5], W_T, C_T, 0), scale_log2(s[6]),
-                  s[2] // s[3]) for s in shapes}
+                  s[2] // s[3], view_call((True, True), s[4], s[5], W_T, C_T, 0)) for s in shapes}
         seen = set()
-        for D, (lmk, exp), C, sl2, group in sorted(need):
+        for D, (lmk, exp), C, sl2, group, view in sorted(need):
             cfg, split = plan(D)
             kind, args = launch.tc_kernel_key(D, D, "bfloat16", lmk, exp, False, False,
-                                              cfg, C, sl2, bool(split), group)
+                                              cfg, C, sl2, bool(split), group, view)
             todo = [(kind, args)] + ([launch.combine_key(args)] if split else [])
             for job in todo:
                 if job not in seen:
