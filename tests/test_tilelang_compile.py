@@ -53,18 +53,19 @@ def _sass(kind, args, tmp_path):
 
 
 def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
-        C=64, scale=True, exp=True):
+        C=64, scale=True, exp=True, view=False):
     """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
     ``split``; the prefill tile, the same for every ``Lq``; ``lmk_cols`` resolved by
     launch.lmk_cols_for) and the default
-    ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``)."""
+    ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``);
+    ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call)."""
     if cfg is None and knobs is None:
         full = (launch.split_config(Dqk, Dv, lmk, exp) if split
                 else launch.shipped_config(Dqk, Dv))
         sl2 = launch.LOG2E * default_scale(Dqk) if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd, full, C,
-                                    sl2, split=split)[1]
+                                    sl2, split=split, view=view)[1]
     if knobs is None:
         knobs = ()
     return ((Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
@@ -78,12 +79,13 @@ def _lmk_cols(args):
     return knobs[i] if i < len(knobs) else 0
 
 
-def _shipped_knobs(D, pack=0, **values):
+def _shipped_knobs(D, pack=0, view=False, **values):
     """The knobs launch bakes for launch.shipped_config(D, D) with ``values`` set by name,
     ``pack`` heads per packed tile (0: not packed), for a call at C = 64 with the
-    default scale (launch.call_knobs)."""
+    default scale (launch.call_knobs), admitting the chunk view of v or not (``view``)."""
     cfg = launch.with_knobs(launch.shipped_config(D, D), pack=pack > 0, **values)
-    return launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(D), pack)
+    return launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(D), pack,
+                             view)
 
 
 def _session4(D, C=64):
@@ -178,6 +180,14 @@ TC_VARIANTS = {
                       knobs=SESSION4_KNOBS[128] + (False, False, False, True)),
     # D = 64 shipped without mask_lmk (no landmark test; interior tiles need no mask)
     "d64-nolmk": _tc(64, 64, lmk=False),
+    # session 25: v through the chunk view (v_chunk; calls with kv_start and Lk multiples of
+    # C, launch.v_chunk_call) where C is a multiple of block_N: D = 128 at C = 64 (a tile
+    # is a chunk; C = 128, half a chunk a tile, bakes the same kernel: C is dynamic), BLHD,
+    # GQA-packed rows; D = 64 at C = 128
+    "d128-vchunk": _tc(128, 128, view=True),
+    "d128-vchunk-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True, view=True),
+    "d128-vchunk-pack4": _tc(128, 128, knobs=_shipped_knobs(128, pack=4, view=True)),
+    "d64-vchunk": _tc(64, 64, C=128, view=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -208,6 +218,31 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     for C in range(1, 300):
         assert _tc(128, 128, split=True, C=C) in have
         assert _tc(128, 128, split=True, exp=False, C=C) in have
+    # with the chunk view of v (only C = 64, 128, 256 reach it below 300 at D = 128: one
+    # kernel, one landmark column per tile, rows from k0 % C)
+    for C in (64, 128, 256):
+        assert _tc(128, 128, C=C, view=True) in have, C
+    assert _tc(64, 64, C=128, view=True) in have and _tc(64, 64, C=64, view=True) in have
+
+
+def test_v_chunk_kernel_takes_v_by_one_bulk_copy_and_zeroes_nothing():
+    """With v_chunk the V tile comes by TMA through a 5-D tensor map (the chunk view) and
+    the consumer writes nothing into V_s: the landmark-row zeroing of the plain kernel
+    (its select over V_s rows and the two named barriers around it) is gone, and no
+    element load of V is left."""
+    plain = kernels.fwd_tc(*TC_VARIANTS["d128"]).get_kernel_source()
+    view = kernels.fwd_tc(*TC_VARIANTS["d128-vchunk"]).get_kernel_source()
+    assert "tma_load(V_desc" in view and "V[" not in view
+
+    def consumer(src):
+        return src[src.index("warpgroup_reg_alloc"):]
+    # the zeroing reads and writes V_s rows by pointer in the consumer; wgmma descriptors
+    # take V_s's address only (``&(((bfloat16_t*)V_s)[0])``)
+    row = "((bfloat16_t*)V_s) +"
+    assert row in consumer(plain) and row not in consumer(view)
+    # the zeroing's two named barriers per tile (the epilogue keeps its own two)
+    assert consumer(plain).count("__sync_thread_partial") == \
+        consumer(view).count("__sync_thread_partial") + 2
 
 
 def _cubin(args):

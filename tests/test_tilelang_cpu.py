@@ -319,15 +319,20 @@ def test_cached_plan_is_the_uncached_choice(monkeypatch):
 
 def test_decode_loop_plans_once_past_the_reach_and_the_cache_is_bounded(monkeypatch):
     """A decode loop whose cache grows by one key a step asks for one plan per 64-key tile
-    below the reach (window + chunk + PLAN_ROWS_MAX) and one in all past it; PLANS_MAX
-    bounds the cache (emptied when full)."""
+    below the reach (window + chunk + PLAN_ROWS_MAX) and one in all past it, and a second
+    one of each wherever ``Lk`` and ``kv_start`` are chunk multiples (the chunk view of
+    ``v``, launch.v_chunk_call, is in the key); PLANS_MAX bounds the cache (emptied when
+    full)."""
     monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     reach = 512 + 64 + launch.PLAN_ROWS_MAX
     for Lk in range(reach - 128, reach + 300):
         p = _meta_problem(1, 32, 32, 1, Lk, 128, 128, window_size=512, chunk_size=64, kv_start=Lk)
         launch._plan(*_plan_args(p))
-    assert len(launch._PLANS) == 3  # the two tiles below the reach, then one
+    # the two tiles below the reach, then one; Lk = kv_start = 768, 832, 896, ... (chunk
+    # multiples) add the view's flag to the last two of them (704's tile has only 704)
+    keys = {(k[4], k[-1]) for k in launch._PLANS}
+    assert keys == {(11, True), (12, False), (12, True), (13, False), (13, True)}, keys
     monkeypatch.setattr(launch, "PLANS_MAX", 2)
     launch.clear_plans()
     for Lq in (1, 2, 3):
@@ -567,7 +572,8 @@ def test_lmk_cols_rule_per_call():
     assert launch.tc_config(64, 80) == launch.tc_config(128, 128) == (64, 64, 2, 128)
     assert launch.tc_config(256, 256) == (64, 64, 2, 128) and launch.tc_knobs(256, 256) == ()
     assert launch.shipped_config(32, 64) == launch.with_knobs(
-        (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS)
+        (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
+        v_chunk=launch.TC_V_CHUNK)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
@@ -811,9 +817,10 @@ def test_a_config_with_ws_where_min_blocks_sits_is_refused():
     (a default, dropped: the warp-specialised kernel would run instead of the one asked
     for). ``ws`` after every knob still picks the factory."""
     full = launch.with_knobs(launch.shipped_config(64, 64))
-    assert len(full) == 4 + len(launch.TC_KNOBS) and full[-1] == launch.TC_MIN_BLOCKS
+    mb = 4 + launch._KNOB["min_blocks"]
+    assert len(full) == 4 + len(launch.TC_KNOBS) and full[mb] == launch.TC_MIN_BLOCKS
     with pytest.raises(ValueError, match="min_blocks"):
-        launch.tc_kernel_args(full[:-1] + (False,), True, 64, 0.2)
+        launch.tc_kernel_args(full[:mb] + (False,), True, 64, 0.2)
     assert launch.tc_kernel_args(full + (False,), True, 64, 0.2)[0] == "fwd_tc_nows"
     assert launch.tc_kernel_args(full + (True,), True, 64, 0.2)[0] == "fwd_tc"
     assert launch.tc_kernel_args(full, True, 64, 0.2)[2][-1] == 2
@@ -823,9 +830,10 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
-    per-call knob ``pack`` and the tile's ``min_blocks`` follow it, default off) so older
-    cache keys stay."""
-    assert launch.TC_KNOBS[-3:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0))
+    per-call knob ``pack``, the tile's ``min_blocks`` and session 25's ``overlap`` and
+    ``v_chunk`` follow it, default off) so older cache keys stay."""
+    assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
+                                   ("overlap", 0), ("v_chunk", False))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -928,3 +936,136 @@ def test_forced_split_count_and_the_split_backend_on_cpu(monkeypatch):
         backend.fn(q, k, v, window_size=8, chunk_size=4)
     o, lse = backend.fn(q[:, :, :0], k, v, window_size=8, chunk_size=4)  # empty: no kernel
     assert o.shape == (1, 2, 0, 128) and lse.shape == (1, 2, 0)
+
+
+# --------------------------------------------------------------------------------------
+# The chunk view of v (session 25: launch.v_chunk_call / v_chunk_view, knob v_chunk)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw, Lk, want", [
+    (dict(window_size=512, chunk_size=64), 8192, True),
+    (dict(window_size=512, chunk_size=64, kv_start=128), 8192, True),
+    (dict(window_size=512, chunk_size=64, kv_start=5), 8192, False),        # key 0 inside a chunk
+    (dict(window_size=512, chunk_size=64), 8191, False),                    # a partial last chunk
+    (dict(window_size=512, chunk_size=64, expand_to_chunk=False), 8192, False),  # edges anywhere
+    (dict(window_size=512, chunk_size=64, mask_lmk=False), 8192, False),    # no landmark rows
+    (dict(window_size=8, chunk_size=1), 64, False),                         # a chunk of one key
+    (dict(window_size=8, chunk_size=2), 64, True),
+    (dict(window_size=100, chunk_size=128), 100, False),                    # chunk past every key
+])
+def test_v_chunk_call_rule(kw, Lk, want):
+    """The view serves a call only when every tile a query block loads lies inside one
+    chunk of it: landmarks masked, edges expanded to chunks, kv_start and Lk multiples
+    of the chunk (an independent statement of launch.v_chunk_call's rule)."""
+    p = _meta_problem(1, 4, 2, min(Lk, 300), Lk, 128, 128, **kw)
+    assert launch.v_chunk_call(p) is want
+
+
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+def test_v_chunk_view_is_a_view_without_landmark_rows(blhd):
+    """Element [b, h, c, t, d] of the view is v[b, h, c*C + t, d] for t < C - 1, on the
+    same storage (nothing copied), for both layouts (given in storage order, as run_cuda
+    receives them) and a storage offset."""
+    B, H, L, D, C = 2, 3, 256, 32, 64
+    base = torch.randn(B * H * L * D + 7)
+    if blhd:
+        stored = base[7:].view(B, L, H, D)
+        v = stored.transpose(1, 2)  # canonical shape
+    else:
+        v = stored = base[7:].view(B, H, L, D)
+    w = launch.v_chunk_view(stored, C, blhd)
+    assert w.shape == (B, H, L // C, C - 1, D)
+    assert w.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    idx = torch.arange(L).view(L // C, C)[:, :C - 1]  # key of each (chunk, row) of the view
+    assert torch.equal(w, v[:, :, idx.reshape(-1)].view(B, H, L // C, C - 1, D))
+    assert not ((idx + 1) % C == 0).any()  # no landmark in it
+
+
+def test_v_chunk_knob_resolved_per_call():
+    """call_knobs keeps the v_chunk permission only where the call admits the view and the
+    chunk is a multiple of the tile's block_N; the shipped D <= 128 configs carry it."""
+    cfg = launch.with_knobs(launch.shipped_config(128, 128))
+    at = launch._KNOB["v_chunk"]
+    assert cfg[4 + at] is True and launch.TC_V_CHUNK is True
+    assert launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=True)[at] is True
+    assert launch.call_knobs(cfg[4:], True, 128, 64, 0.2, view=True)[at] is True
+    assert len(launch.call_knobs(cfg[4:], True, 32, 64, 0.2, view=True)) <= at  # C < block_N
+    assert len(launch.call_knobs(cfg[4:], True, 64, 128, 0.2, view=True)) <= at
+    assert len(launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=False)) <= at
+    assert len(launch.call_knobs(cfg[4:], False, 64, 64, 0.2, view=True)) <= at
+    assert launch.with_knobs(launch.split_config(128, 128))[4 + at] is False  # split: zeroing
+
+
+@pytest.mark.parametrize("D, C, Lk, kv_start, want", [
+    (128, 64, 8192, 0, True), (128, 64, 8192 + 64, 64, True), (128, 64, 8191, 0, False),
+    (128, 64, 8192, 3, False), (64, 64, 8192, 0, False), (64, 128, 8192, 0, True),
+    (128, 32, 8192, 0, False),
+])
+def test_v_chunk_in_the_plan(monkeypatch, D, C, Lk, kv_start, want):
+    """The prefill plan of a long call bakes v_chunk exactly where the view serves it and
+    its chunk fills whole 64 x 64 (D = 128) or 64 x 128 (D = 64) tiles; the cached plan
+    keys it (Lk past the reach and kv_start are not in the key otherwise)."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    p = _meta_problem(1, 32, 32, 2048, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
+    S, kind, args = launch._plan(*_plan_args(p))
+    assert S == 1 and kind == "fwd_tc"
+    got = len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]
+    assert got is want
+    # the neighbour that flips the rule shares every other key field: its own plan
+    q = _meta_problem(1, 32, 32, 2048, Lk + 1 if want else Lk, D, D, window_size=512,
+                      chunk_size=C, kv_start=kv_start)
+    if want:
+        args2 = launch._plan(*_plan_args(q))[2]
+        assert not (len(args2) > launch._V_CHUNK_AT and args2[launch._V_CHUNK_AT])
+
+
+def test_run_cuda_hands_the_view_to_a_v_chunk_kernel(monkeypatch):
+    """run_cuda passes v as launch.v_chunk_view to a kernel with v_chunk (and nothing
+    else changes), the plain v otherwise; stand-ins replace the kernels."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    seen = []
+
+    def fake_call(kind, *args):
+        return lambda q, k, v, o, lse, *s: seen.append((args, v, s))
+    monkeypatch.setattr(launch, "_call", fake_call)
+    for Lk, kv_start, blhd, want in ((1024, 0, False, True), (1024, 0, True, True),
+                                     (1024, 5, False, False), (1000, 0, True, False)):
+        q = torch.randn(1, 4, 512, 128, dtype=torch.bfloat16)
+        k = torch.randn(1, 2, Lk, 128, dtype=torch.bfloat16)
+        v = torch.randn(1, 2, Lk, 128, dtype=torch.bfloat16)
+        if blhd:  # storage order, as the adapter hands it over
+            k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        p = check_inputs(q, k.transpose(1, 2) if blhd else k, v.transpose(1, 2) if blhd else v,
+                         window_size=256, chunk_size=64, kv_start=kv_start)
+        o, lse = p.new_outputs()
+        seen.clear()
+        launch.run_cuda(p, q, k, v, False, blhd, o, lse)
+        (args, got, s), = seen
+        assert bool(len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]) is want
+        if want:
+            sb, s1, s2, sd = v.stride()
+            sh, sl = (s2, s1) if blhd else (s1, s2)
+            assert got.shape == (1, 2, Lk // 64, 63, 128) and got.data_ptr() == v.data_ptr()
+            assert got.stride() == (sb, sh, 64 * sl, sl, sd)
+            canon = v.transpose(1, 2) if blhd else v
+            assert torch.equal(got[0, 1, 3, 5], canon[0, 1, 3 * 64 + 5])
+        else:
+            assert got is v
+        assert s == launch.scalars(p)
+
+
+def test_kernel_knobs_overlap_and_v_chunk_validated():
+    """fwd_tc refuses v_chunk without mask_lmk or with overlap, an overlap value outside
+    kernels.OVERLAP, and overlap with lmk_zero='tile' under mask_lmk, before tracing."""
+    from tilelang_impl import kernels
+    base = (128, 128, "bfloat16", True, True, False, False, 64, 64, 2, 128, False)
+    body = kernels._fwd_tc_body
+    with pytest.raises(ValueError, match="v_chunk"):
+        body(*base[:3], False, *base[4:], True, lmk_zero="rows", v_chunk=True)
+    with pytest.raises(ValueError, match="v_chunk"):
+        body(*base, True, lmk_zero="rows", overlap=1, v_chunk=True)
+    with pytest.raises(ValueError, match="overlap"):
+        body(*base, True, lmk_zero="rows", overlap=3)
+    with pytest.raises(ValueError, match="overlap"):
+        body(*base, True, lmk_zero="tile", overlap=1)
+    with pytest.raises(ValueError, match="v_chunk"):
+        body(*base, True, lmk_zero="rows", v_chunk=1)  # a bool, not a count

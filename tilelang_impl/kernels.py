@@ -104,8 +104,8 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N):
     """The ``V`` tile from the chunk view ``V5[b, h, c, t, :] = V[b, h, c * C + t, :]``,
     ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
     ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
-    so the bulk copy writes zeros there, and past the last chunk (keys at or beyond
-    ``Lk``) too; nothing is zeroed by hand. The tile lies inside one chunk, rows ``k0 %
+    so the bulk copy writes zeros there; nothing is zeroed by hand (and no tile of such a
+    call reaches past ``Lk``: it ends on a chunk boundary, as every tile does). The tile lies inside one chunk, rows ``k0 %
     C`` on: valid only for the calls ``launch.v_chunk_call`` admits (``C`` a multiple of
     ``block_N``, tiles starting on ``block_N``-key boundaries of a frame with ``r = 0``,
     ``Lk`` a multiple of ``C``). A tile of several chunks (``block_N > C``) would need a

@@ -48,6 +48,22 @@ SPLIT_DV = (96, 128)
 TC_MIN_BLOCKS = 2
 
 
+#: The ``v_chunk`` permission of the prefill-grid config at ``max(Dqk, Dv) <= 128``
+#: (:func:`shipped_config`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
+#: that admit it (:func:`v_chunk_call`) and whose chunk is a multiple of the tile's
+#: ``block_N`` (:func:`call_knobs`: C = 64, 128, ... on the 64 x 64 tile of D = 128; C =
+#: 128, 256, ... on the 64 x 128 tile of D <= 64). The copy engine then writes each
+#: chunk's landmark row of the V tile as zeros, and the consumer's landmark-row zeroing
+#: (a shared-memory write, two named barriers and a proxy fence per tile before
+#: ``P @ V``) goes. Session 25 lab (tools/lab_tilelang.py ``vchunk`` against ``shipped``,
+#: bench_results/tilelang-lab25b-ovl-vchunk-e647c8b+wip.json, H200, bf16, W=512, C=64,
+#: L2 not flushed): 32/32/128 L=8K 303.6 -> 324.5 TFLOP/s, L=16K 312.8 -> 336.7, chunked
+#: Lq=512 of 8K 276.1 -> 291.4 (predicted +2-6%); the D=64 rows (C=64 < 128: not
+#: served) within 1%; the 64 x 64 tile with the view at D=64 3-4% below the shipped
+#: 64 x 128 tile. Split-KV keeps the zeroing (:func:`split_config` has no permission).
+TC_V_CHUNK = True
+
+
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel on the
     prefill grid: 64-row tiles with one consumer warp group (128 threads) for every
@@ -188,7 +204,8 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
     :data:`TC_MIN_BLOCKS`; rows not packed. What :func:`run_cuda` uses when none is
     given is :func:`prefill_config` (this, packed where :func:`packs`)."""
     cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
-    return with_knobs(cfg, min_blocks=TC_MIN_BLOCKS) if max(Dqk, Dv) <= 128 else cfg
+    return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK)
+            if max(Dqk, Dv) <= 128 else cfg)
 
 
 def packs(p, block_M: int) -> bool:
@@ -411,20 +428,24 @@ def v_chunk_call(p) -> bool:
     ``chunk_size``, so key 0 starts a chunk too) and ``Lk`` a whole number of chunks
     (at least one), so that every tile a block loads lies inside one chunk of the view
     or past ``Lk``, where the copy engine fills zeros as the plain tile's copy does."""
-    if not (p.mask_lmk and p.expand_to_chunk) or p.Lk == 0:
-        return False
-    r, _, C = p.kernel_frame()
-    return r == 0 and C >= 2 and p.Lk % C == 0
+    c = p.chunk_size  # Lk a multiple of c puts c <= Lk: the kernel frame is (kv_start % c, c)
+    return (p.mask_lmk and p.expand_to_chunk and p.Lk > 0 and c >= 2 and p.Lk % c == 0
+            and p.kv_start % c == 0)
 
 
-def v_chunk_view(v, C: int):
-    """``v`` (canonical shape ``(B, Hkv, Lk, Dv)``, any strides with a unit last one) as the
-    chunk view ``(B, Hkv, Lk // C, C - 1, Dv)`` that ``kernels.fwd_tc`` reads with
-    ``v_chunk``: element ``[b, h, c, t, d]`` is ``v[b, h, c * C + t, d]``. Each chunk's
-    last row, its landmark, is left out (the bulk copy writes zeros for it). A view of
-    the same storage: nothing is copied."""
-    B, H, L, D = v.shape
-    sb, sh, sl, sd = v.stride()
+def v_chunk_view(v, C: int, kv_blhd: bool = False):
+    """``v`` as :func:`run_cuda` receives it (storage order: ``(B, Hkv, Lk, Dv)``, or ``(B,
+    Lk, Hkv, Dv)`` with ``kv_blhd``; a unit last stride) as the chunk view ``(B, Hkv, Lk //
+    C, C - 1, Dv)`` that ``kernels.fwd_tc`` reads with ``v_chunk`` in either layout:
+    element ``[b, h, c, t, d]`` is key ``c * C + t`` of head ``h``. Each chunk's last row,
+    its landmark, is left out (the bulk copy writes zeros for it). A view of the same
+    storage: nothing is copied."""
+    if kv_blhd:
+        B, L, H, D = v.shape
+        sb, sl, sh, sd = v.stride()
+    else:
+        B, H, L, D = v.shape
+        sb, sh, sl, sd = v.stride()
     return v.as_strided((B, H, L // C, C - 1, D), (sb, sh, C * sl, sl, sd), v.storage_offset())
 
 
@@ -666,13 +687,15 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
     the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
     chunk ``C``, whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
-    ``force_split`` and the device's SM count. The tables and functions it consults
+    ``force_split``, the device's SM count and whether the call admits the chunk view of
+    ``v`` (:func:`v_chunk_call`: ``kv_start`` and ``Lk`` multiples of the chunk, which
+    the saturated ``Lk`` alone does not decide). The tables and functions it consults
     (:func:`tc_config`, :func:`tc_knobs`, :func:`pack_lowers`, ...) are not in the key:
     code that replaces one at run time calls :func:`clear_plans` (``tests/conftest.py``
     does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
            p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, C, scale_fold_ok(sl2),
-           force_split, sm_count(p.device))
+           force_split, sm_count(p.device), v_chunk_call(p))
     plan = _PLANS.get(key)
     if plan is None:
         plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
@@ -744,7 +767,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     split = S > 1
     ker = _call(kind, *args)
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
-        v = v_chunk_view(v, C)
+        v = v_chunk_view(v, C, kv_blhd)
     if not split:
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return

@@ -305,9 +305,12 @@ def precompile_configs() -> list[tuple]:
     def tc(Dqk, Dv, dt="bfloat16", lmk=True, exp=True, qb=False, kb=False, split=False, cfg=None,
            group=1):
         # The kernel a call with chunk_size 64 (the timed shapes) and a positive
-        # default scale gets: knobs resolved per call as launch.run_cuda does.
+        # default scale gets: knobs resolved per call as launch.run_cuda does (the timed
+        # shapes' kv_start 0 and Lk multiples of 64 admit the chunk view of v with both flags,
+        # launch.v_chunk_call).
         _, args = launch.tc_kernel_key(Dqk, Dv, dt, lmk, exp, qb, kb, cfg or launch.shipped_config(Dqk, Dv),
-                                       64, default_scale(Dqk) * launch.LOG2E, split, group)
+                                       64, default_scale(Dqk) * launch.LOG2E, split, group,
+                                       lmk and exp)
         cfgs.append(args)
     for D in (64, 96, 128):
         tc(D, D)

@@ -125,7 +125,7 @@ def _ovl(D, stages=None, tile=None, **knobs):
     """The shipped prefill config of head dim D with the ``overlap`` knob (session 25),
     on another ``tile`` (block_M, block_N, num_stages, threads) or pipeline depth."""
     cfg = _launch().shipped_config(D, D)
-    knobs = dict(dict(overlap=1), **knobs)
+    knobs = dict(dict(overlap=1, v_chunk=False), **knobs)  # v_chunk: not with overlap
     if tile is not None:
         cfg = tuple(tile) + cfg[4:]
     if stages is not None:
@@ -187,6 +187,10 @@ VARIANTS = {
             "more iteration per block (K tile n-1 twice, V tile 0 twice)",
             "D=128 +10-25% (the softmax, ~1/3 of a tile's serial chain, hidden behind P @ V), "
             "D=64 +5-20%, chunked +0-10% (short loops: the added iteration costs more)"),
+    "zero-rows": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=False),
+                  "the shipped config without the chunk view of v (the prefill kernel shipped "
+                  "before session 25: the consumer zeroes V's landmark rows)",
+                  "reference point of vchunk"),
     "ovl-serial": (lambda D: _ovl(D, overlap=2),
                    "control of ovl: the same loop (one more iteration, V one tile behind) with "
                    "each product waited for at once",
@@ -196,7 +200,8 @@ VARIANTS = {
                "zero-fills each chunk's landmark row, the consumer no longer zeroes V rows "
                "(no per-tile named barriers and proxy fence before P @ V); where C % block_N "
                "== 0 (D=128 64x64 tiles at C=64; D=64's 64x128 tile keeps the zeroing)",
-               "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N)"),
+               "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N); shipped since session 25 "
+               "(launch.TC_V_CHUNK), so equal to 'shipped' from then on"),
     "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
                      "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
                      "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
@@ -349,9 +354,11 @@ VARIANTS = {
 
 def _occ(D, tile, stages, min_blocks):
     """The shipped knobs of head dim D on a ``tile`` with one consumer warp group (128
-    threads), ``stages`` and the ``min_blocks`` occupancy knob."""
+    threads), ``stages`` and the ``min_blocks`` occupancy knob; without the chunk view of
+    v (session 12's variants, measured before it existed)."""
     cfg = _launch().shipped_config(D, D)
-    return _full(tuple(tile) + (stages, 128) + tuple(cfg[4:]), min_blocks=min_blocks)
+    return _full(tuple(tile) + (stages, 128) + tuple(cfg[4:]), min_blocks=min_blocks,
+                 v_chunk=False)
 
 
 def _session11(D):

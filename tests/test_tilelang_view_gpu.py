@@ -1,0 +1,104 @@
+"""TileLang's chunk view of ``v`` on the GPU (session 25: ``launch.v_chunk_call`` /
+``v_chunk_view``, knob ``v_chunk`` of ``kernels.fwd_tc``).
+
+A call with ``kv_start`` and ``Lk`` multiples of the chunk (landmarks masked, edges expanded)
+reads V tiles through a 5-D view that leaves every chunk's landmark row out, so the copy
+engine writes those rows as zeros instead of the consumer. Here, with NaN in every key slot
+no query sees (landmark rows included) and the outputs poisoned, the view kernel must pass
+the suite's verdict and give the bits of the same call on the kernel that zeroes the rows
+(``v_chunk`` off), for both layouts, Lq < Lk, GQA-packed rows and the chunk sizes the view
+serves on each tile; and nothing behind the tensor may be read (NaN placed right after it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance import verdict
+from conformance.cases import poison_unseen
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytest.importorskip("tilelang", reason="tilelang is not installed")
+
+from reference import check_inputs  # noqa: E402
+from tilelang_impl import describe_call, launch, sliding_window_attention as swa  # noqa: E402
+from tilelang_impl.api import _views  # noqa: E402
+
+# (B, Hq, Hkv, Lq, Lk, D, rule)
+CASES = [
+    (1, 8, 8, 2048, 2048, 128, dict(window_size=512, chunk_size=64)),        # a tile is a chunk
+    (2, 8, 2, 300, 1024, 128, dict(window_size=200, chunk_size=64, kv_start=128)),  # GQA, Lq < Lk
+    (1, 4, 2, 700, 1536, 128, dict(window_size=300, chunk_size=128, kv_start=256)),  # half a chunk
+    (1, 4, 1, 1500, 2048, 64, dict(window_size=512, chunk_size=128)),         # D = 64's 128-key tile
+    (2, 32, 4, 1, 4096, 128, dict(window_size=100, chunk_size=64)),           # decode, packed rows
+    (1, 4, 4, 257, 512, 96, dict(window_size=90, chunk_size=64)),             # Dv = 96
+]
+
+
+def _ids(c):
+    B, Hq, Hkv, Lq, Lk, D, kw = c
+    return f"B{B}-{Hq}/{Hkv}-Lq{Lq}-Lk{Lk}-D{D}-C{kw['chunk_size']}"
+
+
+def _inputs(B, Hq, Hkv, Lq, Lk, D, blhd, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rnd(H, L):
+        shape = (B, L, H, D) if blhd else (B, H, L, D)
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g)
+        return x.transpose(1, 2) if blhd else x
+    return rnd(Hq, Lq), rnd(Hkv, Lk), rnd(Hkv, Lk)
+
+
+def _run(p, q, k, v, v_chunk):
+    """run_cuda (on the tensors as the adapter hands them over, storage order) into
+    poisoned outputs with the shipped config, the view allowed or not."""
+    (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
+    cfg = launch.with_knobs(launch.prefill_config(p), v_chunk=v_chunk)
+    o, lse = p.new_outputs(poison=True)
+    launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse, config=cfg)
+    return o, lse
+
+
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_view_kernel_matches_the_zeroing_kernel_bit_for_bit(case, blhd):
+    B, Hq, Hkv, Lq, Lk, D, kw = case
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, blhd, seed=Lk + D)
+    p = check_inputs(q, k, v, **kw)
+    if not launch.v_chunk_call(p):
+        pytest.fail(f"premise: the case must admit the view ({kw}, Lk={Lk})")
+    assert "v_chunk" in describe_call(q, k, v, **kw), describe_call(q, k, v, **kw)
+    clean = (k.clone(), v.clone())
+    dead = poison_unseen(k, v, Lq, kw)
+    if not dead.any():
+        pytest.fail("premise: the case must have unseen key slots to poison")
+    o, lse = _run(p, q, k, v, True)
+    o0, lse0 = _run(p, q, k, v, False)
+    assert torch.equal(o, o0) and torch.equal(lse, lse0), "view and zeroing kernels differ"
+    verdict.assert_pass(o, lse, q, *clean, kw, _ids(case))
+    o_pub, lse_pub = swa(q, k, v, **kw)  # the public call takes the view as shipped
+    assert torch.equal(o_pub, o) and torch.equal(lse_pub, lse)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_nothing_past_lk_is_read(D):
+    """``v`` a slice of a longer buffer whose rows past ``Lk`` hold NaN: the view ends at
+    ``Lk`` (a call it serves has tiles that end there too), so nothing behind the tensor
+    reaches an output (the kernel takes the view's strides; the public call would copy
+    such a ``v`` first, and the plain kernel could not take it at all)."""
+    B, Hq, Hkv, Lq, Lk, C = 1, 4, 2, 300, 1024, 128 if D == 64 else 64
+    kw = dict(window_size=200, chunk_size=C)
+    g = torch.Generator(device="cuda").manual_seed(D)
+    q = torch.randn(B, Hq, Lq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Hkv, Lk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    big = torch.full((B, Hkv, Lk + 256, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+    big[:, :, :Lk] = torch.randn(B, Hkv, Lk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = big[:, :, :Lk]
+    p = check_inputs(q, k, v, **kw)
+    o, lse = _run(p, q, k, v, True)
+    assert not o.isnan().any()
+    o0, lse0 = _run(p, q, k, v.contiguous(), True)
+    assert torch.equal(o, o0) and torch.equal(lse, lse0)
+    verdict.assert_pass(o, lse, q, k, v.contiguous(), kw, f"D{D}")
