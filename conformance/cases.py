@@ -307,6 +307,24 @@ def _pack_build(base: Case, row: dict) -> Case:
                    layout=row["layout"], dtype=dtype, nan_slots=True)
 
 
+def _chunk_view_build(base: Case, row: dict) -> Case:
+    """Calls whose every key tile lies inside one chunk, so both backends' chunk views of
+    ``v`` serve them (a view that leaves each chunk's landmark row out; the copy engine
+    writes it as zeros): ``kv_start`` and ``Lk`` multiples of C, both flags, C = 64 / 128
+    (TileLang: a multiple of its prefill tile's 64 or 128 keys; Triton's TMA kernel at
+    D <= 64: of its key block), grids of at least 96 programs per 64-query block (both
+    backends keep their prefill grids; Triton's TMA kernel needs a long enough grid and
+    takes the longer shape), NaN in every unseen slot, the landmark rows included."""
+    C = row["chunk"]
+    Hq, Hkv = row["heads"]
+    Lq, Lk = {"train": (2048, 2048), "infer": (640, 2048)}[row["shape"]]
+    dtype = "bf16" if row["layout"] == "bhld" else "fp16"
+    return replace(base, B=-(-96 // Hq), Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, Dqk=row["D"], Dv=row["D"],
+                   window=row["W"], chunk=C, kv_start={"0": 0, "2C": 2 * C}[row["kv"]],
+                   mask_lmk=True, expand=True, layout=row["layout"], dtype=dtype,
+                   nan_slots=True)
+
+
 def _long_build(base: Case, row: dict) -> Case:
     Lq, Lk = row["L"]
     return replace(base, B=1, Hq=8, Hkv=2, Lq=Lq, Lk=Lk, Dqk=128, Dv=128, window=row["W"], chunk=64,
@@ -485,6 +503,14 @@ def _categories() -> list[Category]:
                       "Lq": ["1", "64/G", "64/G+1", "128/G", "128/G+1"],
                       "D": [(64, 64), (128, 128), (96, 64)], "layout": ["bhld", "padt"]},
         _pack_build, cuda_only=True))
+    C.append(Category(
+        "chunk_view", "calls the chunk views of v serve on the GPU (kv_start and Lk multiples "
+        "of C = 64 / 128, both flags): D 64, 96, 128, GQA, Lq < Lk, BHLD bf16 and BLHD views "
+        "in fp16, NaN in every unseen slot",
+        lambda cuda: {"chunk": [64, 128], "kv": ["0", "2C"], "D": [64, 96, 128],
+                      "layout": ["bhld", "bthd", "padt"], "shape": ["train", "infer"],
+                      "heads": [(8, 8), (12, 4)], "W": [200, 512]},
+        _chunk_view_build, cuda_only=True))
     C.append(Category(
         "long", "long keys on the GPU: decode and prefill against caches up to 128K",
         lambda cuda: {"L": [(1, 131072), (64, 131072), (2048, 131072), (16384, 16384), (4096, 65536)],

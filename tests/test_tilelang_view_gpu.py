@@ -29,7 +29,7 @@ from tilelang_impl.api import _views  # noqa: E402
 CASES = [
     (1, 8, 8, 2048, 2048, 128, dict(window_size=512, chunk_size=64)),        # a tile is a chunk
     (2, 8, 2, 300, 1024, 128, dict(window_size=200, chunk_size=64, kv_start=128)),  # GQA, Lq < Lk
-    (1, 4, 2, 700, 1536, 128, dict(window_size=300, chunk_size=128, kv_start=256)),  # half a chunk
+    (1, 16, 4, 700, 1536, 128, dict(window_size=300, chunk_size=128, kv_start=256)),  # half a chunk
     (1, 4, 1, 1500, 2048, 64, dict(window_size=512, chunk_size=128)),         # D = 64's 128-key tile
     (2, 32, 4, 1, 4096, 128, dict(window_size=100, chunk_size=64)),           # decode, packed rows
     (1, 4, 4, 257, 512, 96, dict(window_size=90, chunk_size=64)),             # Dv = 96
