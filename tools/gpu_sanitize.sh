@@ -39,8 +39,8 @@ if [ "${TL_UNPACK:-1}" != 0 ] && [ -f .device/tl_site.tar.xz ]; then bash tools/
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 SAN=${SANITIZER:-compute-sanitizer}
 command -v "$SAN" > /dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack"
-SMALL_CATS="flags,decode,gqa_pack"
+ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack,chunk_view"
+SMALL_CATS="flags,decode,gqa_pack,chunk_view"
 BACKENDS=${BACKENDS:-"triton triton-tma tilelang tilelang-split"}
 OUTDIR=${OUT:-/tmp/sanitize}
 mkdir -p "$OUTDIR"
