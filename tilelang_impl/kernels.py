@@ -506,8 +506,17 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     ``macros.zero_landmark_rows``) and ``pack`` (``G``: GQA-packed rows of the
     ``G = Hq / Hkv`` query heads of one key/value head; 0 = off; :func:`_fwd_tc_body`)
     and ``min_blocks`` (CTAs per SM the launch bounds and the ``setmaxnreg`` split are
-    made for, :data:`MIN_BLOCKS`; 0 = TileLang's defaults).
-    The knob defaults are the kernel as first shipped.
+    made for, :data:`MIN_BLOCKS`; 0 = TileLang's defaults), ``overlap`` (a lab knob,
+    :data:`OVERLAP`: the key loop with each tile's softmax beside the previous tile's
+    ``P @ V``, :func:`_overlap_loop`; never shipped, 14-16% slower on the H200, session 25)
+    and ``v_chunk`` (``V`` is then the 5-D chunk view ``(B, Hkv, Lk / C, C - 1, Dv)`` of
+    ``launch.v_chunk_view``, its shape and strides dynamic, read by :func:`_load_v_chunks`:
+    the copy engine writes each chunk's landmark row as zeros and the consumer zeroes
+    nothing; exact only for the calls ``launch.v_chunk_call`` admits with ``C`` a multiple
+    of ``block_N``, which the launcher checks per call, ``launch.call_knobs``).
+    The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
+    the window, the chunk and the scale are runtime arguments: one compile serves every
+    call of a configuration.
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,

@@ -61,6 +61,8 @@ TC_MIN_BLOCKS = 2
 #: Lq=512 of 8K 276.1 -> 291.4 (predicted +2-6%); the D=64 rows (C=64 < 128: not
 #: served) within 1%; the 64 x 64 tile with the view at D=64 3-4% below the shipped
 #: 64 x 128 tile. Split-KV keeps the zeroing (:func:`split_config` has no permission).
+#: Bench at 41eda82 (L2 flushed, bench_results/bench-41eda82.json): the same three rows
+#: 293.5 -> 315.4, 304.5 -> 328.1 and 198.4 -> 210.1 TFLOP/s (5.6-7.2% less kernel time).
 TC_V_CHUNK = True
 
 
