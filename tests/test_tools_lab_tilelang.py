@@ -33,10 +33,11 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         # session 7: pack drops at G = 1 (these keys), noj0-64 is shipped at D = 128
         skip |= {"pack"} | ({"noj0-64"} if D == 128 else set())
         skip |= {"occ2-64x128"} | (OCC if D == 128 else set())
-        # session 25: vchunk is shipped (launch.TC_V_CHUNK); the view serves C = 64 on the
-        # 64 x 64 tile only (D = 64's 64 x 128 tile keeps the zeroing: zero-rows' kernel)
-        skip |= {"vchunk"} | ({"vchunk-64x64"} if D == 128 else {"zero-rows"})
-        skip |= {"zero-rows"} if D == 128 else set()  # occ2-64x128's kernel at D = 128
+        # session 25: vchunk is shipped (launch.TC_V_CHUNK), and zero-rows is another
+        # variant's kernel at both head dims: the shipped one at D = 64 (C = 64 is below its
+        # 64 x 128 tile, which keeps the zeroing), occ2-64x128's at D = 128; vchunk-64x64 is
+        # the shipped 64 x 64 tile at D = 128
+        skip |= {"vchunk", "zero-rows"} | ({"vchunk-64x64"} if D == 128 else set())
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True)
                 for n in L.VARIANTS if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
