@@ -105,10 +105,10 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N):
     ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
     ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
     so the bulk copy writes zeros there; nothing is zeroed by hand (and no tile of such a
-    call reaches past ``Lk``: it ends on a chunk boundary, as every tile does). The tile lies inside one chunk, rows ``k0 %
-    C`` on: valid only for the calls ``launch.v_chunk_call`` admits (``C`` a multiple of
-    ``block_N``, tiles starting on ``block_N``-key boundaries of a frame with ``r = 0``,
-    ``Lk`` a multiple of ``C``). A tile of several chunks (``block_N > C``) would need a
+    call reaches past ``Lk``: it ends on a chunk boundary, as every tile does). The tile
+    lies inside one chunk, rows ``k0 % C`` on: valid only for the calls
+    ``launch.v_chunk_call`` admits (``C`` a multiple of ``block_N``, tiles starting on
+    ``block_N``-key boundaries of a frame with ``r = 0``, ``Lk`` a multiple of ``C``). A tile of several chunks (``block_N > C``) would need a
     copy per chunk into part of ``V_s``, which TileLang 0.1.15 lowers as element loads,
     not bulk copies (session 25, CPU compile)."""
     t0 = k0 % C
@@ -146,6 +146,29 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
         if T.Not(inside):
             M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C, inv_c,
                           mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0, pack)
+
+
+@T.macro
+def _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0, j0,
+                block_M, block_N, Lq, Lk, r, window_size, C, inv_c, mask_lmk, expand_to_chunk,
+                scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold, win_u32, pack):
+    """One key tile's scores ``acc_s`` masked (:func:`_mask_split` or ``macros.mask_scores``)
+    and folded into the online softmax (``macros.online_softmax_update``): the step both
+    key loops of :func:`_fwd_tc_body` run, the shipped one and :func:`_overlap_loop`.
+    ``j0``: the tile's first landmark column, or None (``macros.mask_scores``). The window
+    is named ``window_size`` as in ``macros``: a macro's parameter names the kernel's scalar
+    in the generated CUDA source, which stays as it was before this macro existed."""
+    if mask_split:
+        _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, window_size, C, inv_c,
+                    mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                    True, lmk_cols, win_u32, j0, pack,
+                    *((q_first, q_end - q_first) if pack else ()))
+    else:
+        M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
+                      inv_c, mask_lmk, None if scale_fold else scale_log2, True,
+                      lmk_cols, win_u32, j0, pack)
+    M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
+                            True, fold, scale_log2 if scale_fold else None, fast_exp2)
 
 
 @T.macro
@@ -192,17 +215,10 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             j0 = None
             if rows_j0:
                 j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
-            if mask_split:
-                _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                            mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                            True, lmk_cols, win_u32, j0, pack,
-                            *((q_first, q_end - q_first) if pack else ()))
-            else:
-                M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                              inv_c, mask_lmk, None if scale_fold else scale_log2, True,
-                              lmk_cols, win_u32, j0, pack)
-            M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                    True, fold, scale_log2 if scale_fold else None, fast_exp2)
+            _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0,
+                        j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
+                        expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2,
+                        scale_fold, win_u32, pack)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
         T.warpgroup_fence_operand(acc_p, num_regs=block_M * block_N // threads // 2)
@@ -414,17 +430,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     j0 = None
                     if rows_j0:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
-                    if mask_split:
-                        _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c,
-                                    mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
-                                    True, lmk_cols, win_u32, j0, pack,
-                                    *((q_first, q_end - q_first) if pack else ()))
-                    else:
-                        M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
-                                      inv_c, mask_lmk, None if scale_fold else scale_log2, True,
-                                      lmk_cols, win_u32, j0, pack)
-                    M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                                            True, fold, scale_log2 if scale_fold else None, fast_exp2)
+                    _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end,
+                                k0, j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
+                                expand_to_chunk, scale_log2, mask_split, fold, lmk_cols,
+                                fast_exp2, scale_fold, win_u32, pack)
                     T.copy(acc_s, acc_p)
                     M.rescale_output(acc_o, alpha, block_M, Dv, True)
                     if v_zero:
