@@ -108,9 +108,10 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N):
     call reaches past ``Lk``: it ends on a chunk boundary, as every tile does). The tile
     lies inside one chunk, rows ``k0 % C`` on: valid only for the calls
     ``launch.v_chunk_call`` admits (``C`` a multiple of ``block_N``, tiles starting on
-    ``block_N``-key boundaries of a frame with ``r = 0``, ``Lk`` a multiple of ``C``). A tile of several chunks (``block_N > C``) would need a
-    copy per chunk into part of ``V_s``, which TileLang 0.1.15 lowers as element loads,
-    not bulk copies (session 25, CPU compile)."""
+    ``block_N``-key boundaries of a frame with ``r = 0``, ``Lk`` a multiple of ``C``). A
+    tile of several chunks (``block_N > C``) would need a copy per chunk into part of
+    ``V_s``, or one box of several chunks, both of which TileLang 0.1.15 lowers as element
+    loads, not bulk copies (session 25, CPU compile; BENCHMARKS.md)."""
     t0 = k0 % C
     T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
 
