@@ -79,13 +79,13 @@ def _lmk_cols(args):
     return knobs[i] if i < len(knobs) else 0
 
 
-def _shipped_knobs(D, pack=0, view=False, **values):
+def _shipped_knobs(D, pack=0, view=False, C=64, **values):
     """The knobs launch bakes for launch.shipped_config(D, D) with ``values`` set by name,
-    ``pack`` heads per packed tile (0: not packed), for a call at C = 64 with the
+    ``pack`` heads per packed tile (0: not packed), for a call at chunk ``C`` with the
     default scale (launch.call_knobs), admitting the chunk view of v or not (``view``)."""
     cfg = launch.with_knobs(launch.shipped_config(D, D), pack=pack > 0, **values)
-    return launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(D), pack,
-                             view)
+    return launch.call_knobs(cfg[4:], True, C, cfg[1], launch.LOG2E * default_scale(D), pack,
+                             view, D)
 
 
 def _session4(D, C=64):
@@ -188,6 +188,12 @@ TC_VARIANTS = {
     "d128-vchunk-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True, view=True),
     "d128-vchunk-pack4": _tc(128, 128, knobs=_shipped_knobs(128, pack=4, view=True)),
     "d64-vchunk": _tc(64, 64, C=128, view=True),
+    # session 26: the view spanning whole chunks of a 128-key tile (kernels.V_CHUNK):
+    # D = 64 at C = 64 (two chunks), BLHD, and C = 32 (four)
+    "d64-vchunk2": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=2)),
+    "d64-vchunk2-blhd": _tc(64, 64, q_blhd=True, kv_blhd=True,
+                            knobs=_shipped_knobs(64, view=True, v_chunk=2)),
+    "d64-vchunk4": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=4, C=32)),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -243,6 +249,28 @@ def test_v_chunk_kernel_takes_v_by_one_bulk_copy_and_zeroes_nothing():
     # the zeroing's two named barriers per tile (the epilogue keeps its own two)
     assert consumer(plain).count("__sync_thread_partial") == \
         consumer(view).count("__sync_thread_partial") + 2
+
+
+@pytest.mark.parametrize("name, span", [("d64-vchunk2", 2), ("d64-vchunk2-blhd", 2),
+                                        ("d64-vchunk4", 4)])
+def test_multi_chunk_v_tile_is_one_bulk_copy_per_chunk(name, span):
+    """A tile of ``span`` whole chunks takes V by ``span`` TMA loads, each into its own rows
+    of V_s (offsets ``i * 128 / span`` rows of 64 elements inside the stage), and the
+    consumer writes nothing into V_s: TileLang 0.1.15 would silently fall back to element
+    loads for a copy it cannot make a bulk copy (a runtime chunk, session 25)."""
+    import re
+    args = TC_VARIANTS[name]
+    assert args[launch._V_CHUNK_AT] == span
+    src = kernels.fwd_tc(*args).get_kernel_source()
+    loads = [ln for ln in src.splitlines() if "tma_load(V_desc" in ln]
+    assert len(loads) == span and "V[" not in src
+    index = [re.search(r"V_s\)\[([^\]]*)\]", ln).group(1) for ln in loads]  # smem index
+    assert all("(kb & 1) * 8192" in i for i in index), index  # the stage's tile
+    offsets = sorted(int(m.group(1)) if m else 0 for m in
+                     (re.search(r"\+ (\d+)\)$", i) for i in index))
+    assert offsets == [i * (128 // span) * 64 for i in range(span)], loads
+    consumer = src[src.index("warpgroup_reg_alloc"):]
+    assert "((bfloat16_t*)V_s) +" not in consumer
 
 
 def _cubin(args):

@@ -995,6 +995,44 @@ def test_v_chunk_knob_resolved_per_call():
     assert launch.with_knobs(launch.split_config(128, 128))[4 + at] is False  # split: zeroing
 
 
+@pytest.mark.parametrize("cap, C, block_N, Dv, want", [
+    (True, 64, 64, 128, True), (True, 256, 64, 128, True),    # a tile inside one chunk
+    (True, 64, 128, 64, 0),                                   # two chunks, not permitted
+    (2, 64, 128, 64, 2), (2, 64, 128, 32, 2), (4, 64, 128, 64, 2),
+    (2, 32, 128, 64, 0), (4, 32, 128, 64, 4),                 # four chunks: permitted or not
+    (4, 16, 128, 64, 0),                                      # eight: no such kernel
+    (2, 48, 128, 64, 0), (2, 96, 128, 64, 0),                 # not a whole number of chunks
+    (2, 64, 128, 48, 0), (2, 32, 64, 128, 0),                 # V rows TileLang cannot split
+    (0, 64, 64, 128, 0), (2, 0, 64, 128, 0),
+])
+def test_v_chunk_span_rule(cap, C, block_N, Dv, want):
+    """launch.v_chunk_span: the tile inside one chunk (True), n = block_N / C whole chunks
+    where n is 2 or 4, within the permission, at Dv 32 or 64, else no view (0)."""
+    got = launch.v_chunk_span(cap, C, block_N, Dv)
+    assert got == want and type(got) is type(want)
+
+
+def test_v_chunk_spans_match_the_kernel():
+    from tilelang_impl import kernels
+    assert tuple(v for v in kernels.V_CHUNK if v > 1) == launch.V_CHUNK_SPANS
+
+
+def test_v_chunk_two_chunk_permission_resolved_per_call():
+    """A permission of 2 bakes span 2 for D <= 64's 128-key tile at C = 64 (Dv passed down
+    by tc_kernel_key), True where the chunk holds whole tiles, nothing without the view."""
+    at = launch._KNOB["v_chunk"]
+    cfg = launch.with_knobs(launch.shipped_config(64, 64), v_chunk=2)
+    key = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 64, 0.2,
+                               view=True)[1]
+    assert key[launch._V_CHUNK_AT] == 2
+    key = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 128, 0.2,
+                               view=True)[1]
+    assert key[launch._V_CHUNK_AT] is True
+    key = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 64, 0.2)[1]
+    assert len(key) <= launch._V_CHUNK_AT
+    assert len(launch.call_knobs(cfg[4:], True, 64, 128, 0.2, view=True)) <= at  # no Dv given
+
+
 @pytest.mark.parametrize("D, C, Lk, kv_start, want", [
     (128, 64, 8192, 0, True), (128, 64, 8192 + 64, 64, True), (128, 64, 8191, 0, False),
     (128, 64, 8192, 3, False), (64, 64, 8192, 0, False), (64, 128, 8192, 0, True),
@@ -1054,7 +1092,8 @@ def test_run_cuda_hands_the_view_to_a_v_chunk_kernel(monkeypatch):
 
 
 def test_kernel_knobs_overlap_and_v_chunk_validated():
-    """fwd_tc refuses v_chunk without mask_lmk or with overlap, an overlap value outside
+    """fwd_tc refuses v_chunk without mask_lmk or with overlap, a v_chunk value outside
+    kernels.V_CHUNK or a multi-chunk span at Dv = 128, an overlap value outside
     kernels.OVERLAP, and overlap with lmk_zero='tile' under mask_lmk, before tracing."""
     from tilelang_impl import kernels
     base = (128, 128, "bfloat16", True, True, False, False, 64, 64, 2, 128, False)
@@ -1068,4 +1107,6 @@ def test_kernel_knobs_overlap_and_v_chunk_validated():
     with pytest.raises(ValueError, match="overlap"):
         body(*base, True, lmk_zero="tile", overlap=1)
     with pytest.raises(ValueError, match="v_chunk"):
-        body(*base, True, lmk_zero="rows", v_chunk=1)  # a bool, not a count
+        body(*base, True, lmk_zero="rows", v_chunk=3)  # a span outside kernels.V_CHUNK
+    with pytest.raises(ValueError, match="v_chunk"):
+        body(*base, True, lmk_zero="rows", v_chunk=2)  # a 256-byte V row: no chunk split

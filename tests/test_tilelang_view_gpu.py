@@ -7,7 +7,9 @@ engine writes those rows as zeros instead of the consumer. Here, with NaN in eve
 no query sees (landmark rows included) and the outputs poisoned, the view kernel must pass
 the suite's verdict and give the bits of the same call on the kernel that zeroes the rows
 (``v_chunk`` off), for both layouts, Lq < Lk, GQA-packed rows and the chunk sizes the view
-serves on each tile; and nothing behind the tensor may be read (NaN placed right after it).
+serves on each tile (one chunk; since session 26 two or four whole chunks of D <= 64's
+128-key tile, the view permitted up to four here whatever ``launch.TC_V_CHUNK`` ships); and
+nothing behind the tensor may be read (NaN placed right after it).
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ CASES = [
     (1, 4, 1, 1500, 2048, 64, dict(window_size=512, chunk_size=128)),         # D = 64's 128-key tile
     (2, 32, 4, 1, 4096, 128, dict(window_size=100, chunk_size=64)),           # decode, packed rows
     (1, 4, 4, 257, 512, 96, dict(window_size=90, chunk_size=64)),             # Dv = 96
+    # session 26: D <= 64's 128-key tile of whole chunks (kernels.V_CHUNK), the last tile
+    # past Lk where Lk is not a multiple of 128
+    (1, 8, 2, 2048, 2048, 64, dict(window_size=512, chunk_size=64)),          # two chunks
+    (2, 4, 1, 333, 1088, 64, dict(window_size=300, chunk_size=32, kv_start=64)),  # four
+    (1, 4, 4, 500, 960, 32, dict(window_size=130, chunk_size=64)),            # D = 32
 ]
+#: The view's permission the tests run (launch.v_chunk_span: up to four chunks a tile);
+#: the public call runs launch.TC_V_CHUNK's.
+CAP = max(launch.V_CHUNK_SPANS)
 
 
 def _ids(c):
@@ -69,26 +79,32 @@ def test_view_kernel_matches_the_zeroing_kernel_bit_for_bit(case, blhd):
     p = check_inputs(q, k, v, **kw)
     if not launch.v_chunk_call(p):
         pytest.fail(f"premise: the case must admit the view ({kw}, Lk={Lk})")
-    assert "v_chunk" in describe_call(q, k, v, **kw), describe_call(q, k, v, **kw)
+    block_N, C = launch.prefill_config(p)[1], kw["chunk_size"]
+    if not launch.v_chunk_span(CAP, C, block_N, D):
+        pytest.fail(f"premise: the tile must be served by the view ({kw}, D={D})")
+    shipped = bool(launch.v_chunk_span(launch.TC_V_CHUNK, C, block_N, D))
+    assert ("v_chunk" in describe_call(q, k, v, **kw)) is shipped, describe_call(q, k, v, **kw)
     clean = (k.clone(), v.clone())
     dead = poison_unseen(k, v, Lq, kw)
     if not dead.any():
         pytest.fail("premise: the case must have unseen key slots to poison")
-    o, lse = _run(p, q, k, v, True)
+    o, lse = _run(p, q, k, v, CAP)
     o0, lse0 = _run(p, q, k, v, False)
     assert torch.equal(o, o0) and torch.equal(lse, lse0), "view and zeroing kernels differ"
     verdict.assert_pass(o, lse, q, *clean, kw, _ids(case))
-    o_pub, lse_pub = swa(q, k, v, **kw)  # the public call takes the view as shipped
+    o_pub, lse_pub = swa(q, k, v, **kw)  # the public call, the view as shipped (or none)
     assert torch.equal(o_pub, o) and torch.equal(lse_pub, lse)
 
 
-@pytest.mark.parametrize("D", [64, 128])
-def test_nothing_past_lk_is_read(D):
+@pytest.mark.parametrize("D, C, Lk", [(64, 128, 1024), (128, 64, 1024), (64, 64, 1088)])
+def test_nothing_past_lk_is_read(D, C, Lk):
     """``v`` a slice of a longer buffer whose rows past ``Lk`` hold NaN: the view ends at
-    ``Lk`` (a call it serves has tiles that end there too), so nothing behind the tensor
-    reaches an output (the kernel takes the view's strides; the public call would copy
-    such a ``v`` first, and the plain kernel could not take it at all)."""
-    B, Hq, Hkv, Lq, Lk, C = 1, 4, 2, 300, 1024, 128 if D == 64 else 64
+    ``Lk`` (a tile of one chunk ends there too; the last tile of two chunks, at Lk = 1088,
+    reaches past it, into chunks the view does not have, which the copy engine fills with
+    zeros), so nothing behind the tensor reaches an output (the kernel takes the view's
+    strides; the public call would copy such a ``v`` first, and the plain kernel could not
+    take it at all)."""
+    B, Hq, Hkv, Lq = 1, 4, 2, 300
     kw = dict(window_size=200, chunk_size=C)
     g = torch.Generator(device="cuda").manual_seed(D)
     q = torch.randn(B, Hq, Lq, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -97,8 +113,9 @@ def test_nothing_past_lk_is_read(D):
     big[:, :, :Lk] = torch.randn(B, Hkv, Lk, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = big[:, :, :Lk]
     p = check_inputs(q, k, v, **kw)
-    o, lse = _run(p, q, k, v, True)
+    assert launch.v_chunk_span(CAP, C, launch.prefill_config(p)[1], D)
+    o, lse = _run(p, q, k, v, CAP)
     assert not o.isnan().any()
-    o0, lse0 = _run(p, q, k, v.contiguous(), True)
+    o0, lse0 = _run(p, q, k, v.contiguous(), CAP)
     assert torch.equal(o, o0) and torch.equal(lse, lse0)
     verdict.assert_pass(o, lse, q, k, v.contiguous(), kw, f"D{D}")

@@ -100,20 +100,33 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 
 @T.macro
-def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N):
+def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span):
     """The ``V`` tile from the chunk view ``V5[b, h, c, t, :] = V[b, h, c * C + t, :]``,
     ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
     ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
-    so the bulk copy writes zeros there; nothing is zeroed by hand (and no tile of such a
-    call reaches past ``Lk``: it ends on a chunk boundary, as every tile does). The tile
-    lies inside one chunk, rows ``k0 % C`` on: valid only for the calls
-    ``launch.v_chunk_call`` admits (``C`` a multiple of ``block_N``, tiles starting on
-    ``block_N``-key boundaries of a frame with ``r = 0``, ``Lk`` a multiple of ``C``). A
-    tile of several chunks (``block_N > C``) would need a copy per chunk into part of
-    ``V_s``, or one box of several chunks, both of which TileLang 0.1.15 lowers as element
-    loads, not bulk copies (session 25, CPU compile; BENCHMARKS.md)."""
-    t0 = k0 % C
-    T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
+    so the bulk copy writes zeros there; nothing is zeroed by hand. Valid only for the calls
+    ``launch.v_chunk_call`` admits (tiles starting on chunk boundaries of a frame with
+    ``r = 0``, ``Lk`` a multiple of ``C``), in one of two forms (:data:`V_CHUNK`):
+
+    - ``span = 1``: ``C`` a multiple of ``block_N``; the tile lies inside one chunk, rows
+      ``k0 % C`` on, one copy.
+    - ``span = n >= 2``: ``C = block_N / n`` (the launcher checks it; the kernel uses the
+      static ``block_N // n``); the tile is ``n`` whole chunks, one copy of ``C`` rows per
+      chunk into its rows of ``V_s``. TileLang 0.1.15 lowers each as a bulk copy because
+      the split rows are static (with a runtime ``C`` they became element loads, session
+      25). A tile past ``Lk`` (``Lk`` need not be a multiple of ``block_N`` here) reads
+      chunks past the view's last, which the copy engine fills with zeros."""
+    if span == 1:
+        t0 = k0 % C
+        T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
+    else:
+        cs = block_N // span
+        c0 = k0 // cs
+        T.copy(V5[bz, hk, c0, 0:cs, :], V_s[0:cs, :])
+        T.copy(V5[bz, hk, c0 + 1, 0:cs, :], V_s[cs:2 * cs, :])
+        if span == 4:
+            T.copy(V5[bz, hk, c0 + 2, 0:cs, :], V_s[2 * cs:3 * cs, :])
+            T.copy(V5[bz, hk, c0 + 3, 0:cs, :], V_s[3 * cs:4 * cs, :])
 
 
 @T.macro
@@ -233,6 +246,11 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
 #: (:func:`_overlap_loop`), 2 its serial control (the lab's).
 OVERLAP = (0, 1, 2)
 
+#: Values of the ``v_chunk`` knob (:func:`fwd_tc`, :func:`_load_v_chunks`): 0 (or False)
+#: off; 1 (or True) the tile inside one chunk (``C`` a multiple of ``block_N``); 2 or 4
+#: the tile of that many whole chunks (``C = block_N / 2`` or ``block_N / 4``, baked).
+V_CHUNK = (0, 1, 2, 4)
+
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):
 #: ``"tile"`` re-writes the whole tile (every row tested with ``key_kept``; the
@@ -261,7 +279,7 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=False):
+                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -332,7 +350,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if overlap and not (ws and (lmk_zero == "rows" or not mask_lmk)):
         raise ValueError("overlap needs warp specialisation (fwd_tc) and, with mask_lmk, "
                          "lmk_zero='rows'")
-    _check_knobs(0, v_chunk=v_chunk)
+    if v_chunk not in V_CHUNK or (v_chunk > 1 and (block_N % (v_chunk * 8) or Dv not in (32, 64))):
+        raise ValueError(f"v_chunk={v_chunk!r}: one of {V_CHUNK} (kernels.V_CHUNK); a span "
+                         f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} 32 or "
+                         f"64 (launch.V_CHUNK_SPAN_DV)")
     if overlap not in OVERLAP:
         raise ValueError(f"overlap={overlap!r}: one of {OVERLAP} (kernels.OVERLAP)")
     if v_chunk and not (mask_lmk and ws and not overlap):
@@ -423,7 +444,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     k0 = lo + (kb0 + kb) * block_N
                     T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
                     if v_chunk:
-                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N)
+                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk)
                     else:
                         _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype,
                                 mask_lmk, ws, lmk_zero, lmk_cols)
@@ -489,7 +510,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: bool = False):
+           pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -522,8 +543,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     and ``v_chunk`` (``V`` is then the 5-D chunk view ``(B, Hkv, Lk / C, C - 1, Dv)`` of
     ``launch.v_chunk_view``, its shape and strides dynamic, read by :func:`_load_v_chunks`:
     the copy engine writes each chunk's landmark row as zeros and the consumer zeroes
-    nothing; exact only for the calls ``launch.v_chunk_call`` admits with ``C`` a multiple
-    of ``block_N``, which the launcher checks per call, ``launch.call_knobs``).
+    nothing; :data:`V_CHUNK`: 1 for ``C`` a multiple of ``block_N``, ``n`` = 2 or 4 for
+    ``C = block_N / n``, one copy per chunk; exact only for the calls ``launch.v_chunk_call``
+    admits with that ``C``, which the launcher checks per call, ``launch.call_knobs``).
     The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every
     call of a configuration.

@@ -65,6 +65,15 @@ TC_MIN_BLOCKS = 2
 #: 293.5 -> 315.4, 304.5 -> 328.1 and 198.4 -> 210.1 TFLOP/s (5.6-7.2% less kernel time).
 TC_V_CHUNK = True
 
+#: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; kernels
+#: imports TileLang, this module does not: tests/test_tilelang_compile.py pins them equal),
+#: and the value head dims they serve: a V row of 64 or 128 bytes. TileLang 0.1.15 cannot
+#: lower a bulk copy into part of a V tile whose rows are 96 or 256 bytes (Dv = 48, 128:
+#: the swizzled shared tile is not contiguous over one chunk's rows; "plain SMEM layout is
+#: not a bijection", CPU lowering, session 26).
+V_CHUNK_SPANS = (2, 4)
+V_CHUNK_SPAN_DV = (32, 64)
+
 
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel on the
@@ -356,7 +365,8 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
-               scale_log2: float | None = None, group: int = 1, view: bool = False) -> tuple:
+               scale_log2: float | None = None, group: int = 1, view: bool = False,
+               Dv: int = 0) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -366,12 +376,13 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``pack`` (a permission) becomes the call's ``group`` (``Hq / Hkv``) where it is
     above 1, else 0 (one query head per key/value head: nothing to pack); trailing
     defaults are dropped (one cache key per kernel; the default kernel keeps the key
-    it always had). ``v_chunk`` (a permission) stays on only where ``view``, the call's
-    :func:`v_chunk_call`, and ``C`` is a multiple of ``block_N``."""
+    it always had). ``v_chunk`` (a permission: the most chunks a tile may span, True = 1)
+    becomes :func:`v_chunk_span` of the call (its value head dim ``Dv``; 0: no
+    multi-chunk tile) where ``view`` (the call's :func:`v_chunk_call`), else 0."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     vc = _KNOB["v_chunk"]
-    full[vc] = bool(full[vc]) and view and mask_lmk and C > 0 and C % block_N == 0
+    full[vc] = v_chunk_span(full[vc], C, block_N, Dv) if (view and mask_lmk) else 0
     pk = _KNOB["pack"]
     full[pk] = group if (full[pk] and group > 1) else 0
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
@@ -382,9 +393,29 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     return tuple(full)
 
 
+def v_chunk_span(cap: int, C: int, block_N: int, Dv: int) -> int:
+    """The ``v_chunk`` value baked for a call whose kernel-frame chunk is ``C`` under the
+    permission ``cap`` (the most chunks one key tile may span; 0 / False: no view):
+
+    - True (the value 1; a bool, as the knob was in session 25, so those kernels keep
+      their cache keys and ``describe`` text) when ``C`` is a multiple of ``block_N``:
+      every tile inside one chunk;
+    - ``n = block_N / C`` when that is one of :data:`V_CHUNK_SPANS`, at most ``cap``, and
+      ``Dv`` is one of :data:`V_CHUNK_SPAN_DV`: every tile ``n`` whole chunks, one bulk
+      copy each;
+    - else 0: the consumer zeroes V's landmark rows."""
+    if not cap or C <= 0:
+        return 0
+    if C % block_N == 0:
+        return True
+    n = block_N // C
+    ok = block_N % C == 0 and n in V_CHUNK_SPANS and n <= int(cap) and Dv in V_CHUNK_SPAN_DV
+    return n if ok else 0
+
+
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
                    scale_log2: float | None = None, group: int = 1,
-                   view: bool = False) -> tuple[str, tuple, tuple]:
+                   view: bool = False, Dv: int = 0) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -403,7 +434,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
@@ -412,7 +443,7 @@ def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
     cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view)
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 

@@ -202,6 +202,14 @@ VARIANTS = {
                "== 0 (D=128 64x64 tiles at C=64; D=64's 64x128 tile keeps the zeroing)",
                "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N); shipped since session 25 "
                "(launch.TC_V_CHUNK), so equal to 'shipped' from then on"),
+    "vchunk2": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=2),
+                "shipped config with the view allowed to span two chunks per tile (session 26): "
+                "at C = 64 D=64's 128-key tile is two chunks, filled by one bulk copy each "
+                "(kernels._load_v_chunks), so the consumer's landmark-row zeroing (a shared-"
+                "memory write, two named barriers, a proxy fence per tile) goes; D=128 runs "
+                "the shipped kernel (64-key tiles: one chunk)",
+                "D=64 rows +3-7% over shipped (D=128's view gave +6.9% at 8K; a 128-key tile "
+                "has twice the softmax per barrier), chunked and D=128 rows within 1%"),
     "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
                      "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
                      "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
@@ -430,6 +438,9 @@ CASES = [
     # calls the chunk view of v serves (launch.v_chunk_call: r = 0, Lk a multiple of C)
     ("D64 GQA4/1 W512 C64 L2048 view nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=1, Lq=2048, Lk=2048, window_size=512, chunk_size=64, kv_start=0,
+          nan_slots=True, tail_nan=True)),
+    ("D64 Lq<Lk kv_start=64 C64 Lk=1088 view nan", 64, (True, True),  # a tile past Lk
+     dict(B=2, Hq=4, Hkv=2, Lq=333, Lk=1088, window_size=300, chunk_size=64, kv_start=64,
           nan_slots=True, tail_nan=True)),
     ("D128 Lq<Lk kv_start=128 C64 view nan", 128, (True, True),
      dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=1024, window_size=200, chunk_size=64, kv_start=128,
