@@ -194,6 +194,11 @@ TC_VARIANTS = {
     "d64-vchunk2-blhd": _tc(64, 64, q_blhd=True, kv_blhd=True,
                             knobs=_shipped_knobs(64, view=True, v_chunk=2)),
     "d64-vchunk4": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=4, C=32)),
+    # the split-KV kernel with the view (no permission as shipped; the lab's dec-vchunk)
+    "d128-split-vchunk": launch.tc_kernel_key(
+        128, 128, "bfloat16", True, True, False, False,
+        launch.with_knobs(launch.split_config(128, 128), v_chunk=True), 64,
+        launch.LOG2E * default_scale(128), split=True, view=True)[1],
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -231,13 +236,15 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     assert _tc(64, 64, C=128, view=True) in have and _tc(64, 64, C=64, view=True) in have
 
 
-def test_v_chunk_kernel_takes_v_by_one_bulk_copy_and_zeroes_nothing():
+@pytest.mark.parametrize("plain_name, view_name", [("d128", "d128-vchunk"),
+                                                    ("d128-split", "d128-split-vchunk")])
+def test_v_chunk_kernel_takes_v_by_one_bulk_copy_and_zeroes_nothing(plain_name, view_name):
     """With v_chunk the V tile comes by TMA through a 5-D tensor map (the chunk view) and
     the consumer writes nothing into V_s: the landmark-row zeroing of the plain kernel
     (its select over V_s rows and the two named barriers around it) is gone, and no
-    element load of V is left."""
-    plain = kernels.fwd_tc(*TC_VARIANTS["d128"]).get_kernel_source()
-    view = kernels.fwd_tc(*TC_VARIANTS["d128-vchunk"]).get_kernel_source()
+    element load of V is left; on the prefill grid and in the split-KV kernel."""
+    plain = kernels.fwd_tc(*TC_VARIANTS[plain_name]).get_kernel_source()
+    view = kernels.fwd_tc(*TC_VARIANTS[view_name]).get_kernel_source()
     assert "tma_load(V_desc" in view and "V[" not in view
 
     def consumer(src):

@@ -9,7 +9,8 @@ the suite's verdict and give the bits of the same call on the kernel that zeroes
 (``v_chunk`` off), for both layouts, Lq < Lk, GQA-packed rows and the chunk sizes the view
 serves on each tile (one chunk; since session 26 two or four whole chunks of D <= 64's
 128-key tile, the view permitted up to four here whatever ``launch.TC_V_CHUNK`` ships); and
-nothing behind the tensor may be read (NaN placed right after it).
+nothing behind the tensor may be read (NaN placed right after it). The split-KV kernel,
+which ships without the view, is held to the same bits with it (session 26's lab variant).
 """
 
 from __future__ import annotations
@@ -119,3 +120,27 @@ def test_nothing_past_lk_is_read(D, C, Lk):
     o0, lse0 = _run(p, q, k, v.contiguous(), CAP)
     assert torch.equal(o, o0) and torch.equal(lse, lse0)
     verdict.assert_pass(o, lse, q, k, v.contiguous(), kw, f"D{D}")
+
+
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+def test_split_kernel_with_the_view_matches_its_zeroing_kernel(blhd):
+    """The split-KV kernel reading v through the view (no permission as shipped,
+    ``launch.split_config``; session 26's lab variant ``dec-vchunk`` gives one): a decode call
+    split four ways, NaN in every unseen slot, gives the bits of the shipped split kernel."""
+    B, Hq, Hkv, Lq, Lk, D = 1, 8, 8, 1, 4096, 128
+    kw = dict(window_size=512, chunk_size=64, kv_start=64)
+    q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, blhd, seed=7)
+    p = check_inputs(q, k, v, **kw)
+    assert launch.v_chunk_call(p)
+    clean = (k.clone(), v.clone())
+    poison_unseen(k, v, Lq, kw)
+    (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
+    outs = []
+    for cap in (CAP, False):
+        cfg = launch.with_knobs(launch.split_config(D, D), v_chunk=cap)
+        o, lse = p.new_outputs(poison=True)
+        launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse, force_split=4, config=cfg)
+        outs.append((o, lse))
+    (o, lse), (o0, lse0) = outs
+    assert torch.equal(o, o0) and torch.equal(lse, lse0), "view and zeroing split kernels differ"
+    verdict.assert_pass(o, lse, q, *clean, kw, "split-view")

@@ -63,6 +63,10 @@ TC_MIN_BLOCKS = 2
 #: 64 x 128 tile. Split-KV keeps the zeroing (:func:`split_config` has no permission).
 #: Bench at 41eda82 (L2 flushed, bench_results/bench-41eda82.json): the same three rows
 #: 293.5 -> 315.4, 304.5 -> 328.1 and 198.4 -> 210.1 TFLOP/s (5.6-7.2% less kernel time).
+#: The permission is the most chunks one key tile may span (:func:`v_chunk_span`): True (1)
+#: as measured; 2 would also serve D <= 64's 128-key tile at C = 64 with one bulk copy per
+#: chunk (session 26, lab variant ``vchunk2``: lowered and tested on the CPU, its GPU run
+#: lost with the machine, so not shipped; BENCHMARKS.md).
 TC_V_CHUNK = True
 
 #: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; kernels

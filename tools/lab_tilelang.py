@@ -526,6 +526,14 @@ def _dec_forced(S, small=False):
     return cfg
 
 
+def _dec_vchunk(D):
+    """:func:`_dec_shipped` with the chunk view of v permitted for tiles of up to two
+    chunks (session 26): the split-KV kernel at D > 64 too, which has no permission as
+    shipped (``launch.split_config``)."""
+    cfg, split = _dec_shipped(D)
+    return _full(cfg, v_chunk=2), split
+
+
 # In bench_results/tilelang-lab6-4e2da01.json and -lab7-4e2da01.json "dec-shipped" is
 # what "dec-s5" is now (those runs predate session 6's split change).
 DECODE_VARIANTS = {
@@ -540,6 +548,14 @@ DECODE_VARIANTS = {
                     "since session 7)",
                     "D128 as dec-64-s4 in lab7 (12.0 us at B=1); D64 as dec-p64x128 in lab8 "
                     "(9.8 / 18.6 us)"),
+    "dec-vchunk": (_dec_vchunk,
+                   "dec-shipped with v through the chunk view, up to two chunks a tile "
+                   "(session 26): D=128's split kernel (64-key tiles, one chunk each at C=64) "
+                   "no longer zeroes V's landmark rows in shared memory (the general form: "
+                   "lmk_rows_j0 does not lower there), D=64's packed prefill-grid decode reads "
+                   "its 128-key tiles as two chunks",
+                   "D128 B=1: -0.5..-1.5 us (12.0 us; about 1.5 us per key tile of a split, the "
+                   "zeroing's barriers and fence part of it); D64 decodes within 0.5 us"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
                     "the prefill grid with the prefill knobs at every head dim",
                     "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
@@ -726,6 +742,13 @@ DECODE_CASES = [
      dict(B=1, Hq=4, Hkv=4, Lq=2, Lk=100, window_size=8, chunk_size=1, kv_start=0)),
     ("dec D64 C=1e6 frame Lk+1 nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=1, Lq=1, Lk=900, window_size=400, chunk_size=10**6, kv_start=12345,
+          nan_slots=True, tail_nan=True)),
+    # calls the chunk view of v serves (launch.v_chunk_call; session 26's dec-vchunk)
+    ("dec D128 GQA8/2 Lq1 C64 Lk=3008 view nan", 128, (True, True),
+     dict(B=2, Hq=8, Hkv=2, Lq=1, Lk=3008, window_size=300, chunk_size=64, kv_start=128,
+          nan_slots=True, tail_nan=True)),
+    ("dec D64 GQA8/2 Lq2 C64 Lk=4032 view nan", 64, (True, True),
+     dict(B=2, Hq=8, Hkv=2, Lq=2, Lk=4032, window_size=500, chunk_size=64, kv_start=0,
           nan_slots=True, tail_nan=True)),
 ]
 
