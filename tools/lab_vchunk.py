@@ -53,9 +53,10 @@ def make(B, Hq, Hkv, L_, D, dtype, seed, C, nan_lmk=True, kv_start=0):
     return q, k, v
 
 
-def runner(q, k, v, W, C, kv_start, chunk, config=None):
+def runner(q, k, v, W, C, kv_start, chunk, config=None, extra=None):
     """A function running the TMA prefill kernel once on (q, k, v) into fresh outputs,
-    V_CHUNK on or off; everything else as the shipped plan (tma='v_ptr' forced)."""
+    V_CHUNK on or off, ``extra`` constexprs of the kernel set (session 26: ``EDGE_STAGES``);
+    everything else as the shipped plan (tma='v_ptr' forced)."""
     p = reference.check_inputs(q, k, v, window_size=W, chunk_size=C, kv_start=kv_start)
     plan = L._plan(p, path="prefill", config=config, tma="v_ptr").tma
     assert plan is not None and plan.path == "prefill_tma"
@@ -64,7 +65,7 @@ def runner(q, k, v, W, C, kv_start, chunk, config=None):
     j_min = L._j_min(plan, p)
     qk_scale = p.sm_scale * L.LOG2E
     cx, st = plan.pick(c, qk_scale)
-    cx = dict(cx)
+    cx = dict(cx, **(extra or {}))
     kk, vv = k[:, :, j_min:], v[:, :, j_min:]
     if chunk:
         assert c % bn == 0 and (r + j_min) % c == 0, (c, bn, r, j_min)
@@ -94,7 +95,8 @@ def runner(q, k, v, W, C, kv_start, chunk, config=None):
 
 
 def check(results, only_fp16=False):
-    """Each case: V_CHUNK against the pointer kernel (bit-identical) and the float64 reference."""
+    """Each case: V_CHUNK (and session 26's EDGE_STAGES variants) against the shipped pointer
+    kernel (bit-identical) and the float64 reference."""
     bf, f16 = torch.bfloat16, torch.float16
     if only_fp16:  # the interpreter: fp16 only (its bf16 is wrong, triton-lang/triton#11584)
         bf = f16
@@ -109,12 +111,17 @@ def check(results, only_fp16=False):
         cases = [(1, 2, 1, 400, 64, 200, 64, 0, f16), (1, 2, 2, 520, 64, 150, 128, 128, f16),
                  (1, 2, 1, 333, 64, 64, 64, 64, f16), (1, 2, 1, 300, 64, 150, 64, 64, f16, L.Config(64, 32, 4, 3))]
     ok = True
-    for i, (B, Hq, Hkv, L_, D, W, C, ks, dt, *cfg) in enumerate(cases):
+    # (V_CHUNK, extra constexprs, case) of the kernel held to the shipped pointer-v kernel's bits
+    views = [(True, {}, cs) for cs in cases]
+    # session 26: the D = 128 kernels with the edge loop two deep, view and pointer v
+    views += [(ch, {"EDGE_STAGES": 2}, cs) for cs in cases if cs[4] == 128 and len(cs) == 9
+              for ch in (True, False)]
+    for i, (view, extra, (B, Hq, Hkv, L_, D, W, C, ks, dt, *cfg)) in enumerate(views):
         cfg = cfg[0] if cfg else None
         q, k, v = make(B, Hq, Hkv, L_, D, dt, 1000 + i, C, True, ks)
         outs = []
-        for chunk in (False, True):
-            fn, p = runner(q, k, v, W, C, ks, chunk, cfg)
+        for chunk, ex in ((False, None), (view, extra)):
+            fn, p = runner(q, k, v, W, C, ks, chunk, cfg, ex)
             o, lse = p.new_outputs()
             o.fill_(float("nan")), lse.fill_(float("nan"))  # poisoned: an element never written shows
             o, lse = fn(o, lse)
@@ -138,7 +145,8 @@ def check(results, only_fp16=False):
         good = not nan and (same or (err_o <= 1.25 * e0o + 1e-3 and err_l <= 1.25 * e0l + 1e-5))
         ok &= good
         do = (o1.double() - o0.double()).abs()
-        row = dict(case=i, shape=(B, Hq, Hkv, L_, D, W, C, ks, str(dt)), bit_identical=same, nan=nan,
+        row = dict(case=i, shape=(B, Hq, Hkv, L_, D, W, C, ks, str(dt)), view=view, extra=extra,
+                   bit_identical=same, nan=nan,
                    err_o=err_o, err_lse=err_l, ptr_err_o=e0o, ptr_err_lse=e0l, ok=good,
                    o_diff_max=do.max().item(), o_diff_n=int((do > 0).sum()), o_n=do.numel(),
                    lse_diff_n=int((l1 != l0).sum()))
@@ -162,9 +170,16 @@ def flushed_us(fn):
 
 
 C_ = L.Config
-VARIANTS = {  # per head dim: (name, V_CHUNK, config); the first is the shipped kernel
+# per head dim: (name, V_CHUNK, config[, extra constexprs]); the first is the shipped kernel.
+# Session 26 (written on the CPU, not run): chunk-s3-edge2, the view at three stages with
+# the edge loop two deep (114744 bytes of shared memory, two CTAs per SM; the plain view
+# kernel at three stages needs 115736, one CTA), and its control ptr-edge2. Predicted:
+# chunk-s3-edge2 2-5% less kernel time than ptr at D = 128 (session 24's view took 3.9-4.7%
+# off D = 64, where the pointer loads of v are half as many per block), ptr-edge2 within 1%.
+VARIANTS = {
     128: [("ptr", False, None), ("chunk-s2", True, C_(64, 64, 4, 2)), ("ptr-s2", False, C_(64, 64, 4, 2)),
-          ("chunk-64x32s3", True, C_(64, 32, 4, 3)), ("chunk-64x32s4", True, C_(64, 32, 4, 4))],
+          ("chunk-64x32s3", True, C_(64, 32, 4, 3)), ("chunk-64x32s4", True, C_(64, 32, 4, 4)),
+          ("chunk-s3-edge2", True, None, {"EDGE_STAGES": 2}), ("ptr-edge2", False, None, {"EDGE_STAGES": 2})],
     64: [("ptr", False, None), ("chunk", True, None), ("chunk-s3", True, C_(64, 64, 4, 3, maxnreg=128)),
          ("chunk-s3-nocap", True, C_(64, 64, 4, 3))],
 }
@@ -277,7 +292,8 @@ def main(argv=None):
                 break
             q, k, v = make(B, Hq, Hkv, L_, D, torch.bfloat16, 7, C, False)
             variants = VARIANTS[D]
-            fns = {vn: runner(q, k, v, W, C, 0, chunk, cfg)[0] for vn, chunk, cfg in variants}
+            fns = {vn: runner(q, k, v, W, C, 0, chunk, cfg, ex[0] if ex else None)[0]
+                   for vn, chunk, cfg, *ex in variants}
             flops = attention_flops(B, Hq, L_, L_, D, window_size=W, chunk_size=C)
             per = {vn: [] for vn in fns}
             fl = {vn: [] for vn in fns}

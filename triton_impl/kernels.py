@@ -490,7 +490,7 @@ def _swa_fwd_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
     LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False, PHASES: tl.constexpr = False,
-    V_CHUNK: tl.constexpr = False,
+    V_CHUNK: tl.constexpr = False, EDGE_STAGES: tl.constexpr = 0,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -525,6 +525,14 @@ def _swa_fwd_tma_kernel(
     (only the landmark column test). Online softmax does not depend on the
     order of its blocks; rows past ``Lq`` are never stored. Otherwise one loop
     masks every block.
+
+    ``EDGE_STAGES`` (a lab knob, with ``PHASES``; 0 = the launch's ``num_stages``, as
+    shipped): the pipeline depth of the edge-block loop alone. Triton 3.6 gives each
+    pipelined loop its own mbarrier arrays and places one of them between the V stages and
+    the Q tile, whose 1024-byte alignment then costs 1000 bytes: at D = 128, 64 x 64, three
+    stages, the ``V_CHUNK`` kernel needs 115736 bytes of shared memory, 24 more than two
+    CTAs per SM allow, and 114744 with ``EDGE_STAGES=2`` (CPU compile, session 26;
+    ``tools/lab_vchunk.py``'s ``chunk-s3-edge2``).
     """
     # V_CHUNK: the inside blocks' v through the chunked view (needs the phases, the landmark
     # phase carried block to block, and v's edge blocks by pointers)
@@ -556,7 +564,8 @@ def _swa_fwd_tma_kernel(
         mid_lo = start + n_left * BLOCK_N
         mid_hi = mid_lo + n_mid * BLOCK_N
         # The edge blocks, masked: [start, mid_lo), then [mid_hi, j_hi).
-        for i in range(0, tl.cdiv(j_hi - start, BLOCK_N) - n_mid):
+        for i in tl.range(0, tl.cdiv(j_hi - start, BLOCK_N) - n_mid,
+                          num_stages=EDGE_STAGES if EDGE_STAGES > 0 else None):
             n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
