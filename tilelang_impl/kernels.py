@@ -28,7 +28,7 @@ import tilelang.language as T
 from tvm.target import Target
 
 from . import macros as M
-from .launch import rows_j0_acts
+from .launch import V_CHUNK_SPAN_DV, rows_j0_acts
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -350,10 +350,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if overlap and not (ws and (lmk_zero == "rows" or not mask_lmk)):
         raise ValueError("overlap needs warp specialisation (fwd_tc) and, with mask_lmk, "
                          "lmk_zero='rows'")
-    if v_chunk not in V_CHUNK or (v_chunk > 1 and (block_N % (v_chunk * 8) or Dv not in (32, 64))):
+    if v_chunk not in V_CHUNK or (v_chunk > 1 and (block_N % (v_chunk * 8)
+                                                   or Dv not in V_CHUNK_SPAN_DV)):
         raise ValueError(f"v_chunk={v_chunk!r}: one of {V_CHUNK} (kernels.V_CHUNK); a span "
-                         f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} 32 or "
-                         f"64 (launch.V_CHUNK_SPAN_DV)")
+                         f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} one of "
+                         f"{V_CHUNK_SPAN_DV} (launch.V_CHUNK_SPAN_DV)")
     if overlap not in OVERLAP:
         raise ValueError(f"overlap={overlap!r}: one of {OVERLAP} (kernels.OVERLAP)")
     if v_chunk and not (mask_lmk and ws and not overlap):

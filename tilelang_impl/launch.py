@@ -70,7 +70,7 @@ TC_MIN_BLOCKS = 2
 TC_V_CHUNK = True
 
 #: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; kernels
-#: imports TileLang, this module does not: tests/test_tilelang_compile.py pins them equal),
+#: imports TileLang, this module does not: tests/test_tilelang_cpu.py pins them equal),
 #: and the value head dims they serve: a V row of 64 or 128 bytes. TileLang 0.1.15 cannot
 #: lower a bulk copy into part of a V tile whose rows are 96 or 256 bytes (Dv = 48, 128:
 #: the swizzled shared tile is not contiguous over one chunk's rows; "plain SMEM layout is
