@@ -935,7 +935,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             tcommon = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
                            EXPAND=p.expand_to_chunk, V_TMA=v_tma)
             tcx, tst = _variants(tcommon, lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on,
-                                 dict(PHASES=tph, V_CHUNK=False), maxnreg=tcfg.maxnreg)
+                                 dict(PHASES=tph, V_CHUNK=False, EDGE_STAGES=0),
+                                 maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
                              blocks=(tcfg.block_m, tcfg.block_n, bdk, bdv), fold=fold_on)
@@ -943,7 +944,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             # most: calls with C >= BLOCK_N), the phases and v by pointers on the edges
             if v_chunk and lmk_one_ok and tph and not v_tma:
                 ccx, cst = _variants(tcommon, True, tcfg.num_warps, tcfg.num_stages, fold_on,
-                                     dict(PHASES=True, V_CHUNK=True), maxnreg=tcfg.maxnreg)
+                                     dict(PHASES=True, V_CHUNK=True, EDGE_STAGES=0),
+                                     maxnreg=tcfg.maxnreg)
                 for fo in (False, True):  # the view needs C >= BLOCK_N: LMK_ONE whatever pick asks
                     ccx[(False, fo)], cst[(False, fo)] = ccx[(True, fo)], cst[(True, fo)]
                 plan.tma.vchunk = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
