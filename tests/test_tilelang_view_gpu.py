@@ -41,6 +41,7 @@ CASES = [
     (1, 8, 2, 2048, 2048, 64, dict(window_size=512, chunk_size=64)),          # two chunks
     (2, 4, 1, 333, 1088, 64, dict(window_size=300, chunk_size=32, kv_start=64)),  # four
     (1, 4, 4, 500, 960, 32, dict(window_size=130, chunk_size=64)),            # D = 32
+    (2, 32, 4, 1, 4032, 64, dict(window_size=100, chunk_size=64)),            # packed, two chunks
 ]
 #: The view's permission the tests run (launch.v_chunk_span: up to four chunks a tile);
 #: the public call runs launch.TC_V_CHUNK's.
