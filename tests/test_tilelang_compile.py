@@ -194,6 +194,12 @@ TC_VARIANTS = {
     "d64-vchunk2-blhd": _tc(64, 64, q_blhd=True, kv_blhd=True,
                             knobs=_shipped_knobs(64, view=True, v_chunk=2)),
     "d64-vchunk4": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=4, C=32)),
+    # the lab's occ2-128x64 (session 26): D = 64 on a 128x64 tile with two consumer warp
+    # groups and two CTAs per SM, v through the chunk view at C = 64
+    "d64-128x64-occ2": launch.tc_kernel_key(
+        64, 64, "bfloat16", True, True, False, False,
+        launch.with_knobs((128, 64, 2, 256) + launch.shipped_config(64, 64)[4:], min_blocks=2,
+                          v_chunk=True), 64, launch.LOG2E * default_scale(64), view=True)[1],
     # the split-KV kernel with the view (no permission as shipped; the lab's dec-vchunk)
     "d128-split-vchunk": launch.tc_kernel_key(
         128, 128, "bfloat16", True, True, False, False,
@@ -323,6 +329,24 @@ def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     assert f"warpgroup_reg_alloc<{consumers}>" in src
     assert f"warpgroup_reg_dealloc<{kernels.PRODUCER_REGS}>" in src
     assert kernels.PRODUCER_REGS * 128 + consumers * 128 <= launch_regs * 256
+    assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
+    assert "STL" not in sass and "LDL" not in sass
+
+
+def test_two_consumer_groups_two_ctas_fit_the_register_file():
+    """The lab's occ2-128x64 (session 26): 256 consumer threads and two CTAs per SM give
+    ``__launch_bounds__(384, 2)``, kernels.launch_regs(256, 2) = 80 registers at launch and
+    consumers kernels.consumer_regs(256, 2) = 104 after ``setmaxnreg`` (128 * 24 + 256 * 104
+    <= 384 * 80: nothing asks for more than its CTA holds), with no register spills."""
+    import re
+    args = TC_VARIANTS["d64-128x64-occ2"]
+    assert args[7:11] == (128, 64, 2, 256) and args[launch._V_CHUNK_AT] is True
+    src, sass, res = _cubin(args)
+    launch_regs, consumers = kernels.launch_regs(256, 2), kernels.consumer_regs(256, 2)
+    assert (launch_regs, consumers) == (80, 104)
+    assert "__launch_bounds__(384, 2)" in src
+    assert f"warpgroup_reg_alloc<{consumers}>" in src
+    assert kernels.PRODUCER_REGS * 128 + consumers * 256 <= launch_regs * 384
     assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
     assert "STL" not in sass and "LDL" not in sass
 

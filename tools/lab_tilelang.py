@@ -354,6 +354,23 @@ VARIANTS = {
                    "64x64 s2, one consumer warp group, two CTAs per SM",
                    "D64 145-185 TF/s (half the tensor work per barrier of 64x128); D128 as "
                    "occ2-64x128 (the same kernel there)"),
+    # session 26 (written on the CPU, not run): the 128-row tile of two consumer warp
+    # groups with two CTAs per SM at D <= 64, sixteen consumer warps per SM where the shipped
+    # 64x128 tile has eight. launch_regs(256, 2) = 80 at launch, consumers 104 after setmaxnreg
+    # (29696 of the CTA's 30720), no spills (CPU compile); a 128-row block reads the same
+    # 640 keys a row as the shipped tile (ten 64-key tiles against five 128-key ones), and
+    # C = 64 is a multiple of its 64-key tile, so v comes through the chunk view (span 1).
+    "occ2-128x64": (lambda D: (_full((128, 64, 2, 256) + _launch().shipped_config(D, D)[4:],
+                                     min_blocks=2, v_chunk=True)
+                               if D <= 64 else _full(_launch().shipped_config(D, D))),
+                    "D<=64: 128x64 tile, two consumer warp groups, two CTAs per SM (min_blocks=2 "
+                    "at 256 consumer threads: 104 registers each), v through the chunk view; "
+                    "D=128: the shipped kernel (its 64x128 accumulator would not fit 104)",
+                    "D64 rows -5..+20% vs shipped (twice the consumer warps per SM to overlap "
+                    "softmax with wgmma, K/V tiles shared by two warp groups; against: twice the "
+                    "barriers per key, both groups in lockstep on the shared stages; four CTAs "
+                    "per SM hung with an exact register split in session 12, this split leaves "
+                    "1024 registers a CTA: the lab's watchdog reports a hang); D128 = shipped"),
     # "occ3-64x64" and "occ4-64x64" (64x64 at D=64 with three / four CTAs per SM, consumers
     # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json) and are
     # refused since (kernels.MIN_BLOCKS): their code is in 287ff31.
