@@ -371,6 +371,12 @@ VARIANTS = {
                     "barriers per key, both groups in lockstep on the shared stages; four CTAs "
                     "per SM hung with an exact register split in session 12, this split leaves "
                     "1024 registers a CTA: the lab's watchdog reports a hang); D128 = shipped"),
+    "occ2-128x64-s3": (lambda D: (_full((128, 64, 3, 256) + _launch().shipped_config(D, D)[4:],
+                                        min_blocks=2, v_chunk=True)
+                                  if D <= 64 else _full(_launch().shipped_config(D, D))),
+                       "occ2-128x64 with three stages (64 KB of shared memory a CTA)",
+                       "D64 within 3% of occ2-128x64 (the producer already waits for free "
+                       "stages at two); D128 = shipped"),
     # "occ3-64x64" and "occ4-64x64" (64x64 at D=64 with three / four CTAs per SM, consumers
     # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json) and are
     # refused since (kernels.MIN_BLOCKS): their code is in 287ff31.
