@@ -1013,6 +1013,7 @@ def test_v_chunk_span_rule(cap, C, block_N, Dv, want):
 
 
 def test_v_chunk_spans_match_the_kernel():
+    """launch.V_CHUNK_SPANS (launch does not import TileLang) is kernels.V_CHUNK's spans."""
     from tilelang_impl import kernels
     assert tuple(v for v in kernels.V_CHUNK if v > 1) == launch.V_CHUNK_SPANS
 
