@@ -161,6 +161,7 @@ def variants():
                 dict(DK=d, DV=d, BLOCK_DK=bd, BLOCK_DV=bd, BLOCK_M=bm, BLOCK_N=bn, MASK_LMK=True,
                      EXPAND=True, V_TMA=L.TMA_MODES[mode], LMK_ONE=True,
                      PHASES=chunk or L.TMA_PHASES.get((cls, bucket), False), V_CHUNK=chunk,
+                     EDGE_STAGES=L.TMA_V_CHUNK_EDGE_STAGES.get((cls, bucket), 0) if chunk else 0,
                      **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
                 cfg.num_warps, cfg.num_stages, True)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
@@ -208,9 +209,11 @@ def variants():
     # (EDGE_STAGES, a lab knob of session 26: tools/lab_vchunk.py's chunk-s3-edge2), both
     # 16-bit dtypes: the shared memory the view cost at three stages, 24 bytes over two CTAs
     # per SM, comes back with the edge loop's own barrier arrays (kernels._swa_fwd_tma_kernel).
+    # (Where launch.TMA_V_CHUNK_EDGE_STAGES ships 2 the row above is that kernel already.)
     for name in [n for n in out if n.startswith("tma-v_chunk-") and "-D96-" in n]:
         grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
-        out[name + "-edge2"] = (grp, fn, ptrs, dict(consts, EDGE_STAGES=2), warps, stages, hgmma)
+        if consts["EDGE_STAGES"] != 2:
+            out[name + "-edge2"] = (grp, fn, ptrs, dict(consts, EDGE_STAGES=2), warps, stages, hgmma)
     # The Gluon prefill kernel (a lab kernel behind the private tma="gluon" knob,
     # triton_impl.gluon_prefill): the lab's default tile and the 8-warp one, both head
     # dims it serves, both 16-bit dtypes, both landmark tests, no landmarks, Dqk != Dv,

@@ -174,6 +174,14 @@ TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # D=128 no gain resolved (64x64 s2: +0.5 / -1.2% at L=8K / 16K; 64x64 s3 does not fit two
 # CTAs per SM with the view's extra barrier: 24 bytes over, one CTA per SM, +41%).
 TMA_V_CHUNK: dict[tuple[str, int], bool] = {("16", 64): True}
+# The depth of the V_CHUNK kernel's edge-block loop (kernels._swa_fwd_tma_kernel EDGE_STAGES)
+# per key; absent: the launch's num_stages (0), as every kernel ran until session 26. Two
+# stages there give D = 128's three-stage view kernel back the 24 bytes of shared memory it
+# lacked for two CTAs per SM (115736 -> 114744 bytes: the edge loop's barrier array sat
+# before the 1024-aligned Q tile; Triton 3.6, CPU compile). Lab variant chunk-s3-edge2
+# (tools/lab_vchunk.py), not run yet: a key goes here together with TMA_V_CHUNK's once it
+# has been measured.
+TMA_V_CHUNK_EDGE_STAGES: dict[tuple[str, int], int] = {}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
@@ -944,7 +952,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             # most: calls with C >= BLOCK_N), the phases and v by pointers on the edges
             if v_chunk and lmk_one_ok and tph and not v_tma:
                 ccx, cst = _variants(tcommon, True, tcfg.num_warps, tcfg.num_stages, fold_on,
-                                     dict(PHASES=True, V_CHUNK=True, EDGE_STAGES=0),
+                                     dict(PHASES=True, V_CHUNK=True,
+                                          EDGE_STAGES=TMA_V_CHUNK_EDGE_STAGES.get((cls, bucket), 0)),
                                      maxnreg=tcfg.maxnreg)
                 for fo in (False, True):  # the view needs C >= BLOCK_N: LMK_ONE whatever pick asks
                     ccx[(False, fo)], cst[(False, fo)] = ccx[(True, fo)], cst[(True, fo)]
