@@ -360,9 +360,7 @@ VARIANTS = {
     # (29696 of the CTA's 30720), no spills (CPU compile); a 128-row block reads the same
     # 640 keys a row as the shipped tile (ten 64-key tiles against five 128-key ones), and
     # C = 64 is a multiple of its 64-key tile, so v comes through the chunk view (span 1).
-    "occ2-128x64": (lambda D: (_full((128, 64, 2, 256) + _launch().shipped_config(D, D)[4:],
-                                     min_blocks=2, v_chunk=True)
-                               if D <= 64 else _full(_launch().shipped_config(D, D))),
+    "occ2-128x64": (lambda D: _occ2_128x64(D, 2),
                     "D<=64: 128x64 tile, two consumer warp groups, two CTAs per SM (min_blocks=2 "
                     "at 256 consumer threads: 104 registers each), v through the chunk view; "
                     "D=128: the shipped kernel (its 64x128 accumulator would not fit 104)",
@@ -371,9 +369,7 @@ VARIANTS = {
                     "barriers per key, both groups in lockstep on the shared stages; four CTAs "
                     "per SM hung with an exact register split in session 12, this split leaves "
                     "1024 registers a CTA: the lab's watchdog reports a hang); D128 = shipped"),
-    "occ2-128x64-s3": (lambda D: (_full((128, 64, 3, 256) + _launch().shipped_config(D, D)[4:],
-                                        min_blocks=2, v_chunk=True)
-                                  if D <= 64 else _full(_launch().shipped_config(D, D))),
+    "occ2-128x64-s3": (lambda D: _occ2_128x64(D, 3),
                        "occ2-128x64 with three stages (64 KB of shared memory a CTA)",
                        "D64 within 3% of occ2-128x64 (the producer already waits for free "
                        "stages at two); D128 = shipped"),
@@ -381,6 +377,17 @@ VARIANTS = {
     # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json) and are
     # refused since (kernels.MIN_BLOCKS): their code is in 287ff31.
 }
+
+
+def _occ2_128x64(D, stages):
+    """Session 26's occ2-128x64 variants: at D <= 64 the shipped knobs on a 128x64 tile of two
+    consumer warp groups (256 threads), ``stages`` deep, two CTAs per SM, v through the chunk
+    view (span 1 at C = 64); above, the shipped config (its accumulators need more than the
+    104 registers a consumer thread gets)."""
+    cfg = _launch().shipped_config(D, D)
+    if D > 64:
+        return _full(cfg)
+    return _full((128, 64, stages, 256) + tuple(cfg[4:]), min_blocks=2, v_chunk=True)
 
 
 def _occ(D, tile, stages, min_blocks):
