@@ -63,13 +63,15 @@ def _inputs(B, Hq, Hkv, Lq, Lk, D, blhd, seed):
     return rnd(Hq, Lq), rnd(Hkv, Lk), rnd(Hkv, Lk)
 
 
-def _run(p, q, k, v, v_chunk):
+def _run(p, q, k, v, v_chunk, split=None):
     """run_cuda (on the tensors as the adapter hands them over, storage order) into
-    poisoned outputs with the shipped config, the view allowed or not."""
+    poisoned outputs with the shipped config, the view allowed or not; ``split``: the
+    shipped split-KV config with that many splits instead."""
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
-    cfg = launch.with_knobs(launch.prefill_config(p), v_chunk=v_chunk)
+    base = launch.split_config(p.Dqk, p.Dv) if split else launch.prefill_config(p)
+    cfg = launch.with_knobs(base, v_chunk=v_chunk)
     o, lse = p.new_outputs(poison=True)
-    launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse, config=cfg)
+    launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse, force_split=split, config=cfg)
     return o, lse
 
 
@@ -135,13 +137,7 @@ def test_split_kernel_with_the_view_matches_its_zeroing_kernel(blhd):
     assert launch.v_chunk_call(p)
     clean = (k.clone(), v.clone())
     poison_unseen(k, v, Lq, kw)
-    (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
-    outs = []
-    for cap in (CAP, False):
-        cfg = launch.with_knobs(launch.split_config(D, D), v_chunk=cap)
-        o, lse = p.new_outputs(poison=True)
-        launch.run_cuda(p, q_, k_, v_, q_blhd, kv_blhd, o, lse, force_split=4, config=cfg)
-        outs.append((o, lse))
-    (o, lse), (o0, lse0) = outs
+    o, lse = _run(p, q, k, v, CAP, split=4)
+    o0, lse0 = _run(p, q, k, v, False, split=4)
     assert torch.equal(o, o0) and torch.equal(lse, lse0), "view and zeroing split kernels differ"
     verdict.assert_pass(o, lse, q, *clean, kw, "split-view")

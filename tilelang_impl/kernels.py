@@ -28,7 +28,7 @@ import tilelang.language as T
 from tvm.target import Target
 
 from . import macros as M
-from .launch import V_CHUNK_SPAN_DV, rows_j0_acts
+from .launch import V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -122,6 +122,7 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span):
     else:
         cs = block_N // span
         c0 = k0 // cs
+        # one statement per chunk: as a loop (T.unroll) the copies lower as element loads
         T.copy(V5[bz, hk, c0, 0:cs, :], V_s[0:cs, :])
         T.copy(V5[bz, hk, c0 + 1, 0:cs, :], V_s[cs:2 * cs, :])
         if span == 4:
@@ -248,8 +249,9 @@ OVERLAP = (0, 1, 2)
 
 #: Values of the ``v_chunk`` knob (:func:`fwd_tc`, :func:`_load_v_chunks`): 0 (or False)
 #: off; 1 (or True) the tile inside one chunk (``C`` a multiple of ``block_N``); 2 or 4
-#: the tile of that many whole chunks (``C = block_N / 2`` or ``block_N / 4``, baked).
-V_CHUNK = (0, 1, 2, 4)
+#: (``launch.V_CHUNK_SPANS``) the tile of that many whole chunks (``C = block_N / 2`` or
+#: ``block_N / 4``, baked).
+V_CHUNK = (0, 1) + V_CHUNK_SPANS
 
 
 #: Landmark-row treatment of the ``V`` tile with ``mask_lmk`` (a baked-in knob):

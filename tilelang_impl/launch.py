@@ -69,8 +69,8 @@ TC_MIN_BLOCKS = 2
 #: lost with the machine, so not shipped; BENCHMARKS.md).
 TC_V_CHUNK = True
 
-#: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; kernels
-#: imports TileLang, this module does not: tests/test_tilelang_cpu.py pins them equal),
+#: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; defined
+#: here, where the launcher and the kernels both read it: this module imports no TileLang),
 #: and the value head dims they serve: a V row of 64 or 128 bytes. TileLang 0.1.15 cannot
 #: lower a bulk copy into part of a V tile whose rows are 96 or 256 bytes (Dv = 48, 128:
 #: the swizzled shared tile is not contiguous over one chunk's rows; "plain SMEM layout is
