@@ -474,3 +474,16 @@ def test_landmark_rows_wait_for_the_v_load():
     # between the loop and the P@V wgmma (the V wait is not after the write)
     assert any(w < loop for w in waits)
     assert not any(loop < w < gemm_rs for w in waits)
+
+
+@pytest.mark.parametrize("name", ["d128-vchunk", "d64-vchunk2"])
+def test_v_chunk_view_strides_reach_the_descriptor_as_int64(name):
+    """The chunk view's four strides are read from the tensor as int64 (the batch stride
+    ``Hkv * Lk * Dv`` of a long context passes 2**31: at B = 2, Hkv = 32, Lk = 2**20,
+    Dv = 128 it is 2**32, which as the int32 of TileLang's default wrapped to 0, so
+    batch 1 read batch 0's ``v``); the innermost, checked to be 1, may stay int32."""
+    import re
+    src = kernels.fwd_tc(*TC_VARIANTS[name]).get_host_source()
+    reads = re.findall(r"(\(int32_t\))?\(\(int64_t\*\)main_V_strides\)\[(\d)\]", src)
+    assert {int(i) for cast, i in reads if not cast} == {0, 1, 2, 3}, reads
+    assert all(int(i) == 4 for cast, i in reads if cast), reads

@@ -980,6 +980,23 @@ def test_v_chunk_view_is_a_view_without_landmark_rows(blhd):
     assert not ((idx + 1) % C == 0).any()  # no landmark in it
 
 
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+def test_v_chunk_view_strides_ignore_size_one_dimensions(blhd):
+    """A contiguous v may carry any stride on a dimension of size 1 (B = 1 and H = 1 here,
+    strides 1 and 3); the view's strides are the storage order's own (the copy engine
+    needs multiples of 16 bytes), and it still addresses v's elements."""
+    L, D, C = 256, 32, 64
+    flat = torch.randn(L * D)
+    stored = flat.as_strided((1, L, 1, D) if blhd else (1, 1, L, D),
+                             (1, D, 3, 1) if blhd else (1, 3, D, 1))
+    assert stored.is_contiguous()
+    w = launch.v_chunk_view(stored, C, blhd)
+    assert w.stride() == (L * D, D if blhd else L * D, C * D, D, 1)
+    v = stored.transpose(1, 2) if blhd else stored
+    idx = torch.arange(L).view(L // C, C)[:, :C - 1]
+    assert torch.equal(w, v[:, :, idx.reshape(-1)].view(1, 1, L // C, C - 1, D))
+
+
 def test_v_chunk_knob_resolved_per_call():
     """call_knobs keeps the v_chunk permission only where the call admits the view and the
     chunk is a multiple of the tile's block_N; the shipped D <= 128 configs carry it."""

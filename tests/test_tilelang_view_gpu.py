@@ -141,3 +141,27 @@ def test_split_kernel_with_the_view_matches_its_zeroing_kernel(blhd):
     o0, lse0 = _run(p, q, k, v, False, split=4)
     assert torch.equal(o, o0) and torch.equal(lse, lse0), "view and zeroing split kernels differ"
     verdict.assert_pass(o, lse, q, *clean, kw, "split-view")
+
+
+def test_view_batch_stride_past_2_to_32_elements():
+    """A long context whose ``v`` batch stride ``Hkv * Lk * Dv`` is exactly 2**32 elements
+    (B = 2, 32 heads, Lk = 2**20, D = 128; 16 GiB each for k and v): the public call takes
+    the view, and batch 1 reads its own ``v`` (the view's strides were int32 until
+    2026-12-05: this one wrapped to 0, and batch 1 read batch 0's rows). Every visible key
+    is in the tail, where the reference runs."""
+    B, H, Lq, Lk, D = 2, 32, 512, 1 << 20, 128
+    kw = dict(window_size=512, chunk_size=64)
+    free, _ = torch.cuda.mem_get_info()
+    if free < 40 * 2 ** 30:
+        pytest.skip(f"needs 40 GiB of free device memory, {free / 2 ** 30:.0f} GiB free")
+    g = torch.Generator(device="cuda").manual_seed(31)
+    q = torch.randn(B, H, Lq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, H, Lk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, H, Lk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    assert v.stride(0) == 2 ** 32
+    assert "v_chunk" in describe_call(q, k, v, **kw), describe_call(q, k, v, **kw)
+    o, lse = swa(q, k, v, **kw)
+    tail = Lk - 2048  # a multiple of the chunk: the rule is the same on the slice
+    ks, vs = k[:, :, tail:].clone(), v[:, :, tail:].clone()
+    del k, v
+    verdict.assert_pass(o, lse, q, ks, vs, dict(kw, kv_start=tail), "2**32 batch stride")

@@ -371,9 +371,15 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
     k_shape = _shape(kv_blhd, B, Hkv, Lk, Dqk)
     v_shape = _shape(kv_blhd, B, Hkv, Lk, Dv)
-    if v_chunk:  # the chunk view of V (launch.v_chunk_view): strides are the call's
-        NC, Cm1, svb, svh, svc, svl = T.dynamic("NC Cm1 svb svh svc svl")
-        v_param = T.StridedTensor((B, Hkv, NC, Cm1, Dv), (svb, svh, svc, svl, 1), dtype)
+    if v_chunk:  # the chunk view of V (launch.v_chunk_view): strides are the call's,
+        # int64 (the batch stride Hkv * Lk * Dv passes 2**31 in long contexts; as int32, the
+        # default until 2026-12-05, the TMA descriptor got it wrapped: negative, or 0 at
+        # exactly 2**32). TileLang 0.1.15's disk-cache key prints a stride variable by name,
+        # not dtype: the names changed with the dtype, so no int32 kernel is served from a
+        # cache made before.
+        NC, Cm1 = T.dynamic("NC Cm1")
+        sb, sh, sc, sl = T.dynamic("v5_sb v5_sh v5_sc v5_sl", "int64")
+        v_param = T.StridedTensor((B, Hkv, NC, Cm1, Dv), (sb, sh, sc, sl, 1), dtype)
     else:
         v_param = T.Tensor(v_shape, dtype)
     o_shape = (B, Hq, S, Lq, Dv) if split else (B, Hq, Lq, Dv)

@@ -476,14 +476,16 @@ def v_chunk_view(v, C: int, kv_blhd: bool = False):
     C, C - 1, Dv)`` that ``kernels.fwd_tc`` reads with ``v_chunk`` in either layout:
     element ``[b, h, c, t, d]`` is key ``c * C + t`` of head ``h``. Each chunk's last row,
     its landmark, is left out (the bulk copy writes zeros for it). A view of the same
-    storage: nothing is copied."""
+    storage: nothing is copied. The strides are the contiguous ones of that storage order,
+    not ``v.stride()``: a contiguous tensor may carry any stride on a dimension of size 1,
+    which the kernel would pass to the copy engine (it needs multiples of 16 bytes)."""
     if kv_blhd:
         B, L, H, D = v.shape
-        sb, sl, sh, sd = v.stride()
+        sl, sh = H * D, D
     else:
         B, H, L, D = v.shape
-        sb, sh, sl, sd = v.stride()
-    return v.as_strided((B, H, L // C, C - 1, D), (sb, sh, C * sl, sl, sd), v.storage_offset())
+        sh, sl = L * D, D
+    return v.as_strided((B, H, L // C, C - 1, D), (H * L * D, sh, C * sl, sl, 1), v.storage_offset())
 
 
 def combine_key(tc_args: tuple) -> tuple[str, tuple]:
