@@ -123,11 +123,27 @@ def test_unsupported_and_errors():
     q, k, v = _inputs(1, 2, 2, 4, 4, 32, 32, torch.float32)
     with pytest.raises(ValueError, match="window_size"):
         swa(q, k, v, window_size=0, chunk_size=2)
+    # positions of the kernel frame past 2**22 (chunk_size = 2**22 - 2 with kv_start % chunk
+    # near it: the kernel receives that chunk, Lk + C = 2**22 + 2)
     with pytest.raises(UnsupportedConfig, match="2\\*\\*22"):
-        swa(q, k, v, window_size=2, chunk_size=1 << 22)
+        swa(q, k, v, window_size=2, chunk_size=(1 << 22) - 2, kv_start=(1 << 22) - 4)
     # the float32 score scale sm_scale * log2(e) would overflow (it gave a wrong o)
     with pytest.raises(UnsupportedConfig, match="sm_scale"):
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
+
+
+@pytest.mark.parametrize("chunk_size, kv_start, mask_lmk, expand", [
+    (1 << 22, 0, True, True),          # the chunk outlasts every key: the kernel gets Lk + 1
+    (1 << 40, 12345, False, False),    # a sentinel chunk, both flags off
+    ((1 << 21) + 3, 1 << 21, True, True),  # r + Lk past the chunk: the chunk itself, < 2**22
+])
+def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, mask_lmk, expand):
+    """The 2**22 limit is on the kernel frame's positions (launch.check_limits with
+    Problem.kernel_frame's chunk), not on the raw chunk_size: chunks longer than every
+    key run, and match the reference."""
+    q, k, v = _inputs(1, 2, 1, 40, 70, 32, 32, torch.float32, seed=3)
+    _check(q, k, v, window_size=20, chunk_size=chunk_size, kv_start=kv_start,
+           mask_lmk=mask_lmk, expand_to_chunk=expand)
 
 
 def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
@@ -259,11 +275,13 @@ def test_cached_plan_is_the_uncached_choice(monkeypatch):
     monkeypatch.setattr(launch, "PLANS_MAX", 10 ** 9)
     for D in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
         for Dv in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
+            assert launch.tc_config(D, Dv)[1] <= launch.PLAN_C_MAX  # launch._c_key's bound
             if launch.splits_at(D, Dv):
                 for ml in (False, True):
                     for ex in (False, True):
                         bm, bn = launch.split_config(D, Dv, ml, ex)[:2]
                         assert bm <= launch.PLAN_ROWS_MAX and bn % launch.PLAN_KEY_TILE == 0
+                        assert bn <= launch.PLAN_C_MAX
     rng = random.Random(21)
     sms_of = {}
     monkeypatch.setattr(launch, "sm_count", lambda device: sms_of["n"])
@@ -338,6 +356,24 @@ def test_decode_loop_plans_once_past_the_reach_and_the_cache_is_bounded(monkeypa
     for Lq in (1, 2, 3):
         launch._plan(*_plan_args(_meta_problem(1, 32, 32, Lq, 8192, 128, 128, window_size=512, chunk_size=64)))
     assert len(launch._PLANS) == 1  # emptied when full
+
+
+def test_decode_loop_inside_a_long_first_chunk_plans_once_per_key_tile(monkeypatch):
+    """A chunk longer than the cache reaches the kernel as ``Lk + 1`` (Problem.kernel_frame),
+    a new value every step; the plan key bounds it (launch._c_key), so a decode loop inside
+    a 4096-key chunk plans once per 64-key tile once the kernel's chunk reaches PLAN_C_MAX
+    (Lk = 127 to 1000: 15 tiles), as with a short chunk, not once per step (874 plans
+    before)."""
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    for Lk in range(1, 1001):
+        if Lk + 1 == launch.PLAN_C_MAX:  # from here the kernel's chunk is past the bound
+            before = len(launch._PLANS)
+        p = _meta_problem(1, 32, 32, 1, Lk, 128, 128, window_size=128, chunk_size=4096)
+        assert p.kernel_frame()[2] == Lk + 1
+        args = _plan_args(p)
+        assert launch._plan(*args) == launch._tc_choice(*args)
+    assert len(launch._PLANS) - before == -(-1000 // launch.PLAN_KEY_TILE) - 1
 
 
 def test_clear_plans_follows_a_patched_table(monkeypatch):

@@ -574,10 +574,12 @@ def check_limits(p) -> None:
                 f"tilelang: head dim {name}={d} is not supported "
                 f"({MIN_D}..{MAX_D}, a multiple of {D_STEP})")
     check_f32_score_scale(p.sm_scale, "tilelang")
-    if p.Lk + p.chunk_size >= MAX_POSITIONS:
+    C = p.kernel_frame()[2]  # chunk_size, or Lk + 1 where the chunk outlasts every key
+    if p.Lk + C >= MAX_POSITIONS:
         raise UnsupportedConfig(
-            f"tilelang: Lk + chunk_size = {p.Lk + p.chunk_size} is not supported "
-            f"(< 2**22: the in-kernel landmark test divides in float32)")
+            f"tilelang: Lk + chunk = {p.Lk + C} is not supported (< 2**22: the in-kernel "
+            f"landmark test divides in float32; the chunk is chunk_size={p.chunk_size}, or "
+            f"Lk + 1 where chunk_size exceeds kv_start % chunk_size + Lk)")
     if device_type(p.device) == "cuda" and p.dtype != torch.float32:
         if capability(p.device)[0] != 9:
             raise UnsupportedConfig(
@@ -707,6 +709,9 @@ PLAN_ROWS_MAX = 256
 #: The key-tile width :func:`_lk_key` counts ``Lk`` in: every split tile's ``block_N`` is a
 #: multiple of it (64 today; tests/test_tilelang_cpu.py holds both bounds).
 PLAN_KEY_TILE = 64
+#: A bound on every tile's ``block_N`` (:func:`tc_config`, :func:`split_config`; the test
+#: holds it): past it the kernel-frame chunk no longer changes a plan (:func:`_c_key`).
+PLAN_C_MAX = 128
 
 
 def _lk_key(p) -> int:
@@ -722,10 +727,20 @@ def _lk_key(p) -> int:
     return min(-(-p.Lk // t), -(-(p.window_size + p.chunk_size + PLAN_ROWS_MAX) // t))
 
 
+def _c_key(C: int) -> int:
+    """The kernel-frame chunk ``C`` as far as :func:`_tc_choice` depends on it: only through
+    :func:`call_knobs`, by :func:`lmk_cols_for`'s ``ceil(block_N / C)`` (1 for every ``C >=
+    block_N``, and ``block_N <= PLAN_C_MAX``) and by :func:`v_chunk_span` for calls that admit
+    the view, whose ``C`` is ``chunk_size`` (a key of its own). A chunk that outlasts every
+    key reaches the kernel as ``Lk + 1``: without this bound, a decode loop in the first
+    chunk of a long one planned once per step."""
+    return min(C, PLAN_C_MAX)
+
+
 def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None):
     """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
     the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
-    chunk ``C``, whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
+    chunk ``C`` (through :func:`_c_key`), whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
     ``force_split``, the device's SM count and whether the call admits the chunk view of
     ``v`` (:func:`v_chunk_call`: ``kv_start`` and ``Lk`` multiples of the chunk, which
     the saturated ``Lk`` alone does not decide). The tables and functions it consults
@@ -733,7 +748,7 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     code that replaces one at run time calls :func:`clear_plans` (``tests/conftest.py``
     does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
-           p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, C, scale_fold_ok(sl2),
+           p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, _c_key(C), scale_fold_ok(sl2),
            force_split, sm_count(p.device), v_chunk_call(p))
     plan = _PLANS.get(key)
     if plan is None:

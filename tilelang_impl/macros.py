@@ -103,7 +103,8 @@ def is_landmark(kpos, chunk_size, inv_chunk):
     ``inv_chunk`` is ``float32(1 / chunk_size)``. For ``x = kpos + 1 < 2**22``
     the float quotient is off by at most one, so ``x - q * chunk_size`` lies in
     ``[-C, 2C)`` and ``x`` is a multiple of ``C`` exactly when that remainder
-    is ``-C``, ``0`` or ``C`` (the launcher refuses ``Lk + chunk_size >= 2**22``).
+    is ``-C``, ``0`` or ``C`` (the launcher refuses ``Lk + C >= 2**22`` for the kernel-frame
+    chunk ``C``).
     """
     x = kpos + 1
     rem = x - T.Cast("int32", T.Cast("float32", x) * inv_chunk) * chunk_size
