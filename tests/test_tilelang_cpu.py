@@ -436,6 +436,40 @@ def test_describe_call_reports_the_copies_of_a_cuda_call(monkeypatch):
         assert ("copies" in text) == bool(copies) and (
             not copies or text.endswith(f" (copies {copies})")), (copies, text)
 
+    # a contiguous view at an address the copy engine refuses (not a multiple of 16 bytes)
+    # is copied too; CPU tensors (real addresses) with the device reported as CUDA
+    def at(offset, blhd=False):
+        shape = (B, L, H, D) if blhd else (B, H, L, D)
+        x = torch.randn(B * H * L * D + offset).to(torch.bfloat16)[offset:].view(shape)
+        return x.transpose(1, 2) if blhd else x
+    cases = [((at(8), at(0), at(0)), ""), ((at(1), at(0), at(0)), "q"),
+             ((at(0), at(3, True), at(0, True)), "k"), ((at(0), at(0), at(4)), "v")]
+    for (q, k, v), copies in cases:
+        text = tilelang_impl.describe_call(q, k, v, window_size=64, chunk_size=16)
+        assert ("copies" in text) == bool(copies) and (
+            not copies or text.endswith(f" (copies {copies})")), (copies, text)
+
+
+@pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
+def test_inputs_at_unaligned_addresses_are_copied_in_their_order(blhd):
+    """api._served: a contiguous view at a 16-byte-aligned address is read in place; at
+    another address it is copied once (the copy engine's tensor maps need 16 bytes),
+    keeping its storage order and values; a view neither layout serves is made contiguous."""
+    from tilelang_impl import api
+
+    shape = (2, 5, 3, 32)
+    for offset in (0, 8, 1, 3, 7):
+        x = torch.randn(2 * 5 * 3 * 32 + offset).to(torch.bfloat16)[offset:].view(shape)
+        x = x.transpose(1, 2) if blhd else x  # canonical shape, as _views receives it
+        stored = api._views(x, x, x)[0][0]  # in its storage order
+        got = api._served(stored)
+        aligned = stored.data_ptr() % api.TMA_ALIGN == 0
+        assert (got is stored) == aligned, (offset, aligned)
+        assert got.is_contiguous() and got.data_ptr() % api.TMA_ALIGN == 0
+        assert got.shape == stored.shape and torch.equal(got, stored)
+    wide = torch.randn(2, 5, 3, 64)[..., :32]
+    assert api._served(wide).is_contiguous() and torch.equal(api._served(wide), wide)
+
 
 def test_empty_outputs():
     q, k, v = _inputs(0, 2, 2, 4, 4, 32, 32, torch.float32)

@@ -10,8 +10,11 @@ contiguous memory (a baked-in flag per input). A tensor that is contiguous in
 the canonical order is read as is; a ``(B, L, H, D)`` tensor passed as
 ``x.transpose(1, 2)`` is read in place through ``x.transpose(1, 2)`` (a view,
 no copy). Any other stride pattern is copied once to the canonical order
-(``.contiguous()``) -- the only copy the adapter ever makes on the GPU. If
-``k`` and ``v`` arrive in different orders, ``v`` is copied into ``k``'s.
+(``.contiguous()``). If ``k`` and ``v`` arrive in different orders, ``v`` is
+copied into ``k``'s. A tensor whose address is not a multiple of 16 bytes (a
+view at an odd offset into a larger buffer), which the copy engine's tensor
+maps cannot take, is copied once in its own order. These are the only copies
+the adapter makes on the GPU.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
@@ -64,14 +67,28 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
+#: The copy engine's tensor maps need base addresses aligned to this many bytes.
+TMA_ALIGN = 16
+
+
+def _served(x):
+    """``x`` (a view in one of the kernels' storage orders, or not) as the kernels read it:
+    itself when contiguous at a 16-byte-aligned address, else one copy (contiguous, from
+    the allocator: aligned)."""
+    if not x.is_contiguous():
+        return x.contiguous()
+    return x if x.data_ptr() % TMA_ALIGN == 0 else x.clone()
+
+
 def _run_cuda(p, q, k, v, force_split: int | None = None):
     """The CUDA path of a checked, non-empty call: the kernels' views of the inputs
-    (:func:`_views`, one copy of a tensor neither layout serves), new canonical outputs,
-    :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
+    (:func:`_views`; one copy of a tensor neither layout serves or whose address the copy
+    engine refuses, :func:`_served`), new canonical outputs, :func:`launch.run_cuda`
+    (``force_split``: its private knob, ``split_kv``'s)."""
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
     o, lse = p.new_outputs()
     with made_current(p.device):  # TVM launches on the current device and its stream
-        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o, lse,
+        launch.run_cuda(p, _served(q_), _served(k_), _served(v_), q_blhd, kv_blhd, o, lse,
                         force_split=force_split)
     return o, lse
 
@@ -92,7 +109,8 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
         return "no kernel (empty output)"
     views, q_blhd, kv_blhd = _views(q, k, v)
     text = launch.describe(p, q_blhd, kv_blhd, force_split)
-    copies = [n for n, x in zip("qkv", views) if not x.is_contiguous()]
+    copies = [n for n, x in zip("qkv", views)
+              if not x.is_contiguous() or x.data_ptr() % TMA_ALIGN]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
 
