@@ -1198,3 +1198,39 @@ def test_kernel_knobs_overlap_and_v_chunk_validated():
         body(*base, True, lmk_zero="rows", v_chunk=3)  # a span outside kernels.V_CHUNK
     with pytest.raises(ValueError, match="v_chunk"):
         body(*base, True, lmk_zero="rows", v_chunk=2)  # a 256-byte V row: no chunk split
+
+
+def test_batch_past_the_grid_z_bound_runs_in_slices(monkeypatch):
+    """B past a launch grid's z extent (65535; lowered to 2 here): launch.run_cuda runs the
+    kernel over slices of the batch, each on views of the inputs and outputs at the slice's
+    offset, so every row is written (poisoned outputs); the kernels recorded, not run."""
+    monkeypatch.setattr(launch, "GRID_YZ_MAX", 2)
+    monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
+    launched = []
+
+    def fake_call(kind, *args):
+        def ker(q, k, v, o, lse, *scalars):
+            launched.append((q.shape[0], k.data_ptr(), o.data_ptr(), lse.data_ptr()))
+            o.fill_(1.0)
+            lse.fill_(0.0)
+        return ker
+    monkeypatch.setattr(launch, "_call", fake_call)
+    q, k, v = _inputs(5, 2, 1, 64, 64, 64, 64, torch.bfloat16)
+    p = check_inputs(q, k, v, window_size=16, chunk_size=8)
+    o, lse = p.new_outputs(poison=True)
+    launch.run_cuda(p, q, k, v, False, False, o, lse)
+    assert [n for n, *_ in launched] == [2, 2, 1]
+    for b0, (_, kp, op, lp) in zip((0, 2, 4), launched):
+        assert kp == k[b0:].data_ptr() and op == o[b0:].data_ptr() and lp == lse[b0:].data_ptr()
+    assert (o == 1).all() and (lse == 0).all()
+
+
+def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):
+    """Hq > 65535 on a GPU: one batch's heads would not fit a launch grid's y extent; refused
+    by check_limits, before any kernel (the CPU kernel has no such bound)."""
+    monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
+    p = _meta_problem(1, 65536, 1, 1, 1, 32, 32, window_size=1, chunk_size=1)
+    import dataclasses
+    with pytest.raises(UnsupportedConfig, match="Hq=65536"):
+        launch.check_limits(dataclasses.replace(p, device=torch.device("cuda")))
+    launch.check_limits(dataclasses.replace(p, device=torch.device("cpu")))

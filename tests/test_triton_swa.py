@@ -1269,3 +1269,33 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     # ... except for the int64 kernel of a frame past 2**31, which keeps ptxas's count
     assert L._frame_static(static, (2 ** 31, 512, 64)) == L.static_key(cx, 4, 2, False, None)
     assert L._frame_static(static, (5, 512, 64)) == static
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv"])
+def test_batch_past_the_grid_y_bound_runs_in_slices(monkeypatch, path):
+    """B * Hq programs past a launch grid's y extent (65535; lowered here so the
+    interpreter reaches it): launch() runs slices of batches_per_launch(p) batches, each a
+    view of the inputs and outputs, and every row is written (poisoned outputs) and right,
+    BLHD views included; B * Hq exactly at the bound is one launch."""
+    monkeypatch.setattr(L, "GRID_YZ_MAX", 4)
+    runs = []
+    real = L._run
+    monkeypatch.setattr(L, "_run", lambda plan, p, *a: runs.append(p.B) or real(plan, p, *a))
+    kw = dict(window_size=9, chunk_size=4, kv_start=3)
+    q, k, v = _inputs(5, 2, 1, 7, 12, 32, 32, torch.float16, blhd=True)
+    o, lse, _ = _run(q, k, v, path=path, **kw)
+    assert runs == [2, 2, 1]  # 4 // Hq = 2 batches a launch
+    assert triton_impl.describe_call(q, k, v, **kw).endswith(" (batch slices of 2: 3 launches)")
+    _check(o, lse, q, k, v, **kw)
+    runs.clear()
+    _run(q[:2], k[:2], v[:2], path=path, **kw)
+    assert runs == [2]
+
+
+def test_more_query_heads_than_a_grid_holds_are_unsupported():
+    """Hq > 65535: one batch's heads would not fit the launch grid's y extent; refused
+    before any kernel."""
+    q = torch.randn(1, 65536, 1, 32, dtype=torch.float16)
+    k = torch.randn(1, 1, 1, 32, dtype=torch.float16)
+    with pytest.raises(UnsupportedConfig, match="Hq=65536"):
+        sliding_window_attention(q, k, k, window_size=1, chunk_size=1)

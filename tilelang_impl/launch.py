@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import replace
 
 import torch
 
@@ -574,6 +575,9 @@ def check_limits(p) -> None:
                 f"tilelang: head dim {name}={d} is not supported "
                 f"({MIN_D}..{MAX_D}, a multiple of {D_STEP})")
     check_f32_score_scale(p.sm_scale, "tilelang")
+    if p.Hq > GRID_YZ_MAX and device_type(p.device) != "cpu":
+        raise UnsupportedConfig(f"tilelang: Hq={p.Hq} query heads are not supported on the GPU (at "
+                                f"most {GRID_YZ_MAX}: a launch grid's y extent holds one batch's heads)")
     C = p.kernel_frame()[2]  # chunk_size, or Lk + 1 where the chunk outlasts every key
     if p.Lk + C >= MAX_POSITIONS:
         raise UnsupportedConfig(
@@ -808,9 +812,23 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     return text + (" [" + " ".join(knobs) + "]" if knobs else "")
 
 
+#: CUDA's bound on a launch grid's y and z extents: the kernels put heads on y (``Hq``, or
+#: ``Hkv`` packed) and the batch on z.
+GRID_YZ_MAX = 65535
+
+
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
              config: tuple | None = None) -> None:
-    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical)."""
+    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical). A batch
+    past the grid's z bound (:data:`GRID_YZ_MAX`) runs as launches over slices of it
+    (views, nothing copied), each planned as its own call; ``Hq`` must fit
+    (:func:`check_limits`)."""
+    if p.B > GRID_YZ_MAX:
+        for b0 in range(0, p.B, GRID_YZ_MAX):
+            s = slice(b0, min(p.B, b0 + GRID_YZ_MAX))
+            run_cuda(replace(p, B=s.stop - b0), q[s], k[s], v[s], q_blhd, kv_blhd, o[s], lse[s],
+                     force_split, config)
+        return
     W, C, r, inv_c, sl2 = scalars(p)
     if p.dtype == torch.float32:
         ker = _call("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)

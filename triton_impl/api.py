@@ -20,6 +20,9 @@ def _check_supported(p) -> None:
             raise UnsupportedConfig(
                 f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
     check_f32_score_scale(p.sm_scale, "triton")
+    if p.Hq > _launch.GRID_YZ_MAX:
+        raise UnsupportedConfig(f"triton: Hq={p.Hq} query heads are not supported (at most "
+                                f"{_launch.GRID_YZ_MAX}: one launch grid's y extent holds a batch's heads)")
     kind = device_type(p.device)
     if kind == "cpu":
         if not _launch.interpreter_active():
@@ -67,8 +70,10 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
 
     Raises ``ValueError`` for invalid input (``reference.check_inputs``) and
     ``UnsupportedConfig`` for head dims outside 32..256, ``|sm_scale| >
-    2.3586e38`` (the score scale ``sm_scale * log2(e)`` is float32) or CPU
-    tensors without ``TRITON_INTERPRET=1``. Scores are float32: a score
+    2.3586e38`` (the score scale ``sm_scale * log2(e)`` is float32), more than
+    65535 query heads, or CPU tensors without ``TRITON_INTERPRET=1``. Calls whose
+    ``B * Hq`` passes 65535 (a launch grid's y extent) run as launches over
+    slices of the batch. Scores are float32: a score
     ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32
     does (data-dependent, not checked). The keyword arguments starting with ``_`` are
     private test/tuning knobs (``"prefill"`` / ``"packed"`` / ``"splitkv"`` path, a

@@ -1148,7 +1148,14 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     kernel), in one line: path, tile ``BLOCK_M x BLOCK_N``, warps, stages, the
     register cap, the TMA kernel's phases and ``v-chunk`` (its inside blocks' ``v``
     through the chunked view, :func:`_v_chunk_desc`), split count and the combine's
-    dependent launch. Plans only (cached like a call's); launches nothing."""
+    dependent launch. Plans only (cached like a call's); launches nothing. A call run
+    over batch slices (:func:`batches_per_launch`) is described by its first slice's plan
+    and the number of launches."""
+    per = batches_per_launch(p)
+    if per < p.B:
+        s = slice(0, per)
+        return (describe(replace(p, B=per), q[s], k[s], v[s], **knobs)
+                + f" (batch slices of {per}: {-(-p.B // per)} launches)")
     plan = _plan(p, **knobs)
     kind = plan.path
     chunked = False
@@ -1170,6 +1177,18 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
     return text
+
+
+#: CUDA's bound on a launch grid's y and z extents. Every kernel here puts batch x heads on
+#: y (``B * Hq`` programs on the prefill grids, ``B * Hkv`` on the split and packed ones).
+GRID_YZ_MAX = 65535
+
+
+def batches_per_launch(p: Problem) -> int:
+    """How many batches one launch serves: all ``B`` unless ``B * Hq`` would pass the
+    grid's y bound (:data:`GRID_YZ_MAX`); :func:`launch` then runs slices of this many.
+    ``Hq`` itself must fit (the adapter refuses more heads)."""
+    return min(p.B, GRID_YZ_MAX // p.Hq)
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -1195,11 +1214,21 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     TMA prefill kernel is taken when the plan has one and the call's strides
     and base addresses suit the copy engine (``"prefill_tma"`` is returned);
     otherwise the pointer kernel serves the call, or, when ``tma`` names a
-    mode, :class:`UnsupportedConfig` is raised.
+    mode, :class:`UnsupportedConfig` is raised. A call whose ``B * Hq`` programs would
+    pass the grid's y bound runs as launches over slices of the batch
+    (:func:`batches_per_launch`; views, nothing copied), each planned as its own call.
     """
     if device_type(p.device) != "cuda" and not interpreter_active():  # the direct launches pass raw addresses
         raise UnsupportedConfig(f"triton: launch() needs CUDA tensors, or TRITON_INTERPRET=1 for CPU ones; "
                                 f"got {p.device}")
+    per = batches_per_launch(p)
+    if per < p.B:
+        knobs = dict(path=path, config=config, num_splits=num_splits, phases=phases, tma=tma, fold=fold,
+                     pdl=pdl)
+        for b0 in range(0, p.B, per):
+            s = slice(b0, min(p.B, b0 + per))
+            taken = launch(replace(p, B=s.stop - b0), q[s], k[s], v[s], o[s], lse[s], **knobs)
+        return taken
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     # Triton compiles, loads and launches on the current device: the tensors' device for
     # the call (their streams, their context), as torch's own ops do; the kernels are
