@@ -162,8 +162,11 @@ def _int_arg(name: str, value, minimum: int) -> int:
 
 
 def _bool_arg(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    if not isinstance(value, bool):  # numpy.bool_ too: not a bool, and named so
+        kind = type(value)
+        raise ValueError(f"{name} must be a bool (True or False), got "
+                         f"{kind.__module__ + '.' if kind.__module__ != 'builtins' else ''}"
+                         f"{kind.__qualname__} {value!r}")
     return value
 
 
@@ -230,11 +233,11 @@ def check_inputs(
     if sm_scale is None:
         scale = default_scale(Dqk)
     else:
-        if isinstance(sm_scale, (bool, torch.Tensor)):
+        if isinstance(sm_scale, (bool, torch.Tensor, str, bytes, bytearray)):  # float() parses text
             raise ValueError(f"sm_scale must be a finite float or None, got {sm_scale!r}")
         try:
             scale = float(sm_scale)  # int, float, numpy scalar
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float range
             raise ValueError(f"sm_scale must be a finite float or None, got {sm_scale!r}") from None
         if not math.isfinite(scale):
             raise ValueError(f"sm_scale must be finite, got {sm_scale!r}")

@@ -3,6 +3,7 @@ errors and empty dimensions."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -189,6 +190,12 @@ BAD = {
     "scale-nan": (lambda q, k, v: (q, k, v), {"sm_scale": float("nan")}, "sm_scale"),
     "scale-inf": (lambda q, k, v: (q, k, v), {"sm_scale": float("inf")}, "sm_scale"),
     "flag-not-bool": (lambda q, k, v: (q, k, v), {"mask_lmk": 1}, "mask_lmk"),
+    # numpy's bool is not a bool, and the message says which type it got
+    "flag-numpy-bool": (lambda q, k, v: (q, k, v), {"expand_to_chunk": np.True_}, "numpy.bool"),
+    # float() parses text and overflows on large ints: neither may pass or escape as another error
+    "scale-text": (lambda q, k, v: (q, k, v), {"sm_scale": "0.5"}, "sm_scale"),
+    "scale-bytes": (lambda q, k, v: (q, k, v), {"sm_scale": b"0.5"}, "sm_scale"),
+    "scale-huge-int": (lambda q, k, v: (q, k, v), {"sm_scale": 10 ** 400}, "sm_scale"),
 }
 
 
