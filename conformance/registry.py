@@ -152,7 +152,11 @@ def _from_module_spec(spec: str) -> Backend:
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"backend spec {spec!r}: cannot load it ({e})") from e
+        hint = ""
+        if isinstance(e, ModuleNotFoundError) and e.name == module.split(".")[0]:
+            hint = ("; the package must be importable where hils-swa runs: install it "
+                    "(pip install -e .) or put its folder on PYTHONPATH (PYTHONPATH=.)")
+        raise ValueError(f"backend spec {spec!r}: cannot load it ({e}){hint}") from e
     return _as_backend(obj, name=spec, origin=spec)
 
 
@@ -189,7 +193,13 @@ def load_backend(spec: str) -> Backend:
         return _from_module_spec(spec)
     eps = _entry_points()
     if spec in eps:
-        return _as_backend(eps[spec].load(), name=spec, origin=f"entry point {eps[spec].value}")
+        try:
+            obj = eps[spec].load()
+        except Exception as e:  # noqa: BLE001 -- a third-party package: say which one broke
+            raise ValueError(f"backend {spec!r} (entry point {eps[spec].value} in group "
+                             f"{ENTRY_POINT_GROUP}) cannot be loaded: {type(e).__name__}: {e}; "
+                             "name the backends to run with --backend to leave it out") from e
+        return _as_backend(obj, name=spec, origin=f"entry point {eps[spec].value}")
     known = sorted(set(_BUILTIN) | set(_OPTIONAL) | set(eps))
     raise ValueError(f"unknown backend {spec!r}; known: {', '.join(known)}; or use 'package.module:function'")
 

@@ -90,3 +90,26 @@ def test_kernel_group_keeps_cases_of_one_kernel_together():
     assert kernel_group("bf16-B2-H4x2-q1k129-D64x64-W32C16-lmk1exp1-kv0-bhld").endswith("-dec")
     assert kernel_group("fp16-B2-H4x2-q129k129-D64x64-W32C16-lmk1exp1-kv0-bhld") != a
     assert kernel_group("err-q_3d-bf16") == "err-q_3d-bf16"
+
+
+def test_backend_load_errors_name_the_backend_and_the_fix(monkeypatch):
+    """A package.module:function whose package is not importable says how to make it so; an
+    installed entry point that fails to load raises a ValueError naming it (the CLI's exit 2
+    with that message) instead of a traceback that looks like a failed check."""
+    import pytest
+
+    from conformance import registry
+
+    with pytest.raises(ValueError, match=r"no_such_pkg_xyz.*PYTHONPATH"):
+        registry.load_backend("no_such_pkg_xyz.attn:sliding_window_attention")
+
+    class BrokenEntryPoint:
+        value = "ghostpkg.attn:fn"
+
+        def load(self):
+            raise ModuleNotFoundError("No module named 'ghostpkg'")
+    monkeypatch.setattr(registry, "_entry_points", lambda: {"ghost": BrokenEntryPoint()})
+    with pytest.raises(ValueError, match=r"'ghost' \(entry point ghostpkg.attn:fn.*--backend"):
+        registry.load_backend("ghost")
+    with pytest.raises(ValueError, match="ghost"):
+        registry.default_backends()

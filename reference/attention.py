@@ -89,23 +89,38 @@ def _attention(q, k, v, p: Problem, mode: str) -> tuple[torch.Tensor, torch.Tens
             vb = v[:, :, j0:j1].to(mm)
             s = (qb @ kb.unsqueeze(2).transpose(-1, -2)).to(acc) * p.sm_scale
             s = torch.where(vis, s, float("-inf"))  # also drops NaN/inf of invisible keys
-            blk_lse = torch.logsumexp(s, dim=-1)  # -inf on rows with no visible key here
-            safe = torch.where(torch.isfinite(blk_lse), blk_lse, 0)
-            w = torch.exp(s - safe[..., None])  # exactly 0 where invisible
+            # Each row's block state: its max score m, l = sum exp(s - m), and the weights
+            # normalised by dividing by l. Not exp(s - logsumexp(s)): past |s| ~ 1e16 (float64;
+            # ~1e7 in float32) log(l) vanishes in m + log(l) and those weights no longer sum
+            # to 1. m is NaN for a NaN score, +inf for a +inf one (then l = inf and o NaN:
+            # exp(inf - inf), as SPEC's formula gives), -inf where nothing is visible (l = 0).
+            blk_m = s.amax(dim=-1)
+            e = torch.exp(s - _finite_or_0(blk_m)[..., None])  # exactly 0 where invisible
+            blk_l = e.sum(dim=-1)
+            w = e / torch.where(blk_l > 0, blk_l, 1)[..., None]
             blk_o = _weighted_sum(w.to(mm), vis, vb).to(acc)
             if m_run is None:
-                m_run = (blk_lse, blk_o)
+                m_run = (blk_m, blk_l, blk_o)
                 continue
-            run_lse, run_o = m_run
-            new_lse = torch.logaddexp(run_lse, blk_lse)
-            new_safe = torch.where(torch.isfinite(new_lse), new_lse, 0)
-            a = torch.exp(run_lse - new_safe)
-            b = torch.exp(blk_lse - new_safe)
-            m_run = (new_lse, run_o * a[..., None] + blk_o * b[..., None])
+            run_m, run_l, run_o = m_run
+            new_m = torch.maximum(run_m, blk_m)  # NaN if either is
+            ms = _finite_or_0(new_m)
+            a = run_l * torch.exp(run_m - ms)
+            b = blk_l * torch.exp(blk_m - ms)
+            new_l = a + b
+            new_o = (run_o * a[..., None] + blk_o * b[..., None]) / torch.where(new_l > 0, new_l, 1)[..., None]
+            m_run = (new_m, new_l, new_o)
         if m_run is not None:
-            lg[:, :, :, i0:i1] = m_run[0]
-            og[:, :, :, i0:i1] = m_run[1]
+            m, l, o_run = m_run
+            lg[:, :, :, i0:i1] = _finite_or_0(m) + torch.log(l)  # -inf / NaN / +inf carried by l
+            og[:, :, :, i0:i1] = o_run
     return o, lse
+
+
+def _finite_or_0(m: torch.Tensor) -> torch.Tensor:
+    """``m`` where finite, else 0: the shift of a row whose max score is not finite (its
+    ``l`` then carries the -inf, +inf or NaN into the LSE)."""
+    return torch.where(torch.isfinite(m), m, 0)
 
 
 def golden(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,

@@ -30,3 +30,14 @@ def test_cli_help_lists_every_command():
                          capture_output=True, text=True, check=True).stdout
     for name in ("conform", "bench", "diff", "probe"):
         assert name in out
+
+
+def test_readme_counts_the_mutants():
+    """README's count of deliberately broken backends follows conformance.mutants."""
+    import re
+
+    from conformance.mutants import EXTRA_MUTANTS, MUTANTS
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"one of (\d+) deliberately broken backends .*? for the (\d+) in `MUTANTS`", text)
+    assert m, "README no longer counts the mutants"
+    assert (int(m.group(1)), int(m.group(2))) == (len(MUTANTS) + len(EXTRA_MUTANTS), len(MUTANTS))

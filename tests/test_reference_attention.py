@@ -259,3 +259,48 @@ def test_check_inputs_problem_is_a_plain_problem():
         p.Lq = 3
     with pytest.raises(TypeError):
         Problem._fast(B=1)
+
+
+@pytest.mark.parametrize("tile", [1 << 22, 7], ids=["one-block", "blocks-merged"])
+@pytest.mark.parametrize("scale", [1.0, 1e8, 1e150])  # max scores 4, 4e16, 4e300
+def test_golden_is_exact_at_huge_scores(monkeypatch, tile, scale):
+    """Scores far past 1e16, where log(l) vanishes next to the max score in float64:
+    golden's weights still sum to 1 (each block divides by its sum; blocks merge by their
+    maxima), so tied keys average exactly and lse = max + log(count), whether the key range
+    is one block or many (``_TILE_ELEMS`` 7: 64-key blocks of one query each)."""
+    monkeypatch.setattr(ref_attention, "_TILE_ELEMS", tile)
+    Lk = 200
+    q = torch.full((1, 1, 1, 4), scale, dtype=torch.float64)
+    k = torch.zeros(1, 1, Lk, 4, dtype=torch.float64)
+    tied = [3, 70, 150, 199]  # in different 64-key blocks
+    k[0, 0, tied] = scale
+    v = torch.randn(1, 1, Lk, 3, dtype=torch.float64)
+    o, lse = golden(q, k, v, window_size=Lk, chunk_size=1000, sm_scale=1.0)
+    if scale == 1.0:  # small scores: the other keys (score 0) weigh in; dense softmax
+        s = (q[0, 0] @ k[0, 0].T).flatten()
+        assert torch.allclose(o[0, 0, 0], torch.softmax(s, 0) @ v[0, 0], rtol=1e-12, atol=1e-14)
+        assert lse.item() == pytest.approx(torch.logsumexp(s, 0).item(), rel=1e-14)
+        return
+    assert torch.allclose(o[0, 0, 0], v[0, 0, tied].mean(0), rtol=1e-12, atol=0)
+    assert lse.item() == pytest.approx(4 * scale * scale + math.log(len(tied)), rel=1e-15)
+
+
+@pytest.mark.parametrize("tile", [1 << 22, 7], ids=["one-block", "blocks-merged"])
+def test_infinite_score_gives_spec_formula_values(monkeypatch, tile):
+    """A visible key with score +inf: SPEC's formula gives lse = log(inf) = +inf and
+    o = exp(inf - inf) * v = NaN (the whole row), whatever the blocking; a -inf score adds
+    nothing (a row whose visible scores are all -inf is an empty row: o = 0, lse = -inf)."""
+    monkeypatch.setattr(ref_attention, "_TILE_ELEMS", tile)
+    q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
+    q[0, 0, 1] = -1.0  # row 1 scores the same key -inf
+    k = torch.randn(1, 1, 130, 4, dtype=torch.float64)
+    k[0, 0, 100] = float("inf")
+    v = torch.randn(1, 1, 130, 3, dtype=torch.float64)
+    o, lse = golden(q, k, v, window_size=130, chunk_size=1000)
+    assert lse[0, 0, 0] == float("inf") and o[0, 0, 0].isnan().all()
+    ref1 = golden(q[:, :, 1:], torch.cat([k[:, :, :100], k[:, :, 101:]], 2),
+                  torch.cat([v[:, :, :100], v[:, :, 101:]], 2), window_size=129, chunk_size=1000)
+    assert torch.allclose(o[0, 0, 1], ref1[0][0, 0, 0]) and torch.isclose(lse[0, 0, 1], ref1[1][0, 0, 0])
+    k2 = torch.full((1, 1, 3, 4), float("-inf"), dtype=torch.float64)
+    o2, lse2 = golden(q[:, :, :1], k2, v[:, :, :3], window_size=3, chunk_size=1000)
+    assert (o2 == 0).all() and lse2.item() == float("-inf")
