@@ -184,7 +184,11 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
 
     A row with no visible key has ``o_i = 0`` and ``lse_i = -inf`` (never NaN).
     Values in key slots that no query of the call can see (NaN included) do not
-    change any output. Empty dimensions return empty outputs.
+    change any output. Non-finite scores of visible keys follow the formula: NaN
+    gives NaN ``o_i`` and ``lse_i``; ``+inf`` gives ``lse_i = +inf`` and NaN ``o_i``
+    (``exp(inf - inf)``); ``-inf`` adds nothing. Any finite score magnitude is exact
+    (each key block's weights are divided by their sum). Empty dimensions return
+    empty outputs.
 
     Masks from :func:`reference.mask.render_mask` (``#`` visible, ``.`` not,
     ``L`` inside the window but a landmark), ``Lq = Lk = 8``,
