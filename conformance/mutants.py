@@ -307,12 +307,13 @@ def output_dtype_fp32(q, k, v, **kw):
 
 
 def tail_unwritten(q, k, v, **kw):
-    # grid of Lq // 64 query tiles: the last partial tile is never written
-    o, lse = _ref(q, k, v, **kw)
+    # grid of Lq // 64 query tiles: the last partial tile is never written into the
+    # torch.empty outputs (caught only because the suite poisons them: runner.poisoned_empty)
+    ref_o, ref_lse = _ref(q, k, v, **kw)
+    o, lse = torch.empty_like(ref_o), torch.empty_like(ref_lse)
     full = (o.shape[2] // 64) * 64
-    o, lse = o.clone(), lse.clone()
-    o[:, :, full:] = float("nan")
-    lse[:, :, full:] = float("nan")
+    o[:, :, :full] = ref_o[:, :, :full]
+    lse[:, :, :full] = ref_lse[:, :, :full]
     return o, lse
 
 

@@ -451,6 +451,15 @@ class Collector:
                      "conformance.registry), r worst error/bound ratio (<= 1 passes)")
         return lines
 
+    def idle_backends(self) -> dict[str, int]:
+        """``{backend: cases}`` of the backends that served none of their cases (every one
+        ``unsupported``): a run that checked nothing of them must not pass."""
+        seen: dict[str, list[str]] = defaultdict(list)
+        for r in self.results:
+            if not r["pair"]:
+                seen[r["who"]].append(r["status"])
+        return {who: len(s) for who, s in seen.items() if s and all(x == "unsupported" for x in s)}
+
     def pytest_terminal_summary(self, terminalreporter):
         if not self.results and not self.errors:
             return
@@ -490,9 +499,15 @@ class Collector:
             tr.write_line(f"errors outside the checks ({len(self.errors)}):")
             for e in self.errors[:20]:
                 tr.write_line(e)
+        for who, n in sorted(self.idle_backends().items()):
+            tr.write_line(f"FAILED: {who} served none of its {n} cases (all unsupported): nothing "
+                          "of it was checked")
 
     def pytest_sessionfinish(self, session, exitstatus):
         import shutil
+
+        if self.idle_backends() and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
         shutil.rmtree(os.environ.get(RUN_DIR_VAR, ""), ignore_errors=True)
         path = self.config.getoption("conform_json")

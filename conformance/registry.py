@@ -39,6 +39,9 @@ class Backend:
     # reports a failure that is exactly that bug as ``deviates`` with the reason
     # (a pass stays a pass; any other difference fails)
     deviation: Callable[[Any], "Deviation | None"] | None = field(default=None, repr=False)
+    # a backend that serves every case on the machines it ships for (the CPU, CUDA on
+    # Hopper): there ``unsupported`` is a failure, not a pass (the default built-ins)
+    complete: bool = False
 
 
 def _lazy_describe(module: str) -> Callable[..., str]:
@@ -188,7 +191,7 @@ def load_backend(spec: str) -> Backend:
     if spec in _BUILTIN or spec in _OPTIONAL:
         module = _BUILTIN.get(spec) or _OPTIONAL[spec]
         return Backend(name=spec, fn=_lazy(module), origin="builtin", describe=_lazy_describe(module),
-                       deviation=_DEVIATIONS.get(spec))
+                       deviation=_DEVIATIONS.get(spec), complete=spec in DEFAULT_BACKENDS)
     if ":" in spec:
         return _from_module_spec(spec)
     eps = _entry_points()

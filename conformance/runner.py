@@ -8,6 +8,7 @@ A check that finds nothing cached computes what it needs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -132,6 +133,58 @@ def _poison_allocator(case: Case, device: torch.device) -> None:
         del t
 
 
+#: The torch allocators whose floating results :func:`poisoned_empty` fills with NaN.
+_EMPTY_FNS = ("empty", "empty_like", "empty_strided")
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    """While a backend runs: ``torch.empty``, ``empty_like``, ``empty_strided`` and
+    ``Tensor.new_empty`` return floating tensors filled with NaN, on any device, so an
+    output element the backend allocates that way and never writes fails the NaN check
+    for certain (uninitialised memory is often zeros on the CPU; on CUDA
+    :func:`_poison_allocator` only makes it likely). Integer tensors are left alone.
+    Names bound before the call (``from torch import empty``) escape it."""
+    saved = {n: getattr(torch, n) for n in _EMPTY_FNS}
+    saved_new = torch.Tensor.new_empty
+
+    def poison(fn):
+        def call(*args, **kwargs):
+            t = fn(*args, **kwargs)
+            if t.is_floating_point() and t.device.type != "meta":
+                t.fill_(float("nan"))
+            return t
+        return call
+    try:
+        for n, fn in saved.items():
+            setattr(torch, n, poison(fn))
+        torch.Tensor.new_empty = poison(saved_new)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(torch, n, fn)
+        torch.Tensor.new_empty = saved_new
+
+
+def ships_for(device: torch.device) -> bool:
+    """Whether a complete backend (``registry.Backend.complete``) must serve every case on
+    this device: the CPU, or a CUDA device of compute capability 9 (Hopper), the machines
+    the built-in kernels are made and tested for."""
+    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9)
+
+
+def _unsupported(be: Backend, device: torch.device, reason: str) -> Verdict:
+    """The verdict of a case the backend says it cannot serve: ``unsupported``, or a failure
+    for a complete backend on a machine it ships for (a regression that refuses, say,
+    BLHD views must not pass as 'unsupported')."""
+    if be.complete and ships_for(device):
+        v = Verdict(FAIL, ratio=math.inf)
+        v.add("unsupported", f"unsupported: {reason} (a default backend must serve every case on "
+              "the CPU and on Hopper GPUs)")
+        return v
+    return Verdict(UNSUPPORTED, problems=[reason])
+
+
 def _marker(case: Case, backend: str) -> str | None:
     """In-flight marker of one backend call, in the run's directory (set by the
     plugin's controller). A marker that exists when the call is due means a
@@ -187,7 +240,7 @@ class Runner:
         out = _Out()
         ok, reason = be.supports(case)
         if not ok:
-            out.verdict = Verdict(UNSUPPORTED, problems=[reason or "not supported"])
+            out.verdict = _unsupported(be, st.q.device, reason or "not supported")
             st.outs[name] = out
             return out
         if case.error is None:
@@ -203,14 +256,15 @@ class Runner:
         if marker is not None:
             open(marker, "w").close()  # left behind only if this process dies in the call
         try:
-            out.value = be.fn(st.q, st.k, st.v, **dict(st.kw))
+            with poisoned_empty():
+                out.value = be.fn(st.q, st.k, st.v, **dict(st.kw))
             if isinstance(out.value, (tuple, list)) and len(out.value) == 2:
                 out.value = tuple(out.value)
                 if st.q.device.type == "cuda":
                     torch.cuda.synchronize(st.q.device)
         except UnsupportedConfig as e:
             if case.error is None:
-                out.verdict = Verdict(UNSUPPORTED, problems=[f"{type(e).__name__}: {e}"])
+                out.verdict = _unsupported(be, st.q.device, f"{type(e).__name__}: {e}")
             else:
                 out.exc = e
         except Exception as e:  # noqa: BLE001 - every failure is a verdict

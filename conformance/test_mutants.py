@@ -8,6 +8,7 @@ only for other reasons.
 """
 
 import pytest
+import torch
 
 from conformance.cases import generate
 from conformance.mutants import EXTRA_MUTANTS, MUTANTS
@@ -81,3 +82,51 @@ def test_reference_is_not_a_mutant():
     for case in (c for c in QUICK if c.category in ("basic", "errors", "empty_rows", "nan_slots")):
         res = runner.run(Check(case, ("reference",)))
         assert res.verdict.status == "pass", res.message
+
+
+def test_poisoned_empty_fills_floating_allocations_and_restores():
+    """runner.poisoned_empty: inside, torch.empty / empty_like / empty_strided and
+    Tensor.new_empty give NaN-filled floating tensors (integer ones untouched); after it,
+    even after an exception, the real functions are back."""
+    from conformance.runner import poisoned_empty
+
+    real = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)
+    base = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="inside"):
+        with poisoned_empty():
+            made = [torch.empty(4, 5), torch.empty_like(base, dtype=torch.bfloat16),
+                    torch.empty_strided((2, 3), (3, 1), dtype=torch.float16), base.new_empty(6)]
+            assert all(t.isnan().all() for t in made)
+            assert torch.empty(7, dtype=torch.int32).dtype == torch.int32
+            raise RuntimeError("inside")
+    assert (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty) == real
+
+
+def test_unwritten_rows_fail_on_every_case_that_has_them():
+    """tail_unwritten leaves the rows past the last full 64-row tile of its torch.empty
+    outputs unwritten: with the outputs poisoned, every quick-tier case with such rows
+    fails with 'nan', deterministically (on the CPU too, where fresh memory is often 0)."""
+    backend = ALL["tail_unwritten"][0]
+    runner = Runner({backend.name: backend}, run_seed=0, keep=1)
+    cases = [c for c in QUICK if c.category in ("basic", "lengths") and c.Lq % 64 and c.B * c.Hq * c.Dv]
+    assert cases
+    for case in cases:
+        v = runner.run(Check(case, (backend.name,))).verdict
+        assert v.status == "fail" and "nan" in v.kinds, (case.id, v.status, v.kinds)
+
+
+def test_unsupported_from_a_default_backend_is_a_failure_on_the_cpu():
+    """registry.Backend.complete (the default built-ins): a case such a backend refuses on
+    the CPU (or a Hopper GPU) fails with 'unsupported'; another backend's refusal is
+    reported unsupported."""
+    from conformance.registry import Backend
+    from reference import UnsupportedConfig
+
+    def refuses(q, k, v, **kw):
+        raise UnsupportedConfig("cannot serve BLHD views")
+    case = next(c for c in QUICK if c.category == "basic")
+    for complete, status in ((True, "fail"), (False, "unsupported")):
+        be = Backend(name="refuser", fn=refuses, complete=complete)
+        v = Runner({"refuser": be}, run_seed=0, keep=1).run(Check(case, ("refuser",))).verdict
+        assert v.status == status, (complete, v.status)
+        assert (v.kinds == ["unsupported"]) is complete
