@@ -59,6 +59,7 @@ class Case:
     layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix
     nan_slots: bool = False  # NaN in every key slot no query can see
     nan_seen: bool = False  # NaN in the k row of one key that some queries see (see seen_slot)
+    inf_seen: bool = False  # +inf in column 0 of that k row: scores +inf or -inf by q's sign
     nan_v: bool = False  # NaN, +inf, -inf in the v row of one key that some queries see (seen_slot)
     error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
     device: str = field(default="cpu", compare=False)
@@ -76,6 +77,8 @@ class Case:
             s += "-nan"
         if self.nan_seen:
             s += "-nanseen"
+        if self.inf_seen:
+            s += "-infseen"
         if self.nan_v:
             s += "-nanv"
         return s
@@ -248,10 +251,13 @@ def _scale_build(base: Case, row: dict) -> Case:
     return replace(base, sm_scale=row["sm_scale"], dtype=row["dtype"], Dqk=row["D"][0], Dv=row["D"][1])
 
 
-def _nan_build(base: Case, row: dict) -> Case:
+def _nan_build(base: Case, row: dict) -> Case | None:
     lmk, exp = row["flags"]
-    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+    case = _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
+    # a call whose queries see every key (a training shape without landmark masking) has no
+    # slot to poison: not a case of this category
+    return case if not bool(seen_keys(case.Lq, case.Lk, **case.rule()).all()) else None
 
 
 def _head_dims(row: dict) -> dict:
@@ -268,6 +274,13 @@ def _nan_seen_build(base: Case, row: dict) -> Case:
                                    **_head_dims(row)))
 
 
+def _inf_seen_build(base: Case, row: dict) -> Case:
+    lmk, exp = row["flags"]
+    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+                                   expand=exp, window=row["W"], inf_seen=True, layout=row["layout"],
+                                   dtype=row["dtype"], **_head_dims(row)))
+
+
 def _nan_v_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
@@ -277,9 +290,11 @@ def _nan_v_build(base: Case, row: dict) -> Case:
 
 def _decode_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
+    # the layout follows kv_start (no axis of its own: the full tier multiplies axes): the
+    # cache far into the sequence is a NaN-padded BLHD view, heads strided
     return replace(base, Lq=1, Lk=row["Lk"], Hq=Hq, Hkv=Hkv, kv_start=row["kv_start"],
                    window=row["W"], chunk=64, nan_slots=row["nan"], dtype=row["dtype"],
-                   **_head_dims(row))
+                   layout="padt" if row["kv_start"] else "bhld", **_head_dims(row))
 
 
 #: gqa_pack: flag pair and chunk per group size G (every pair once, C = 16 and 64;
@@ -396,9 +411,9 @@ def _categories() -> list[Category]:
                             (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64),
                             (64, 32)],
                       "dtype": list(DTYPES), "chunk": [16, 64] if cuda else [16],
-                      **({"Lq": [65, 3]} if cuda else {})},
+                      "layout": ["bhld", "bthd", "padt"], **({"Lq": [65, 3]} if cuda else {})},
         lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=r.get("Lq", 65),
-                             Lk=65, B=1, chunk=r["chunk"])))
+                             Lk=65, B=1, chunk=r["chunk"], layout=r["layout"])))
     C.append(Category(
         "gqa", "Hq/Hkv = 1, 2, 4, 8 and MQA; batch 1..3",
         lambda cuda: {"heads": [(4, 4), (4, 2), (8, 2), (8, 1), (3, 1)] + ([(16, 2)] if cuda else []),
@@ -471,6 +486,14 @@ def _categories() -> list[Category]:
                       **({"D": [64, 96, 128]} if cuda else {})},
         _nan_seen_build))
     C.append(Category(
+        "inf_seen", "+inf in one element of the k row of the nan_seen key (seen_slot): the rows that "
+        "see it score it +inf or -inf by the sign of q; SPEC's formula gives lse = +inf and NaN o "
+        "for +inf, and -inf adds nothing (a row left with no finite score is an empty row)",
+        lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
+                      "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
+                      "dtype": ["bf16", "fp16", "fp32"], **({"D": [64, 128]} if cuda else {})},
+        _inf_seen_build))
+    C.append(Category(
         "nan_v_seen", "NaN, +inf and -inf in the v row of one key that some queries see and others do "
         "not (seen_slot): exactly the rows that see it get them (a flash kernel's P @ V spreads them "
         "over the tile: 0 * NaN); on the GPU also at D = 128 (split-KV kernels)",
@@ -488,8 +511,9 @@ def _categories() -> list[Category]:
         lambda cuda: {"dims": ["B0", "H0", "Lq0", "L0"], "dtype": ["bf16", "fp32"]},
         _empty_dims_build))
     C.append(Category(
-        "decode", "single-token decode against short and long caches; on the GPU also at "
-        "D = 128 (split-KV kernels)",
+        "decode", "single-token decode against short and long caches, the caches far into the "
+        "sequence (kv_start 10^6+3) as NaN-padded BLHD views; on the GPU also at D = 128 "
+        "(split-KV kernels)",
         lambda cuda: {"Lk": [1, 17, 64, 65, 129, 333] + ([1000, 2080, 8191, 32768] if cuda else []),
                       "heads": [(8, 1), (8, 2), (4, 4)], "kv_start": [0, 10**6 + 3], "W": [48, 256],
                       "nan": [False, True], "dtype": ["bf16", "fp32"], **({"D": [64, 128]} if cuda else {})},
@@ -674,6 +698,8 @@ def make_inputs(case: Case, run_seed: int, device=None):
         poison_unseen(k, v, case.Lq, kw)
     if case.nan_seen and case.Lk:
         k[:, :, seen_slot(case.Lq, case.Lk, **case.rule())] = float("nan")
+    if case.inf_seen and case.Lk:
+        k[:, :, seen_slot(case.Lq, case.Lk, **case.rule()), 0] = float("inf")
     if case.nan_v and case.Lk:
         put_nan_v(v, seen_slot(case.Lq, case.Lk, **case.rule()))
     q, k, v = (_store(t, lay) for t, lay in zip((q, k, v), input_layouts(case)))

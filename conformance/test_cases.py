@@ -107,6 +107,7 @@ def test_cuda_tier_adds_long_keys():
 @pytest.mark.parametrize("category, dims, dtypes", [
     ("nan_seen", {64, 96, 128}, {"bf16"}),
     ("nan_v_seen", {64, 128}, {"bf16", "fp16", "fp32"}),
+    ("inf_seen", {64, 128}, {"bf16", "fp16", "fp32"}),
     ("decode", {64, 128}, {"bf16", "fp32"}),
 ])
 def test_nan_and_decode_reach_the_split_head_dims_on_cuda(category, dims, dtypes):
@@ -261,3 +262,26 @@ def test_tile_chunk_gpu_grids_take_the_paths_they_are_for(monkeypatch):
                 assert tl_launch.forced_splits(p) >= 2, c.id
                 assert tl_launch.grid_programs(p, 64) * 2 < 132, c.id  # a small grid
     assert seen == {(g, d) for g in ("prefill", "split") for d in (64, 96, 128)}
+
+
+def test_every_nan_slots_case_has_a_slot_to_poison():
+    """A nan_slots case whose queries see every key would test nothing: the category drops
+    such rows (they were 4 of its CPU quick cases)."""
+    from reference.mask import seen_keys
+    for tier, dev in (("quick", "cpu"), ("full", "cpu"), ("quick", "cuda"), ("full", "cuda")):
+        cases = [c for c in generate(tier, dev) if c.category == "nan_slots"]
+        assert cases
+        for c in cases:
+            assert not seen_keys(c.Lq, c.Lk, **c.rule()).all(), c.id
+
+
+def test_strided_inputs_at_every_head_dim_and_in_multi_head_decode():
+    """headdim runs BLHD views and NaN-padded views too, at every head-dim pair; decode has
+    strided caches with several key/value heads (their head stride matters)."""
+    for dev in ("cpu", "cuda"):
+        cases = generate("quick", dev)
+        dims = {(c.Dqk, c.Dv) for c in cases if c.category == "headdim"}
+        for layout in ("bthd", "padt"):
+            assert {(c.Dqk, c.Dv) for c in cases if c.category == "headdim" and c.layout == layout}, layout
+        assert {(c.Dqk, c.Dv) for c in cases if c.category == "headdim" and c.layout != "bhld"} == dims
+        assert any(c.category == "decode" and c.layout != "bhld" and c.Hkv > 1 for c in cases)

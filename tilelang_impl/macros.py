@@ -531,9 +531,12 @@ def finalize_output(acc_o, l, block_M, Dv, gpu):
 def row_lse2(m_i, l_i):
     """Base-2 LSE of a finished row: ``m + log2 l`` (``m`` is the running max of the
     base-2 logits); ``-inf`` when the row saw no key (``l == 0``; NaN stays NaN, as
-    in :func:`finalize_output`). What a split-KV partial keeps (the combine works
-    in base 2); the public LSE is :func:`row_lse`."""
-    return T.if_then_else(l_i != 0, m_i + T.log2(l_i), -T.infinity("float32"))
+    in :func:`finalize_output`); ``+inf`` when it saw a score of ``+inf`` (``m = +inf``,
+    ``l`` NaN from ``exp2(inf - inf)``: SPEC's ``log(inf)``). What a split-KV partial
+    keeps (the combine works in base 2, and its max is then ``+inf`` too); the public
+    LSE is :func:`row_lse`."""
+    return T.if_then_else(m_i == T.infinity("float32"), m_i,
+                          T.if_then_else(l_i != 0, m_i + T.log2(l_i), -T.infinity("float32")))
 
 
 @T.macro

@@ -139,11 +139,14 @@ def _finish(acc, m_i, l_i):
     2600 in all; Nsight Compute at d4faf39 found the epilogue). A
     finished row's ``l`` is at least 1 (its maximum contributes ``exp2(0)``) or
     NaN (propagated, as SPEC requires), so the reciprocal needs no range care;
-    the product adds at most half an ulp to the reciprocal's error."""
+    the product adds at most half an ulp to the reciprocal's error. A row that saw a
+    score of ``+inf`` (``m = +inf``, ``l`` NaN: ``exp2(inf - inf)``) gets ``lse = +inf``,
+    SPEC's ``log(inf)``, and NaN ``o``."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     inv = 1.0 / l_safe
-    return acc * inv[:, None], tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    lse2 = tl.where(m_i == float("inf"), m_i, m_i + tl.math.log2(l_safe))
+    return acc * inv[:, None], tl.where(empty, float("-inf"), lse2)
 
 
 @triton.jit
@@ -717,6 +720,7 @@ def _swa_combine_kernel(
             empty = denom == 0.0
             d_safe = tl.where(empty, 1.0, denom)
             out = tl.sum(op * w[:, None], 0) / d_safe
-            lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(d_safe)) * 0.6931471805599453)
+            lse2 = tl.where(m == float("inf"), m, m_safe + tl.math.log2(d_safe))  # +inf: a split saw +inf
+            lse = tl.where(empty, float("-inf"), lse2 * 0.6931471805599453)
             tl.store(O + row * DV + offs_d, out.to(O.dtype.element_ty), mask=d_ok)
             tl.store(LSE + row, lse)
