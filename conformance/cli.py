@@ -92,10 +92,14 @@ def _list(a: argparse.Namespace) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    from .plugin import _selected
+    from .plugin import select
 
     only = [n for spec in (a.only or []) for n in spec.split(",") if n]
-    cases = [c for c in generate(a.tier, device) if _selected(c, only)]
+    try:
+        cases = select(generate(a.tier, device), only, f" of the {a.tier} tier on {device}")
+    except ValueError as e:
+        print(f"hils-swa conform: {e}", file=sys.stderr)
+        return 2
     for c in cases:
         print(f"{c.category:<11} {c.id}")
     print(f"{len(cases)} cases ({a.tier} tier, {device})")

@@ -130,13 +130,25 @@ def backends(config) -> dict:
     return st["backends"]
 
 
+def _matches(case, name: str) -> bool:
+    return name == case.category or name == case.id or fnmatch.fnmatchcase(case.id, name)
+
+
 def _selected(case, only: list[str] | None) -> bool:
+    return not only or any(_matches(case, name) for name in only)
+
+
+def select(cases: list, only: list[str] | None, where: str = "") -> list:
+    """The cases that ``--only``'s names (categories, case ids, id globs) select. Raises
+    ``ValueError`` naming every name that selects nothing (a typo must not shrink a run
+    silently); ``where`` says which tier and device were searched."""
     if not only:
-        return True
-    for name in only:
-        if name == case.category or name == case.id or fnmatch.fnmatchcase(case.id, name):
-            return True
-    return False
+        return list(cases)
+    dead = [n for n in only if not any(_matches(c, n) for c in cases)]
+    if dead:
+        cats = sorted({c.category for c in cases})
+        raise ValueError(f"--only: {', '.join(dead)} matches no case{where}; categories: {', '.join(cats)}")
+    return [c for c in cases if _selected(c, only)]
 
 
 def plan(config) -> list:
@@ -146,9 +158,10 @@ def plan(config) -> list:
 
     st = _state(config)
     only = [n for spec in (config.getoption("conform_only") or []) for n in spec.split(",") if n]
-    cases = [c for c in generate(st["tier"], st["device"]) if _selected(c, only)]
-    if only and not cases:
-        raise pytest.UsageError(f"--only {','.join(only)}: no case matches")
+    try:
+        cases = select(generate(st["tier"], st["device"]), only, f" of the {st['tier']} tier on {st['device']}")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
     names = list(backends(config))
     out = []
     for case in cases:

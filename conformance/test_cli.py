@@ -61,7 +61,7 @@ def test_list_and_bad_usage():
     p = _run("--backend", "nope", "--only", "basic", "--device", "cpu")
     assert p.returncode == 2 and "unknown backend" in p.stderr
     p = _run("--backend", "reference", "--only", "nothing-matches", "--device", "cpu")
-    assert p.returncode != 0 and "no case matches" in (p.stdout + p.stderr)
+    assert p.returncode != 0 and "nothing-matches matches no case" in (p.stdout + p.stderr)
 
 
 def test_default_seed_is_fixed_and_random_is_printed(tmp_path):
@@ -125,3 +125,14 @@ def test_a_backend_that_serves_nothing_fails_the_run():
         assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
         assert "FAILED: tilelang-split served none of its 6 cases" in r.stdout, r.stdout[-2000:]
         assert "skipped" in r.stdout  # its checks show as skips with the reason, not passes
+
+
+def test_only_names_that_select_nothing_are_refused():
+    """A typo in --only (category, id or glob) is a usage error naming it, in a run and in
+    --list, not a silently smaller run."""
+    r = _run("--backend", "reference", "--only", "basic,typo_cat", "--device", "cpu")
+    assert r.returncode == 2 and "typo_cat matches no case" in (r.stdout + r.stderr), r.stdout[-1500:]
+    r = _run("--list", "--only", "nosuchcat", "--device", "cpu")
+    assert r.returncode == 2 and "nosuchcat matches no case" in r.stderr, r.stderr
+    r = _run("--list", "--only", "basic,fp32-*", "--device", "cpu")
+    assert r.returncode == 0 and "cases (quick tier, cpu)" in r.stdout

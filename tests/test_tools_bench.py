@@ -113,3 +113,13 @@ def test_kernel_line_of_an_external_backend(monkeypatch):
     fn.describe = lambda *a, **kw: 1 / 0
     backend = registry._as_backend(fn, name="ext", origin="test")
     assert bench._kernel_line("ext", shape, inputs) == "(no description: ZeroDivisionError)"
+
+
+def test_unknown_backend_and_device_are_refused_before_any_timing(capsys, monkeypatch):
+    """A backend name that does not resolve, or a device that is not cpu / cuda[:N], exits 2
+    with the reason before the ceilings are measured."""
+    monkeypatch.setattr(bench, "measure_ceilings", lambda *a, **k: pytest.fail("measured first"))
+    assert bench.main(["--device", "cpu", "--smoke", "--backend", "reference,nosuch"]) == 2
+    assert "unknown backend 'nosuch'" in capsys.readouterr().err
+    assert bench.main(["--device", "gpu", "--smoke"]) == 2
+    assert "expected cpu, cuda or cuda:N" in capsys.readouterr().err

@@ -33,6 +33,7 @@ EXPECTED = {
     "output_dtype_fp32": "output_dtype",
     "tail_unwritten": "unwritten_rows",
     "no_validation": "validation",
+    "inputs_modified": "inputs",
 }
 REF = resolve_backend("reference")
 
@@ -111,6 +112,25 @@ def test_documented_deviation_is_undone_and_other_bugs_still_named():
     assert d.explained_by is not None and d.explained_by.rule == "nan_v_spread"
 
 
+def test_deviation_gets_the_suites_case_type_in_diff_too():
+    """``deviation(case)`` receives a ``conformance.cases.Case`` from diff as from conform,
+    so a deviation that reads the suite's fields (here ``category`` and ``nan_v``) works in
+    both; the spread deviation keyed on them is undone as before."""
+    from conformance import mutants
+    from conformance.cases import Case
+    from conformance.registry import Backend, load_backend
+
+    seen = []
+    triton_dev = load_backend("triton").deviation
+
+    def dev(case):
+        assert isinstance(case, Case) and case.category == "diff"
+        seen.append(case.nan_v)
+        return triton_dev(case)
+    d = diff.diagnose(Backend(name="spread", fn=mutants.nan_v_spread, deviation=dev), probe_masks=False)
+    assert d.conforms and set(d.documented) == {"nan_v"} and True in seen
+
+
 def test_unwritten_tail_of_zeros_is_still_named_and_small_errors_are_not():
     """The unwritten-rows signature wants wild rows (NaN, fresh zeros, large errors): a tail
     left as zeros is named ``unwritten_rows``; small errors on every row but the exact
@@ -131,3 +151,13 @@ def test_unwritten_tail_of_zeros_is_still_named_and_small_errors_are_not():
     assert cmp.b.explained_by is not None and cmp.b.explained_by.rule == "unwritten_rows"
     cmp = diff.compare_backends(REF, mutant("fp16_probabilities"), "cpu")
     assert cmp.b.explained_by is not None and cmp.b.explained_by.rule == "low_precision"
+
+
+def test_a_backend_that_serves_no_case_is_reported_as_such(capsys):
+    """B refusing every case (TileLang's forced split-KV on CPU tensors) is not 'conforms on
+    all 0 cases' nor a rule difference: the result says nothing was compared (exit 1)."""
+    assert diff.main(["reference", "tilelang-split", "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("result: NOTHING COMPARED: tilelang-split served none of the"), last
+    assert "conforms to SPEC.md on all 0 cases" not in out

@@ -18,10 +18,18 @@ def pick_device(requested: str | None) -> str:
     """``requested`` or cuda when present, else cpu. On CPU the Triton backend
     needs its interpreter, which must be chosen before triton is imported."""
     device = requested or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cpu"):
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r}: expected cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    elif dev.type != "cuda":
+        raise ValueError(f"device {device!r}: expected cpu, cuda or cuda:N")
     elif not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but torch {torch.__version__} sees no CUDA device")
+    elif dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

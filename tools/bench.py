@@ -712,6 +712,14 @@ def _configure(args) -> tuple[str, list[Shape], list[str], int] | int:
     backends = []
     for b in (args.backend or [",".join(DEFAULT_BACKENDS if cuda else ("reference", "flex", "sdpa"))]):
         backends += [x.strip() for x in b.split(",") if x.strip()]
+    from ._common import resolve_backend
+    try:  # every name resolved before anything is measured
+        for name in backends:
+            if name != "sdpa":
+                resolve_backend(name)
+    except ValueError as e:
+        print(f"hils-swa bench: {e}", file=sys.stderr)
+        return 2
     reps = args.reps or (20 if cuda else 3)
     return device, shapes, backends, reps
 

@@ -53,6 +53,7 @@ _LN2 = math.log(2.0)
 #: rule key -> what SPEC.md says and how a backend usually breaks it.
 RULES: dict[str, str] = {
     "validation": "input validation: bad input must raise ValueError naming the argument, before any kernel runs",
+    "inputs": "inputs are read only: q, k and v must be bitwise unchanged after the call (outputs are fresh tensors)",
     "output_dtype": "output dtype: o in q.dtype, lse in float32",
     "unwritten_rows": "rows never written: the tail of the query range is left uninitialised (grid too small)",
     "empty_rows": "empty-row handling: a row with no visible key must give o = 0 and lse = -inf, never NaN",
@@ -112,6 +113,19 @@ class Case:
     @property
     def kwargs(self) -> dict:
         return dict(self.rule, sm_scale=self.sm_scale)
+
+    def as_conformance_case(self, device: str = "cpu"):
+        """This case as the suite's ``conformance.cases.Case`` (category ``"diff"``): what a
+        backend's ``deviation(case)`` receives here and in ``hils-swa conform`` alike."""
+        from conformance.cases import DTYPES, Case as SuiteCase
+
+        dtype = next(name for name, dt in DTYPES.items() if dt == self.dtype)
+        return SuiteCase("diff", dtype=dtype, B=self.B, Hq=self.Hq, Hkv=self.Hkv, Lq=self.Lq, Lk=self.Lk,
+                         Dqk=self.Dqk, Dv=self.Dv, window=self.window_size, chunk=self.chunk_size,
+                         mask_lmk=self.mask_lmk, expand=self.expand_to_chunk, kv_start=self.kv_start,
+                         sm_scale=self.sm_scale, layout={"canonical": "bhld", "blhd": "bthd"}[self.layout],
+                         nan_slots=self.nan_unseen, nan_seen=self.nan_seen, nan_v=self.nan_v,
+                         device=str(device))
 
 
 CASES: tuple[Case, ...] = (
@@ -375,6 +389,7 @@ class Run:
     o: torch.Tensor | None = None
     lse: torch.Tensor | None = None
     error: BaseException | None = None
+    modified: tuple[str, ...] = ()  # the inputs the call wrote into (restored after it)
 
 
 @dataclass
@@ -414,12 +429,27 @@ def truth(case: Case, device) -> CaseTruth:
 
 
 def run_backend(fn, t: CaseTruth) -> Run:
+    """One call, its outputs allocated poisoned as in the suite (``runner.poisoned_empty``:
+    an element never written is NaN, not whatever the memory held) and its inputs checked
+    unchanged afterwards (restored when not)."""
+    from conformance.runner import poisoned_empty
+
     q, k, v = t.inputs
+    saved = [x.clone() for x in (q, k, v)]
     try:
-        o, lse = fn(q, k, v, **t.case.kwargs)
+        with poisoned_empty():
+            o, lse = fn(q, k, v, **t.case.kwargs)
+        run = Run(o=o, lse=lse)
     except Exception as e:  # reported, never hidden: it becomes this case's finding
-        return Run(error=e)
-    return Run(o=o, lse=lse)
+        run = Run(error=e)
+    changed = []
+    for name, x, s in zip("qkv", (q, k, v), saved):
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]  # NaN payloads too
+        if not torch.equal(x.view(bits), s.view(bits)):
+            changed.append(name)
+            x.copy_(s)  # the next backend sees the case's inputs
+    run.modified = tuple(changed)
+    return run
 
 
 def _fmt_rows(rows: list[int]) -> str:
@@ -446,6 +476,7 @@ class CaseResult:
 
     @property
     def ok(self) -> bool:
+        """The outputs pass (the inputs left unchanged is :attr:`Diagnosis.conforms`'s)."""
         if self.run.error is not None or self.cmp is None or not self.cmp.ok or self.meta:
             return False
         return self.verdict.status == "pass"  # set whenever the call returned
@@ -511,7 +542,12 @@ class Diagnosis:
 
     @property
     def conforms(self) -> bool:
-        return not self.validation and all(r.ok for r in self.results.values())
+        return not self.validation and not self.modified and all(r.ok for r in self.results.values())
+
+    @property
+    def modified(self) -> dict[str, tuple[str, ...]]:
+        """case -> the inputs the backend wrote into during that case's call."""
+        return {n: r.run.modified for n, r in self.results.items() if r.run.modified}
 
     def failing(self) -> list[str]:
         return [n for n, r in self.results.items() if not r.ok]
@@ -569,6 +605,14 @@ def _rows_failing(r: CaseResult) -> torch.Tensor | None:
     if r.run.error is not None or r.cmp is None or not r.cmp.shape_ok:
         return None
     return ~r.cmp.row_ok
+
+
+def _sig_inputs(d: Diagnosis) -> Finding | None:
+    if d.modified and all(r.ok for r in d.results.values()):
+        ex = [f"{n}: {', '.join(names)}" for n, names in d.modified.items()]
+        return Finding("inputs", f"outputs within tolerance, but the call wrote into its inputs on "
+                       f"{len(ex)} cases ({'; '.join(ex[:3])}{' ...' if len(ex) > 3 else ''})")
+    return None
 
 
 def _sig_validation(d: Diagnosis) -> Finding | None:
@@ -735,6 +779,7 @@ def _ref_probe_mask(cfg: dict) -> torch.Tensor:
 # In priority order: structural signatures, then exact hypotheses, then the
 # signatures that only look at which cases fail.
 HYPOTHESES: list[tuple[str, Callable[[Diagnosis], Finding | None]]] = [
+    ("inputs", _sig_inputs),
     ("validation", _sig_validation),
     ("output_dtype", _sig_output_dtype),
     ("unwritten_rows", _sig_unwritten),
@@ -780,7 +825,7 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
             unsupported[case.name] = str(run.error).splitlines()[0]
             continue
         v = None if run.error is not None else verdict.judge(run.o, run.lse, t.expected)
-        dev = deviation(case) if deviation is not None and v is not None else None
+        dev = deviation(case.as_conformance_case(device)) if deviation is not None and v is not None else None
         if dev is not None and v.status == verdict.FAIL:
             # a documented bug (conformance.registry): undone by the suite's own rule; a case
             # that is not exactly that bug is left out of the evidence (its other difference
@@ -852,7 +897,8 @@ def compare_backends(a, b, device="cpu", **kw) -> Comparison:
             continue
         ok, err = _agree(da.results[name], db.results[name], da.truths[name].bound)
         agree[name], errs[name] = ok, err
-    eq = bool(agree) and all(agree.values()) and (bool(da.validation) == bool(db.validation))
+    eq = (bool(agree) and all(agree.values()) and (bool(da.validation) == bool(db.validation))
+          and (bool(da.modified) == bool(db.modified)))
     return Comparison(da, db, agree, errs, eq)
 
 
@@ -887,6 +933,8 @@ def _probe_block(cmp: Comparison) -> list[str]:
 
 
 def _diag_lines(d: Diagnosis) -> list[str]:
+    if not d.results and d.unsupported:
+        return [f"{d.name}: serves none of the cases (unsupported: {next(iter(d.unsupported.values()))})"]
     if d.conforms:
         extra = f" ({len(d.unsupported)} unsupported: {', '.join(d.unsupported)})" if d.unsupported else ""
         docs = (f"; deviates as documented on {', '.join(d.documented)} (undone before judging: "
@@ -938,6 +986,9 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
     lines.append(f"{'errors':<10} {'ok' if not a.validation else 'FAIL':<{w + 3}} "
                  f"{'ok' if not b.validation else 'FAIL':<{w + 3}} "
                  f"{'yes' if bool(a.validation) == bool(b.validation) else 'NO ':<4} bad inputs raise ValueError")
+    lines.append(f"{'inputs':<10} {'ok' if not a.modified else 'FAIL':<{w + 3}} "
+                 f"{'ok' if not b.modified else 'FAIL':<{w + 3}} "
+                 f"{'yes' if bool(a.modified) == bool(b.modified) else 'NO ':<4} q, k, v unchanged by the call")
     failing = [(d, n) for d in (a, b) for n in d.failing()]
     if failing and (verbose or len(failing) <= 12):
         lines += ["", "details:"]
@@ -952,7 +1003,11 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
     lines += _diag_lines(a)
     lines += _diag_lines(b)
     lines.append("")
-    if cmp.equivalent:
+    idle = [d.name for d in (a, b) if not d.results and d.unsupported]
+    if idle:
+        lines.append(f"result: NOTHING COMPARED: {' and '.join(idle)} served none of the "
+                     f"{len(CASES)} cases (all unsupported on {device})")
+    elif cmp.equivalent:
         if a.conforms:
             lines.append(f"result: EQUIVALENT: both conform to SPEC.md")
         else:
