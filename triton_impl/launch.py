@@ -906,7 +906,7 @@ def _pdl_ok(p: Problem, pdl) -> bool:
 
 
 def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None, pdl=None) -> _Plan:
-    upcast = interpreter_active()
+    upcast = interpreter_active() and p.dtype == torch.bfloat16  # the interpreter's bf16 only
     ieee = p.dtype == torch.float32
     cls, bucket = dtype_class(p.dtype), head_bucket(p)
     bdk, bdv = max(16, _pow2(p.Dqk)), max(16, _pow2(p.Dv))
