@@ -529,6 +529,9 @@ def test_tma_stride_rules():
     assert not L._tma_strides_ok(torch.randn(2, 3, 40, 4, dtype=torch.bfloat16))  # 8-byte rows
     assert not L._tma_strides_ok(x[:, :1].expand(2, 3, 40, 64))  # broadcast head: stride 0
     assert not L._tma_strides_ok(x.transpose(2, 3))  # innermost stride not 1
+    # a size-1 dimension may carry any stride; one of 2**40 bytes or more cannot be encoded
+    assert not L._tma_strides_ok(x[:1].as_strided((1, 3, 40, 64), (1 << 39, 2560, 64, 1)))
+    assert L._tma_strides_ok(x[:1].as_strided((1, 3, 40, 64), (1 << 35, 2560, 64, 1)))
     # forced where the copy engine cannot read the call -> refused, on CPU (interpreter) and GPU
     y = torch.randn(2, 3, 64, 40, dtype=torch.float16, device=DEV).transpose(2, 3)  # innermost stride 40
     with pytest.raises(UnsupportedConfig, match="TMA prefill kernel needs"):

@@ -885,12 +885,14 @@ _STRIDES_FIT: dict = {}
 
 def _strides_fit(strides: tuple, es: int) -> bool:
     """Whether each stride tuple of ``strides`` (elements of ``es`` bytes) suits the copy
-    engine: innermost stride 1, the others positive multiples of 16 bytes. Memoised
-    (a caller's strides repeat from call to call); the table is cleared when full."""
+    engine: innermost stride 1, the others positive multiples of 16 bytes below 2**40
+    bytes (``cuTensorMapEncodeTiled``'s bound; a size-1 dimension may carry any stride).
+    Memoised (a caller's strides repeat from call to call); the table is cleared when full."""
     key = (strides, es)
     ok = _STRIDES_FIT.get(key)
     if ok is None:
-        ok = all(st[-1] == 1 and all(s > 0 and (s * es) % 16 == 0 for s in st[:-1]) for st in strides)
+        ok = all(st[-1] == 1 and all(0 < s * es < 1 << 40 and (s * es) % 16 == 0 for s in st[:-1])
+                 for st in strides)
         if len(_STRIDES_FIT) >= 1024:
             _STRIDES_FIT.clear()
         _STRIDES_FIT[key] = ok
