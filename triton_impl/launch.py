@@ -804,8 +804,8 @@ def _frame(p: Problem) -> tuple[int, int, int]:
     top = r + p.Lk + w + 2 * c + 1024
     if top >= _I63:
         raise UnsupportedConfig(
-            f"triton: positions up to kv_start % chunk_size + Lk + window + 2 * chunk_size = {top} "
-            "do not fit int64 (kv_start and chunk_size both near 2**63)")
+            f"triton: positions up to kv_start % chunk_size + Lk + window + 2 * chunk_size + 1024 "
+            f"(a block's margin) = {top} do not fit int64 (kv_start and chunk_size both near 2**63)")
     if top >= _I32:
         r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
     return r, w, c
