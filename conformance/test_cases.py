@@ -285,3 +285,13 @@ def test_strided_inputs_at_every_head_dim_and_in_multi_head_decode():
             assert {(c.Dqk, c.Dv) for c in cases if c.category == "headdim" and c.layout == layout}, layout
         assert {(c.Dqk, c.Dv) for c in cases if c.category == "headdim" and c.layout != "bhld"} == dims
         assert any(c.category == "decode" and c.layout != "bhld" and c.Hkv > 1 for c in cases)
+
+
+def test_visibility_categories_poison_half_their_rows():
+    """lengths, window, chunk, kv_start and flags: some rows NaN in every unseen slot (a leak
+    is then exact), some clean; in every tier."""
+    for tier, dev in (("quick", "cpu"), ("full", "cpu"), ("quick", "cuda"), ("full", "cuda")):
+        cases = generate(tier, dev)
+        for cat in ("lengths", "window", "chunk", "kv_start", "flags"):
+            flags = {c.nan_slots for c in cases if c.category == cat}
+            assert flags == {False, True}, (tier, dev, cat, flags)
