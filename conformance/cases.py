@@ -598,6 +598,17 @@ def generate(tier: str = "quick", device: str | torch.device = "cpu",
     return out
 
 
+def left_out(device: str | torch.device = "cpu") -> list[str]:
+    """What :func:`generate` leaves out on ``device``, with the reason: the CUDA-only
+    categories and the error rules that need a second device (printed by ``hils-swa
+    conform``, so nothing is dropped without a word)."""
+    cuda = str(device).startswith("cuda")
+    out = [] if cuda else [f"categories {', '.join(c.name for c in CATEGORIES if c.cuda_only)}: CUDA only"]
+    if not cuda:
+        out.append("error rule mixed_device: needs a CUDA device beside the CPU")
+    return out
+
+
 # ------------------------------------------------------------------- inputs
 
 def case_seed(case: Case | str, run_seed: int) -> int:

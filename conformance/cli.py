@@ -103,6 +103,9 @@ def _list(a: argparse.Namespace) -> int:
     for c in cases:
         print(f"{c.category:<11} {c.id}")
     print(f"{len(cases)} cases ({a.tier} tier, {device})")
+    from .cases import left_out
+    for why in left_out(device):
+        print(f"left out on {device}: {why}")
     return 0
 
 

@@ -482,6 +482,9 @@ class Collector:
         tr.section("hils-swa conformance")
         tr.write_line(f"tier {st['tier']}  device {st['device']}  run seed {st['seed']}  "
                       f"(reproduce: --seed {st['seed']})  {len(self.results)} checks in {time.time() - self.t0:.0f}s")
+        from .cases import left_out
+        for why in left_out(st["device"]):
+            tr.write_line(f"left out on {st['device']}: {why}")
         for line in self.render():
             tr.write_line(line)
         fails = [r for r in self.results if r["status"] == "fail"]

@@ -136,3 +136,5 @@ def test_only_names_that_select_nothing_are_refused():
     assert r.returncode == 2 and "nosuchcat matches no case" in r.stderr, r.stderr
     r = _run("--list", "--only", "basic,fp32-*", "--device", "cpu")
     assert r.returncode == 0 and "cases (quick tier, cpu)" in r.stdout
+    # what the device leaves out is said, with the reason
+    assert "left out on cpu: categories gqa_pack, chunk_view, long: CUDA only" in r.stdout
