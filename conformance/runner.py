@@ -152,7 +152,8 @@ def poisoned_empty():
         def call(*args, **kwargs):
             t = fn(*args, **kwargs)
             if t.is_floating_point() and t.device.type != "meta":
-                t.fill_(float("nan"))
+                with torch.no_grad():  # a leaf made with requires_grad=True may be filled too
+                    t.fill_(float("nan"))
             return t
         return call
     try:
