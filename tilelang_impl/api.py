@@ -71,13 +71,19 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
 TMA_ALIGN = 16
 
 
+def _copied(x) -> bool:
+    """Whether the CUDA path copies ``x`` (a view in one of the kernels' storage orders, or
+    not) before the kernels read it: not contiguous, or at an address the copy engine's
+    tensor maps refuse."""
+    return not x.is_contiguous() or x.data_ptr() % TMA_ALIGN != 0
+
+
 def _served(x):
-    """``x`` (a view in one of the kernels' storage orders, or not) as the kernels read it:
-    itself when contiguous at a 16-byte-aligned address, else one copy (contiguous, from
-    the allocator: aligned)."""
-    if not x.is_contiguous():
-        return x.contiguous()
-    return x if x.data_ptr() % TMA_ALIGN == 0 else x.clone()
+    """``x`` as the kernels read it: itself, or where :func:`_copied`, one contiguous copy
+    in its own storage order (from the allocator: aligned)."""
+    if not _copied(x):
+        return x
+    return x.contiguous() if not x.is_contiguous() else x.clone()
 
 
 def _run_cuda(p, q, k, v, force_split: int | None = None):
@@ -109,8 +115,7 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
         return "no kernel (empty output)"
     views, q_blhd, kv_blhd = _views(q, k, v)
     text = launch.describe(p, q_blhd, kv_blhd, force_split)
-    copies = [n for n, x in zip("qkv", views)
-              if not x.is_contiguous() or x.data_ptr() % TMA_ALIGN]
+    copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
 
