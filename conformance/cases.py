@@ -60,6 +60,7 @@ class Case:
     nan_slots: bool = False  # NaN in every key slot no query can see
     nan_seen: bool = False  # NaN in the k row of one key that some queries see (see seen_slot)
     inf_seen: bool = False  # +inf in column 0 of that k row: scores +inf or -inf by q's sign
+    #                         (with nan_seen too: the NaN goes to another key those rows see)
     nan_v: bool = False  # NaN, +inf, -inf in the v row of one key that some queries see (seen_slot)
     error: str | None = None  # the SPEC error rule this case breaks (see ERROR_RULES)
     device: str = field(default="cpu", compare=False)
@@ -263,13 +264,19 @@ def _scale_build(base: Case, row: dict) -> Case:
     return replace(base, sm_scale=row["sm_scale"], dtype=row["dtype"], Dqk=row["D"][0], Dv=row["D"][1])
 
 
-def _nan_build(base: Case, row: dict) -> Case | None:
+def _nan_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
-    case = _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
+    return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], nan_slots=True, layout=row["layout"]))
-    # a call whose queries see every key (a training shape without landmark masking) has no
-    # slot to poison: not a case of this category
-    return case if not bool(seen_keys(case.Lq, case.Lk, **case.rule()).all()) else None
+
+
+def _nan_valid(row: dict) -> bool:
+    """A row whose queries see every key (a training shape without landmark masking) has no
+    slot to poison: not a row of ``nan_slots``. A ``valid`` predicate, so the quick tier's
+    covering array is built from the rows that remain (the sizes are the CPU base case's,
+    the GPU's differ only in B and heads, which visibility does not read)."""
+    case = _nan_build(_base("cpu"), row)
+    return not bool(seen_keys(case.Lq, case.Lk, **case.rule()).all())
 
 
 def _head_dims(row: dict) -> dict:
@@ -288,9 +295,10 @@ def _nan_seen_build(base: Case, row: dict) -> Case:
 
 def _inf_seen_build(base: Case, row: dict) -> Case:
     lmk, exp = row["flags"]
+    # at kv_start 21 a NaN k row beside it too (second_seen_slot): a row seeing both must be NaN
     return _shape_build(base, dict(shape=row["shape"], kv_start=row["kv_start"], mask_lmk=lmk,
                                    expand=exp, window=row["W"], inf_seen=True, layout=row["layout"],
-                                   dtype=row["dtype"], **_head_dims(row)))
+                                   nan_seen=row["kv_start"] == 21, dtype=row["dtype"], **_head_dims(row)))
 
 
 def _nan_v_build(base: Case, row: dict) -> Case:
@@ -488,7 +496,7 @@ def _categories() -> list[Category]:
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, True), (True, False)], "W": [8, 40],
                       "layout": ["bhld", "padt"]},
-        _nan_build))
+        _nan_build, _nan_valid))
     C.append(Category(
         "nan_seen", "NaN in the k row of one key that some queries see and others do not "
         "(seen_slot): SPEC's propagation rule, NaN in exactly the rows that see it; on the GPU "
@@ -500,7 +508,8 @@ def _categories() -> list[Category]:
     C.append(Category(
         "inf_seen", "+inf in one element of the k row of the nan_seen key (seen_slot): the rows that "
         "see it score it +inf or -inf by the sign of q; SPEC's formula gives lse = +inf and NaN o "
-        "for +inf, and -inf adds nothing (a row left with no finite score is an empty row)",
+        "for +inf, and -inf adds nothing (a row left with no finite score is an empty row); at "
+        "kv_start 21 also NaN in a neighbouring key some of those rows see: NaN wins there",
         lambda cuda: {"kv_start": [0, 21], "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (False, False)], "W": [8, 40], "layout": ["bhld", "padt"],
                       "dtype": ["bf16", "fp16", "fp32"], **({"D": [64, 128]} if cuda else {})},
@@ -662,6 +671,19 @@ def seen_slot(Lq: int, Lk: int, **rule) -> int:
     return int(pool[torch.argmin((pool - Lk // 2).abs())])
 
 
+def second_seen_slot(Lq: int, Lk: int, j: int, **rule) -> int:
+    """The key nearest ``j`` (not ``j``) that some query seeing key ``j`` also sees: where an
+    ``inf_seen`` case with ``nan_seen`` puts its NaN, so rows see both (``j`` itself when no
+    such key exists)."""
+    from reference.mask import visibility_mask
+
+    vis = visibility_mask(Lq, Lk, **rule)
+    both = (vis & vis[:, j:j + 1]).any(0)
+    both[j] = False
+    keys = torch.nonzero(both).flatten()
+    return int(keys[torch.argmin((keys - j).abs())]) if keys.numel() else j
+
+
 def put_nan_v(v: torch.Tensor, j: int) -> None:
     """NaN, +inf, -inf into columns 0, 1, 2 of the ``v`` row of key ``j`` (as many as
     ``v`` has), in place: the ``nan_v_seen`` cases, also ``hils-swa diff``'s ``nan_v``."""
@@ -720,7 +742,10 @@ def make_inputs(case: Case, run_seed: int, device=None):
     if case.nan_slots and case.Lk:
         poison_unseen(k, v, case.Lq, kw)
     if case.nan_seen and case.Lk:
-        k[:, :, seen_slot(case.Lq, case.Lk, **case.rule())] = float("nan")
+        j = seen_slot(case.Lq, case.Lk, **case.rule())
+        if case.inf_seen:  # +inf in j's k row, NaN in a neighbour that rows seeing j see too
+            j = second_seen_slot(case.Lq, case.Lk, j, **case.rule())
+        k[:, :, j] = float("nan")
     if case.inf_seen and case.Lk:
         k[:, :, seen_slot(case.Lq, case.Lk, **case.rule()), 0] = float("inf")
     if case.nan_v and case.Lk:

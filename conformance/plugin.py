@@ -535,7 +535,7 @@ class Collector:
             w = r.get("worker") or {}
             workers.setdefault(w.get("worker", "main"), w)
         out = dict(tier=st["tier"], device=st["device"], run_seed=st["seed"],
-                   backends=list(backends(self.config)), exitstatus=int(exitstatus),
+                   backends=list(backends(self.config)), exitstatus=int(session.exitstatus),
                    duration_s=round(time.time() - self.t0, 2), checks=len(self.results),
                    failed=sum(r["status"] == "fail" for r in self.results),
                    unsupported=sum(r["status"] == "unsupported" for r in self.results),

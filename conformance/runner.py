@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import math
 import os
+import threading
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -135,36 +136,50 @@ def _poison_allocator(case: Case, device: torch.device) -> None:
 
 #: The torch allocators whose floating results :func:`poisoned_empty` fills with NaN.
 _EMPTY_FNS = ("empty", "empty_like", "empty_strided")
+_POISON = dict(depth=0, saved=None)  # nesting depth, the real functions while patched
+_POISON_LOCK = threading.Lock()
+
+
+def _poisoning(fn):
+    def call(*args, **kwargs):
+        t = fn(*args, **kwargs)
+        if t.is_floating_point() and t.layout == torch.strided and t.device.type != "meta":
+            with torch.no_grad():  # a leaf made with requires_grad=True may be filled too
+                t.fill_(float("nan"))
+        return t
+    return call
 
 
 @contextlib.contextmanager
 def poisoned_empty():
     """While a backend runs: ``torch.empty``, ``empty_like``, ``empty_strided`` and
-    ``Tensor.new_empty`` return floating tensors filled with NaN, on any device, so an
-    output element the backend allocates that way and never writes fails the NaN check
-    for certain (uninitialised memory is often zeros on the CPU; on CUDA
-    :func:`_poison_allocator` only makes it likely). Integer tensors are left alone.
-    Names bound before the call (``from torch import empty``) escape it."""
-    saved = {n: getattr(torch, n) for n in _EMPTY_FNS}
-    saved_new = torch.Tensor.new_empty
-
-    def poison(fn):
-        def call(*args, **kwargs):
-            t = fn(*args, **kwargs)
-            if t.is_floating_point() and t.device.type != "meta":
-                with torch.no_grad():  # a leaf made with requires_grad=True may be filled too
-                    t.fill_(float("nan"))
-            return t
-        return call
+    ``Tensor.new_empty`` return floating (strided) tensors filled with NaN, on any device,
+    so an output element the backend allocates that way and never writes fails the NaN
+    check for certain (uninitialised memory is often zeros on the CPU; on CUDA
+    :func:`_poison_allocator` only makes it likely). Integer and sparse tensors are left
+    alone. Names bound before the call (``from torch import empty``) escape it. Uses may
+    nest or overlap (threads): the functions are patched by the first and restored by the
+    last."""
+    with _POISON_LOCK:
+        if _POISON["depth"] == 0:
+            saved = {n: getattr(torch, n) for n in _EMPTY_FNS}
+            saved["new_empty"] = torch.Tensor.new_empty
+            _POISON["saved"] = saved
+            for n in _EMPTY_FNS:
+                setattr(torch, n, _poisoning(saved[n]))
+            torch.Tensor.new_empty = _poisoning(saved["new_empty"])
+        _POISON["depth"] += 1
     try:
-        for n, fn in saved.items():
-            setattr(torch, n, poison(fn))
-        torch.Tensor.new_empty = poison(saved_new)
         yield
     finally:
-        for n, fn in saved.items():
-            setattr(torch, n, fn)
-        torch.Tensor.new_empty = saved_new
+        with _POISON_LOCK:
+            _POISON["depth"] -= 1
+            if _POISON["depth"] == 0:
+                saved = _POISON.pop("saved")
+                _POISON["saved"] = None
+                for n in _EMPTY_FNS:
+                    setattr(torch, n, saved[n])
+                torch.Tensor.new_empty = saved["new_empty"]
 
 
 def ships_for(device: torch.device) -> bool:

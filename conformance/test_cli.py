@@ -115,14 +115,16 @@ def test_backend_load_errors_name_the_backend_and_the_fix(monkeypatch):
         registry.default_backends()
 
 
-def test_a_backend_that_serves_nothing_fails_the_run():
+def test_a_backend_that_serves_nothing_fails_the_run(tmp_path):
     """Every case unsupported (TileLang's forced split-KV on CPU tensors) is not a pass:
-    the summary names the backend and the run exits 1; beside a backend that serves them,
-    too."""
+    the summary names the backend and the run exits 1, as its JSON report says; beside a
+    backend that serves them, too."""
     for backends in (["tilelang-split"], ["reference", "tilelang-split"]):
         args = [x for b in backends for x in ("--backend", b)]
-        r = _run(*args, "--only", "basic", "--device", "cpu")
+        out = tmp_path / f"{len(backends)}.json"
+        r = _run(*args, "--only", "basic", "--device", "cpu", "--json", str(out))
         assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+        assert json.loads(out.read_text())["exitstatus"] == 1
         assert "FAILED: tilelang-split served none of its 6 cases" in r.stdout, r.stdout[-2000:]
         assert "skipped" in r.stdout  # its checks show as skips with the reason, not passes
 

@@ -100,6 +100,16 @@ def test_poisoned_empty_fills_floating_allocations_and_restores():
             assert torch.empty(7, dtype=torch.int32).dtype == torch.int32
             raise RuntimeError("inside")
     assert (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty) == real
+    # overlapping uses (threads) restore the real functions when the last one ends; sparse
+    # tensors are left as made
+    a, b = poisoned_empty(), poisoned_empty()
+    a.__enter__()
+    b.__enter__()
+    assert torch.empty((2, 2), layout=torch.sparse_coo).layout == torch.sparse_coo
+    a.__exit__(None, None, None)
+    assert torch.empty(3).isnan().all()
+    b.__exit__(None, None, None)
+    assert (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty) == real
 
 
 def test_unwritten_rows_fail_on_every_case_that_has_them():
@@ -124,6 +134,9 @@ def test_unsupported_from_a_default_backend_is_a_failure_on_the_cpu():
 
     def refuses(q, k, v, **kw):
         raise UnsupportedConfig("cannot serve BLHD views")
+    from conformance.registry import DEFAULT_BACKENDS, load_backend
+    assert all(load_backend(n).complete for n in DEFAULT_BACKENDS)
+    assert not any(load_backend(n).complete for n in ("triton-tma", "tilelang-split", "flex"))
     case = next(c for c in QUICK if c.category == "basic")
     for complete, status in ((True, "fail"), (False, "unsupported")):
         be = Backend(name="refuser", fn=refuses, complete=complete)

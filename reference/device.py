@@ -8,6 +8,23 @@ import threading
 
 import torch
 
+#: CUDA's bound on a launch grid's y and z extents (x goes to 2**31 - 1). Both backends put
+#: batch and heads on y or z and launch over slices of the batch past it (:func:`batch_slices`).
+GRID_YZ_MAX = 65535
+
+
+def batch_slices(B: int, per: int) -> list[slice]:
+    """``range(B)`` cut into the fewest slices of at most ``per`` batches, as equal as can be
+    (sizes differ by one at most, so every launch of a call plans alike)."""
+    n = max(1, -(-B // max(per, 1)))
+    out, b0 = [], 0
+    for i in range(n):
+        size = B // n + (i < B % n)
+        out.append(slice(b0, b0 + size))
+        b0 += size
+    return out
+
+
 _SM_COUNT: dict[int, int] = {}
 _CAPABILITY: dict[int, tuple[int, int]] = {}
 _TYPES: dict = {}  # torch.device -> its type string (a process meets a handful of devices)

@@ -161,3 +161,16 @@ def test_device_type_is_read_once_per_device(monkeypatch):
     assert len(D._TYPES) == 4  # cuda:1 and cuda (no index) are two devices
     D._TYPES[CPU] = "cached"  # what is cached is answered, not read again
     assert D.device_type(CPU) == "cached"
+
+
+def test_batch_slices_are_near_equal_and_cover_the_batch():
+    """reference.device.batch_slices: the fewest slices of at most ``per`` batches, sizes
+    differing by one at most, covering range(B) in order."""
+    from reference.device import batch_slices
+    for B in range(1, 40):
+        for per in range(1, 12):
+            cuts = batch_slices(B, per)
+            sizes = [s.stop - s.start for s in cuts]
+            assert len(cuts) == -(-B // per) and max(sizes) <= per and max(sizes) - min(sizes) <= 1
+            assert cuts[0].start == 0 and cuts[-1].stop == B
+            assert all(a.stop == b.start for a, b in zip(cuts, cuts[1:]))

@@ -1065,6 +1065,12 @@ def test_v_chunk_view_strides_ignore_size_one_dimensions(blhd):
     v = stored.transpose(1, 2) if blhd else stored
     idx = torch.arange(L).view(L // C, C)[:, :C - 1]
     assert torch.equal(w, v[:, :, idx.reshape(-1)].view(1, 1, L // C, C - 1, D))
+    # a strided v (the first L keys of a longer cache, several heads) keeps its own strides
+    big = torch.randn((2, L + 64, 3, D) if blhd else (2, 3, L + 64, D))
+    stored = big[:, :L] if blhd else big[:, :, :L]
+    w = launch.v_chunk_view(stored, C, blhd)
+    v = stored.transpose(1, 2) if blhd else stored
+    assert torch.equal(w, v[:, :, idx.reshape(-1)].reshape(2, 3, L // C, C - 1, D))
 
 
 def test_v_chunk_knob_resolved_per_call():
@@ -1223,6 +1229,9 @@ def test_batch_past_the_grid_z_bound_runs_in_slices(monkeypatch):
     for b0, (_, kp, op, lp) in zip((0, 2, 4), launched):
         assert kp == k[b0:].data_ptr() and op == o[b0:].data_ptr() and lp == lse[b0:].data_ptr()
     assert (o == 1).all() and (lse == 0).all()
+    import dataclasses
+    text = launch.describe(dataclasses.replace(p, device=torch.device("cuda")))
+    assert text.startswith("fwd_tc") and text.endswith(" (batch slices of 2 or fewer: 3 launches)"), text
 
 
 def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):

@@ -1287,12 +1287,18 @@ def test_batch_past_the_grid_y_bound_runs_in_slices(monkeypatch, path):
     kw = dict(window_size=9, chunk_size=4, kv_start=3)
     q, k, v = _inputs(5, 2, 1, 7, 12, 32, 32, torch.float16, blhd=True)
     o, lse, _ = _run(q, k, v, path=path, **kw)
-    assert runs == [2, 2, 1]  # 4 // Hq = 2 batches a launch
-    assert triton_impl.describe_call(q, k, v, **kw).endswith(" (batch slices of 2: 3 launches)")
+    assert runs == [2, 2, 1]  # 4 // Hq = 2 batches at most a launch, in near-equal slices
+    assert triton_impl.describe_call(q, k, v, **kw).endswith(" (batch slices of 2 or fewer: 3 launches)")
     _check(o, lse, q, k, v, **kw)
     runs.clear()
     _run(q[:2], k[:2], v[:2], path=path, **kw)
     assert runs == [2]
+    # no query head: no division by Hq, and no slicing (launch's callers skip empty calls,
+    # tools may not)
+    q0 = torch.empty(5, 0, 7, 32, dtype=torch.float16, device=DEV)
+    k0 = torch.empty(5, 0, 12, 32, dtype=torch.float16, device=DEV)
+    p0 = reference.check_inputs(q0, k0, k0, **kw)
+    assert L.batches_per_launch(p0) == 4
 
 
 def test_more_query_heads_than_a_grid_holds_are_unsupported():

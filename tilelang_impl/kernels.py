@@ -601,7 +601,8 @@ def combine(Dv: int, dtype: str, threads: int = 128):
     row is finished by the single-pass kernels' own macros
     (``macros.finalize_output``, ``macros.row_lse``): a split with ``lse_s = -inf``
     weighs 0, a row with no split left gets ``o = 0`` and ``lse = -inf``, NaN stays
-    NaN.
+    NaN, and a split that saw a score of ``+inf`` (its ``lse_s = +inf``) makes the row's
+    ``lse`` ``+inf`` and ``o`` NaN, the single-pass kernels' result.
     """
     B, Hq, S, Lq = T.dynamic("B Hq S Lq")
     accum = "float32"
@@ -616,7 +617,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
             st[0] = -T.infinity(accum)
             for s in T.serial(S):
                 st[0] = T.max(st[0], LSEp[bz, by, s, bx])
-            ref = T.if_then_else(st[0] == -T.infinity(accum), 0.0, st[0])
+            ref = M.finite_or_0(st[0])  # a split that saw +inf weighs +inf: lse +inf, o NaN
             T.clear(l)
             T.clear(acc)
             for s in T.serial(S):

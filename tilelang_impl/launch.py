@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from reference.device import capability, device_type, scratch, sm_count
+from reference.device import GRID_YZ_MAX, batch_slices, capability, device_type, scratch, sm_count
 from reference.errors import UnsupportedConfig
 from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f32
 
@@ -477,16 +477,21 @@ def v_chunk_view(v, C: int, kv_blhd: bool = False):
     C, C - 1, Dv)`` that ``kernels.fwd_tc`` reads with ``v_chunk`` in either layout:
     element ``[b, h, c, t, d]`` is key ``c * C + t`` of head ``h``. Each chunk's last row,
     its landmark, is left out (the bulk copy writes zeros for it). A view of the same
-    storage: nothing is copied. The strides are the contiguous ones of that storage order,
-    not ``v.stride()``: a contiguous tensor may carry any stride on a dimension of size 1,
-    which the kernel would pass to the copy engine (it needs multiples of 16 bytes)."""
+    storage: nothing is copied. ``v``'s own strides, except on a dimension of size 1, which
+    may carry any stride (contiguity ignores it) and would reach the copy engine (it needs
+    multiples of 16 bytes): there the stride a contiguous tensor would have over the next
+    inner dimension."""
     if kv_blhd:
         B, L, H, D = v.shape
-        sl, sh = H * D, D
+        sb, sl, sh, sd = v.stride()
+        sh = sh if H > 1 else sd * D
+        sb = sb if B > 1 else sl * L
     else:
         B, H, L, D = v.shape
-        sh, sl = L * D, D
-    return v.as_strided((B, H, L // C, C - 1, D), (H * L * D, sh, C * sl, sl, 1), v.storage_offset())
+        sb, sh, sl, sd = v.stride()
+        sh = sh if H > 1 else sl * L
+        sb = sb if B > 1 else sh * H
+    return v.as_strided((B, H, L // C, C - 1, D), (sb, sh, C * sl, sl, sd), v.storage_offset())
 
 
 def combine_key(tc_args: tuple) -> tuple[str, tuple]:
@@ -795,10 +800,15 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
     in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
-    off left out); ``force_split`` as in :func:`run_cuda`. Plans only; builds and
+    off left out); ``force_split`` as in :func:`run_cuda`; a call run over batch slices
+    is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
     if device_type(p.device) != "cuda":
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)"
+    if p.B > GRID_YZ_MAX:
+        cuts = batch_slices(p.B, GRID_YZ_MAX)
+        return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split)
+                + f" (batch slices of {cuts[0].stop} or fewer: {len(cuts)} launches)")
     if p.dtype == torch.float32:
         return "fwd_fp32 (one row per thread, CUDA cores)"
     _, C, _, _, sl2 = scalars(p)
@@ -812,21 +822,16 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     return text + (" [" + " ".join(knobs) + "]" if knobs else "")
 
 
-#: CUDA's bound on a launch grid's y and z extents: the kernels put heads on y (``Hq``, or
-#: ``Hkv`` packed) and the batch on z.
-GRID_YZ_MAX = 65535
-
-
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
              config: tuple | None = None) -> None:
-    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical). A batch
-    past the grid's z bound (:data:`GRID_YZ_MAX`) runs as launches over slices of it
-    (views, nothing copied), each planned as its own call; ``Hq`` must fit
+    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical). The kernels
+    put heads on the grid's y (``Hq``, or ``Hkv`` packed) and the batch on z: a batch past
+    z's bound (``reference.device.GRID_YZ_MAX``) runs as launches over near-equal slices
+    of it (views, nothing copied), each planned as its own call; ``Hq`` must fit
     (:func:`check_limits`)."""
     if p.B > GRID_YZ_MAX:
-        for b0 in range(0, p.B, GRID_YZ_MAX):
-            s = slice(b0, min(p.B, b0 + GRID_YZ_MAX))
-            run_cuda(replace(p, B=s.stop - b0), q[s], k[s], v[s], q_blhd, kv_blhd, o[s], lse[s],
+        for s in batch_slices(p.B, GRID_YZ_MAX):
+            run_cuda(replace(p, B=s.stop - s.start), q[s], k[s], v[s], q_blhd, kv_blhd, o[s], lse[s],
                      force_split, config)
         return
     W, C, r, inv_c, sl2 = scalars(p)

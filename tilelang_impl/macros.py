@@ -419,6 +419,16 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
                     j0 >= 0, T.Cast(dtype, 0), V_s[j0 + u * chunk_size, d])
 
 
+def finite_or_0(x):
+    """``x``, or 0 where ``x`` is ``-inf`` or ``+inf``: the reference a row's exponentials
+    are taken against (:func:`online_softmax_update`, the split-KV combine). A plain
+    expression builder, not a ``T.macro``: a macro called inside the update's loops changes
+    the IR enough that TileLang's ThreadSync refuses the split kernel without expansion
+    (``d96-split-noexp``, CPU lowering)."""
+    # two compares, not |x| == inf: TileLang's C target (the CPU kernel) has no fabs
+    return T.if_then_else(T.Or(x == -T.infinity("float32"), x == T.infinity("float32")), 0.0, x)
+
+
 @T.macro
 def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False,
                           scale=None, fast_exp2=False):
@@ -430,7 +440,10 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     ``exp2(s - m)``, writes the rescale factor of the old state into ``alpha``
     and updates the running sum ``l``. A row whose max is still ``-inf``
     (nothing visible yet) uses 0 as its reference, so it gets ``p = 0`` and
-    ``alpha = 0``, never ``exp(-inf + inf) = NaN``.
+    ``alpha = 0``, never ``exp(-inf + inf) = NaN``; so does a row whose max is
+    ``+inf`` (:func:`finite_or_0`): that score's ``p`` is ``+inf``, ``l`` becomes
+    ``+inf`` and the LSE ``+inf``, SPEC's ``log(inf)``, while a NaN score still makes
+    ``l`` NaN (the running max skips NaN: ``l`` carries it).
 
     ``fold`` (Python bool, baked in) changes only the arithmetic, not the
     result: the row reference is computed once per row (kept in ``m_prev``
@@ -470,17 +483,17 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
             m[i] = T.max(m[i], row_sum[i] * scale)
     if fold:
         for i in loop(block_M):
-            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            m_ref = finite_or_0(m[i])
             alpha[i] = exp2(m_prev[i] - m_ref, fast)
             m_prev[i] = m_ref
         for i, j in loop(block_M, block_N):
             acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_prev[i], fast)
     else:
         for i in loop(block_M):
-            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            m_ref = finite_or_0(m[i])
             alpha[i] = exp2(m_prev[i] - m_ref, fast)
         for i, j in loop(block_M, block_N):
-            m_ref = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i])
+            m_ref = finite_or_0(m[i])
             acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_ref, fast)
     if gpu:
         T.reduce_sum(acc_s, row_sum, dim=1)
@@ -531,12 +544,10 @@ def finalize_output(acc_o, l, block_M, Dv, gpu):
 def row_lse2(m_i, l_i):
     """Base-2 LSE of a finished row: ``m + log2 l`` (``m`` is the running max of the
     base-2 logits); ``-inf`` when the row saw no key (``l == 0``; NaN stays NaN, as
-    in :func:`finalize_output`); ``+inf`` when it saw a score of ``+inf`` (``m = +inf``,
-    ``l`` NaN from ``exp2(inf - inf)``: SPEC's ``log(inf)``). What a split-KV partial
-    keeps (the combine works in base 2, and its max is then ``+inf`` too); the public
-    LSE is :func:`row_lse`."""
-    return T.if_then_else(m_i == T.infinity("float32"), m_i,
-                          T.if_then_else(l_i != 0, m_i + T.log2(l_i), -T.infinity("float32")))
+    in :func:`finalize_output`); ``+inf`` when it saw a score of ``+inf`` and no NaN
+    (``m = l = +inf``, :func:`online_softmax_update`: SPEC's ``log(inf)``). What a split-KV
+    partial keeps (the combine works in base 2); the public LSE is :func:`row_lse`."""
+    return T.if_then_else(l_i != 0, m_i + T.log2(l_i), -T.infinity("float32"))
 
 
 @T.macro

@@ -432,7 +432,7 @@ def run_backend(fn, t: CaseTruth) -> Run:
     """One call, its outputs allocated poisoned as in the suite (``runner.poisoned_empty``:
     an element never written is NaN, not whatever the memory held) and its inputs checked
     unchanged afterwards (restored when not)."""
-    from conformance.runner import poisoned_empty
+    from conformance.runner import _bits, poisoned_empty
 
     q, k, v = t.inputs
     saved = [x.clone() for x in (q, k, v)]
@@ -444,8 +444,7 @@ def run_backend(fn, t: CaseTruth) -> Run:
         run = Run(error=e)
     changed = []
     for name, x, s in zip("qkv", (q, k, v), saved):
-        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]  # NaN payloads too
-        if not torch.equal(x.view(bits), s.view(bits)):
+        if not torch.equal(_bits(x), _bits(s)):  # bit for bit: NaN payloads too (the suite's rule)
             changed.append(name)
             x.copy_(s)  # the next backend sees the case's inputs
     run.modified = tuple(changed)

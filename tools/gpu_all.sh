@@ -13,7 +13,7 @@
 # d4faf39, WORKERS=14, one H200: 337 s + 295 s) split it as
 # ONLY="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
 # then ONLY="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots" (since session 27
-# also inf_seen, and headdim runs three layouts: 3741 CUDA full-tier cases against 3437).
+# also inf_seen, and headdim runs three layouts: 3742 CUDA full-tier cases against 3149 at d57060a).
 # Session 19 (reference, triton, triton-tma; TL_UNPACK=0 for the first half; -n 14): the first
 # half 77 s, the second 195 s for 95% of its checks (CONFORM_S=200 was short: give it 260).
 # Before the tier, tools/tl_lower.py lowers the TileLang kernels of those categories on

@@ -87,7 +87,7 @@ def _poisoned_call(p_override=None, split=None, config=None):
         p = check_inputs(q, k, v, **kw)
         (q_, k_, v_), qb, kb = api._views(q, k, v)
         o, lse = p.new_outputs(poison=True)
-        launch.run_cuda(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), qb, kb, o, lse,
+        launch.run_cuda(p, api._served(q_), api._served(k_), api._served(v_), qb, kb, o, lse,
                         force_split=split, config=config)
         return o, lse
     return fn

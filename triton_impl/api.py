@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.device import device_type
+from reference.device import GRID_YZ_MAX, device_type
 from reference.errors import UnsupportedConfig
 from reference.validation import check_f32_score_scale, check_inputs
 
@@ -20,9 +20,9 @@ def _check_supported(p) -> None:
             raise UnsupportedConfig(
                 f"triton: head dim {name}={d} is not supported ({MIN_HEAD_DIM}..{MAX_HEAD_DIM})")
     check_f32_score_scale(p.sm_scale, "triton")
-    if p.Hq > _launch.GRID_YZ_MAX:
+    if p.Hq > GRID_YZ_MAX:
         raise UnsupportedConfig(f"triton: Hq={p.Hq} query heads are not supported (at most "
-                                f"{_launch.GRID_YZ_MAX}: one launch grid's y extent holds a batch's heads)")
+                                f"{GRID_YZ_MAX}: one launch grid's y extent holds a batch's heads)")
     kind = device_type(p.device)
     if kind == "cpu":
         if not _launch.interpreter_active():

@@ -113,7 +113,7 @@ if HAVE_GLUON:
         """``(p, m_new, l_new, alpha)`` of one online-softmax step (base 2); a row
         with nothing visible yet uses 0 as its reference (``p = 0``, ``alpha = 0``)."""
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        m_safe = gl.where((m_new == float("-inf")) | (m_new == float("inf")), 0.0, m_new)  # _softmax_p's rule
         alpha = gl.exp2(m_i - m_safe)
         p = gl.exp2(s - gl.expand_dims(m_safe, 1))
         return p, m_new, l_i * alpha + gl.sum(p, 1), alpha

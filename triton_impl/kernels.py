@@ -140,13 +140,13 @@ def _finish(acc, m_i, l_i):
     finished row's ``l`` is at least 1 (its maximum contributes ``exp2(0)``) or
     NaN (propagated, as SPEC requires), so the reciprocal needs no range care;
     the product adds at most half an ulp to the reciprocal's error. A row that saw a
-    score of ``+inf`` (``m = +inf``, ``l`` NaN: ``exp2(inf - inf)``) gets ``lse = +inf``,
-    SPEC's ``log(inf)``, and NaN ``o``."""
+    score of ``+inf`` has ``m = +inf`` and ``l = +inf`` (:func:`_softmax_p`), so its
+    ``lse`` is ``+inf``, SPEC's ``log(inf)``, and ``o`` NaN (``inf / inf``); with a NaN
+    score too, ``l`` is NaN and so is ``lse``."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     inv = 1.0 / l_safe
-    lse2 = tl.where(m_i == float("inf"), m_i, m_i + tl.math.log2(l_safe))
-    return acc * inv[:, None], tl.where(empty, float("-inf"), lse2)
+    return acc * inv[:, None], tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
 
 
 @triton.jit
@@ -197,13 +197,16 @@ def _softmax_p(s, m_i, qk_scale, FOLD: tl.constexpr):
     ``c > 0``, ``-inf * c == -inf``) and each score's scale rides in the
     exponent's FMA, ``exp2(s * c - m)``: one multiply per score fewer. A row
     with nothing visible yet uses 0 as its reference (``p = 0``, ``alpha = 0``,
-    never ``exp(-inf + inf)``).
+    never ``exp(-inf + inf)``); so does a row whose max is ``+inf`` (a score of
+    ``+inf``): that score's ``p`` is then ``+inf``, not ``exp2(inf - inf)`` = NaN, so
+    ``l`` is ``+inf`` and the LSE ``+inf`` as SPEC's formula gives, while a NaN score
+    still makes ``l`` NaN (the running max skips NaN: ``l`` is what carries it).
     """
     if FOLD:
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     else:
         m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    m_safe = tl.where(tl.abs(m_new) == float("inf"), 0.0, m_new)
     alpha = tl.math.exp2(m_i - m_safe)
     if FOLD:
         p = tl.math.exp2(s * qk_scale - m_safe[:, None])
@@ -712,7 +715,7 @@ def _swa_combine_kernel(
         if row < rows_total:
             lp = tl.load(LP + offs_s.to(tl.int64) * rows_total + row, mask=s_ok, other=float("-inf"))
             m = tl.max(lp, 0)
-            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            m_safe = tl.where(tl.abs(m) == float("inf"), 0.0, m)  # a split that saw +inf: w = inf
             w = tl.math.exp2(lp - m_safe)  # 0 for empty splits
             denom = tl.sum(w, 0)
             op = tl.load(OP + (offs_s.to(tl.int64) * rows_total + row)[:, None] * DV + offs_d[None, :],
@@ -720,7 +723,6 @@ def _swa_combine_kernel(
             empty = denom == 0.0
             d_safe = tl.where(empty, 1.0, denom)
             out = tl.sum(op * w[:, None], 0) / d_safe
-            lse2 = tl.where(m == float("inf"), m, m_safe + tl.math.log2(d_safe))  # +inf: a split saw +inf
-            lse = tl.where(empty, float("-inf"), lse2 * 0.6931471805599453)
+            lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(d_safe)) * 0.6931471805599453)
             tl.store(O + row * DV + offs_d, out.to(O.dtype.element_ty), mask=d_ok)
             tl.store(LSE + row, lse)

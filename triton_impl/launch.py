@@ -20,7 +20,8 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from reference.device import capability, device_type, made_current, scratch, sm_count
+from reference.device import (GRID_YZ_MAX, batch_slices, capability, device_type, made_current, scratch,
+                              sm_count)
 from reference.errors import UnsupportedConfig
 from reference.mask import visible_key_range
 from reference.validation import LOG2E, Problem, positive_normal_f32
@@ -1155,9 +1156,10 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     and the number of launches."""
     per = batches_per_launch(p)
     if per < p.B:
-        s = slice(0, per)
-        return (describe(replace(p, B=per), q[s], k[s], v[s], **knobs)
-                + f" (batch slices of {per}: {-(-p.B // per)} launches)")
+        cuts = batch_slices(p.B, per)
+        s = cuts[0]
+        return (describe(replace(p, B=s.stop), q[s], k[s], v[s], **knobs)
+                + f" (batch slices of {s.stop} or fewer: {len(cuts)} launches)")
     plan = _plan(p, **knobs)
     kind = plan.path
     chunked = False
@@ -1181,16 +1183,13 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     return text
 
 
-#: CUDA's bound on a launch grid's y and z extents. Every kernel here puts batch x heads on
-#: y (``B * Hq`` programs on the prefill grids, ``B * Hkv`` on the split and packed ones).
-GRID_YZ_MAX = 65535
-
-
 def batches_per_launch(p: Problem) -> int:
-    """How many batches one launch serves: all ``B`` unless ``B * Hq`` would pass the
-    grid's y bound (:data:`GRID_YZ_MAX`); :func:`launch` then runs slices of this many.
-    ``Hq`` itself must fit (the adapter refuses more heads)."""
-    return min(p.B, GRID_YZ_MAX // p.Hq)
+    """How many batches one launch may serve: all ``B`` unless ``B * Hq`` would pass the
+    grid's y bound (``reference.device.GRID_YZ_MAX``; every kernel here puts batch x heads
+    on y: ``B * Hq`` programs on the prefill grids, ``B * Hkv`` on the split and packed
+    ones); :func:`launch` then runs ``batch_slices`` of at most this many. ``Hq`` itself
+    must fit (the adapter refuses more heads)."""
+    return min(p.B, GRID_YZ_MAX // max(p.Hq, 1))
 
 
 def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Config | None = None,
@@ -1227,9 +1226,8 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     if per < p.B:
         knobs = dict(path=path, config=config, num_splits=num_splits, phases=phases, tma=tma, fold=fold,
                      pdl=pdl)
-        for b0 in range(0, p.B, per):
-            s = slice(b0, min(p.B, b0 + per))
-            taken = launch(replace(p, B=s.stop - b0), q[s], k[s], v[s], o[s], lse[s], **knobs)
+        for s in batch_slices(p.B, per):  # near-equal slices: each plans like the first
+            taken = launch(replace(p, B=s.stop - s.start), q[s], k[s], v[s], o[s], lse[s], **knobs)
         return taken
     plan = _plan(p, path, config, num_splits, phases, tma, fold, pdl)
     # Triton compiles, loads and launches on the current device: the tensors' device for
