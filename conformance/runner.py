@@ -175,8 +175,7 @@ def poisoned_empty():
         with _POISON_LOCK:
             _POISON["depth"] -= 1
             if _POISON["depth"] == 0:
-                saved = _POISON.pop("saved")
-                _POISON["saved"] = None
+                saved, _POISON["saved"] = _POISON["saved"], None
                 for n in _EMPTY_FNS:
                     setattr(torch, n, saved[n])
                 torch.Tensor.new_empty = saved["new_empty"]
