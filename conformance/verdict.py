@@ -62,7 +62,16 @@ FLOOR_ULPS = 2
 #: 1e5x on every fp32 quick-tier case of ``decode``, ``dtype`` and ``headdim`` they fail, and
 #: ``fp16_probabilities`` (P rounded to fp16, the nearest precision bug) 62-231x on the 33 of
 #: 34 fp32 quick-tier cases of six categories it changes (CPU).
-FLOOR_ULPS_FP32 = 16
+#: Session 28 doubled it to 32: the H200 full tier at e41b767
+#: (``conformance/results/h200-full-part2-n14-e41b767.json.xz``) had one fp32 decode case,
+#: ``fp32-B2-H8x2-q1k2080-D128x128-W48C64-lmk1exp1-kv1000003-padt-nan``, over 16 ulps in
+#: both kernels (1.10x and 1.15x: 2.25e-6 and 2.34e-6, 27-28 ulps of max|golden| 0.95 after
+#: the widening), every other fp32 check of the tier at most 0.69. The error is the row's,
+#: not a kernel's: Triton's interpreter on the CPU (exact exponentials, numpy's fp32 dot)
+#: errs 2.07e-6 on the same row, and ``same_dtype`` errs 1.05e-6 there on the CI-class CPU
+#: (torch 2.13) but at most 3.45e-7 on the device host's (torch 2.11): the yardstick drew
+#: low. At 32 ulps that case's ratio is 0.69 / 0.66.
+FLOOR_ULPS_FP32 = 32
 #: the LSE passes through a log and, in most kernels, a base change (exp2/log2
 #: with log2(e) folded into the scale, ``* ln 2`` on the way out): two more fp32
 #: roundings than ``o``, so its floor is a few ulps wider.

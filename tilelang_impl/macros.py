@@ -534,7 +534,7 @@ def finalize_output(acc_o, l, block_M, Dv, gpu):
     prefill consumers' sampled warp time; Nsight Compute at d4faf39). Precision: the
     division rounded once (half an ulp); the reciprocal and the product round once
     each, so ``o`` is within about one ulp of the exact quotient, far inside the
-    conformance bound (fp32's floor is 16 ulps)."""
+    conformance bound (fp32's floor is 32 ulps)."""
     for i, d in _loop(gpu)(block_M, Dv):
         acc_o[i, d] = (T.if_then_else(l[i] != 0, acc_o[i, d], 0.0)
                        * (1.0 / T.if_then_else(l[i] != 0, l[i], 1.0)))
