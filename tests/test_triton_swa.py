@@ -672,16 +672,16 @@ def test_tma_v_chunk_view(case):
 
 def test_triton_tma_backend_runs_the_shipped_v_mode():
     """``triton-tma`` (``triton_impl.tma_prefill``) runs the TMA kernel with ``v`` as the
-    tables ship it: through the chunked view at D = 64 (``launch.TMA_V_CHUNK``) where a call
-    allows it, by pointers at D = 128; and the conformance suite's quick tier on the GPU
+    tables ship it: through the chunked view (``launch.TMA_V_CHUNK``: D = 64, and D = 128
+    since session 28) where a call allows it; and the conformance suite's quick tier on the GPU
     has cases that take the view, some of them with NaN in every unseen slot (on CPU,
     fp16 under the interpreter, decided as on the GPU)."""
     from conformance import cases as CS
     from triton_impl import tma_prefill
 
-    assert L.TMA_V_CHUNK == {("16", 64): True}
+    assert L.TMA_V_CHUNK == {("16", 64): True, ("16", 128): True}
     kw = dict(window_size=100, chunk_size=64)
-    for d, view in ((64, True), (128, False)):
+    for d, view in ((64, True), (128, True)):
         x = torch.randn(1, 2, 300, d, dtype=torch.float16, device=DEV)
         assert tma_prefill.describe_call(x, x, x, **kw).endswith("v-chunk") == view
     taken = []

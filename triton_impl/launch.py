@@ -174,15 +174,20 @@ TMA_PHASES: dict[tuple[str, int], bool] = {key: True for key in PREFILL_TMA}
 # D=64 bench shapes (GQA 32/4 L=8K 131.7 -> 126.0 us), SASS of an inside block 412 -> 400;
 # D=128 no gain resolved (64x64 s2: +0.5 / -1.2% at L=8K / 16K; 64x64 s3 does not fit two
 # CTAs per SM with the view's extra barrier: 24 bytes over, one CTA per SM, +41%).
-TMA_V_CHUNK: dict[tuple[str, int], bool] = {("16", 64): True}
+# Session 28 (tools/lab_vchunk.py, bench_results/vchunk-lab28-e41b767.json, paired medians of
+# 5 interleaved rounds, L2 not flushed): D=128 64x64 w4 s3 with the view and a two-deep edge
+# loop (TMA_V_CHUNK_EDGE_STAGES) against the pointer-v kernel: 32/32/128 L=8K 219.1 -> 211.0
+# us (-4.0%), L=16K 460.3 -> 427.6 (-4.7%), C=128 L=8K 231.5 -> 223.6 (-3.8%); predicted
+# -2..-5%; the pointer kernel with the same edge loop within -1.3..+0.2%. With the L2 flushed
+# (medians): 225.5 -> 217.6 us (308 -> 319 TFLOP/s), 482.8 -> 448.2 (293 -> 316), 237.6 -> 233.6.
+TMA_V_CHUNK: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
 # The depth of the V_CHUNK kernel's edge-block loop (kernels._swa_fwd_tma_kernel EDGE_STAGES)
 # per key; absent: the launch's num_stages (0), as every kernel ran until session 26. Two
 # stages there give D = 128's three-stage view kernel back the 24 bytes of shared memory it
 # lacked for two CTAs per SM (115736 -> 114744 bytes: the edge loop's barrier array sat
 # before the 1024-aligned Q tile; Triton 3.6, CPU compile). Lab variant chunk-s3-edge2
-# (tools/lab_vchunk.py), not run yet: a key goes here together with TMA_V_CHUNK's once it
-# has been measured.
-TMA_V_CHUNK_EDGE_STAGES: dict[tuple[str, int], int] = {}
+# (tools/lab_vchunk.py), measured in session 28 (TMA_V_CHUNK above) and shipped at D = 128.
+TMA_V_CHUNK_EDGE_STAGES: dict[tuple[str, int], int] = {("16", 128): 2}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,

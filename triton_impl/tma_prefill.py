@@ -4,9 +4,9 @@ The public :func:`triton_impl.sliding_window_attention` takes the TMA kernel
 only for long prefills (``launch.PREFILL_TMA``, ``launch.TMA_MIN_WAVES``), so
 the suite's cases, which are small, would rarely reach it. This module exposes
 the same canonical function with the prefill path and the TMA kernel forced for
-every call, as the tables ship it (K by TMA; V by pointers, and at D <= 64 the
-blocks inside every window through the chunked view where the call allows it,
-``launch.TMA_V_CHUNK``), registered as the optional backend
+every call, as the tables ship it (K by TMA; V by pointers, and the blocks inside
+every window through the chunked view where the call allows it, at D <= 64 and
+since session 28 D = 128, ``launch.TMA_V_CHUNK``), registered as the optional backend
 ``triton-tma`` (``hils-swa conform --backend triton-tma``). Calls the TMA
 kernel cannot serve (fp32, strides the copy engine refuses, CPU tensors
 without the interpreter, and under it bf16: the kernel has no upcast path)
