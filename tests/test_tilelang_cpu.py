@@ -235,7 +235,7 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
             # every launch goes through launch._call's executable where there is one
             m.setattr(launch, "FAST_CALL", True)
             m.setattr(launch, "_executable", lambda ker: lambda *a: launched.append(len(a)))
-            launch.run_cuda(p, None, None, None, False, False, None, None)
+            launch.run_cuda(p, q, k, v, False, False, None, None)  # meta: v's chunk view is a view
         assert launched == [10] + [4] * (len(asked) - 1)  # the kernel's 10 arguments, the combine's 4
         (kind, args), *comb = asked
         assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
@@ -1078,14 +1078,16 @@ def test_v_chunk_knob_resolved_per_call():
     chunk is a multiple of the tile's block_N; the shipped D <= 128 configs carry it."""
     cfg = launch.with_knobs(launch.shipped_config(128, 128))
     at = launch._KNOB["v_chunk"]
-    assert cfg[4 + at] is True and launch.TC_V_CHUNK is True
+    assert cfg[4 + at] == 2 and launch.TC_V_CHUNK == 2  # session 28: tiles of up to two chunks
     assert launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=True)[at] is True
     assert launch.call_knobs(cfg[4:], True, 128, 64, 0.2, view=True)[at] is True
     assert len(launch.call_knobs(cfg[4:], True, 32, 64, 0.2, view=True)) <= at  # C < block_N
     assert len(launch.call_knobs(cfg[4:], True, 64, 128, 0.2, view=True)) <= at
     assert len(launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=False)) <= at
     assert len(launch.call_knobs(cfg[4:], False, 64, 64, 0.2, view=True)) <= at
-    assert launch.with_knobs(launch.split_config(128, 128))[4 + at] is False  # split: zeroing
+    # the split kernel carries the same permission since session 28 (zeroing before)
+    assert launch.with_knobs(launch.split_config(128, 128))[4 + at] == launch.TC_V_CHUNK
+    assert launch.with_knobs(launch.split_config(128, 128, True, False))[4 + at] is False  # noexp
 
 
 @pytest.mark.parametrize("cap, C, block_N, Dv, want", [
@@ -1129,12 +1131,13 @@ def test_v_chunk_two_chunk_permission_resolved_per_call():
 
 @pytest.mark.parametrize("D, C, Lk, kv_start, want", [
     (128, 64, 8192, 0, True), (128, 64, 8192 + 64, 64, True), (128, 64, 8191, 0, False),
-    (128, 64, 8192, 3, False), (64, 64, 8192, 0, False), (64, 128, 8192, 0, True),
+    (128, 64, 8192, 3, False), (64, 64, 8192, 0, 2), (64, 128, 8192, 0, True), (64, 32, 8192, 0, False),
     (128, 32, 8192, 0, False),
 ])
 def test_v_chunk_in_the_plan(monkeypatch, D, C, Lk, kv_start, want):
     """The prefill plan of a long call bakes v_chunk exactly where the view serves it and
-    its chunk fills whole 64 x 64 (D = 128) or 64 x 128 (D = 64) tiles; the cached plan
+    its chunk fills whole 64 x 64 (D = 128) or 64 x 128 (D = 64) tiles, or (span 2, the
+    permission shipped since session 28) two chunks fill D = 64's 128-key tile; the cached plan
     keys it (Lk past the reach and kv_start are not in the key otherwise)."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     p = _meta_problem(1, 32, 32, 2048, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)

@@ -61,14 +61,20 @@ TC_MIN_BLOCKS = 2
 #: L2 not flushed): 32/32/128 L=8K 303.6 -> 324.5 TFLOP/s, L=16K 312.8 -> 336.7, chunked
 #: Lq=512 of 8K 276.1 -> 291.4 (predicted +2-6%); the D=64 rows (C=64 < 128: not
 #: served) within 1%; the 64 x 64 tile with the view at D=64 3-4% below the shipped
-#: 64 x 128 tile. Split-KV keeps the zeroing (:func:`split_config` has no permission).
+#: 64 x 128 tile. Split-KV kept the zeroing until session 28 (below).
 #: Bench at 41eda82 (L2 flushed, bench_results/bench-41eda82.json): the same three rows
 #: 293.5 -> 315.4, 304.5 -> 328.1 and 198.4 -> 210.1 TFLOP/s (5.6-7.2% less kernel time).
-#: The permission is the most chunks one key tile may span (:func:`v_chunk_span`): True (1)
-#: as measured; 2 would also serve D <= 64's 128-key tile at C = 64 with one bulk copy per
-#: chunk (session 26, lab variant ``vchunk2``: lowered and tested on the CPU, its GPU run
-#: lost with the machine, so not shipped; BENCHMARKS.md).
-TC_V_CHUNK = True
+#: The permission is the most chunks one key tile may span (:func:`v_chunk_span`): 2 since
+#: session 28, which also serves D <= 64's 128-key tile at C = 64 with one bulk copy per
+#: chunk (session 26's lab variant ``vchunk2``), and the split-KV kernel
+#: (:func:`split_config`, lab variant ``dec-vchunk``). Session 28 lab
+#: (bench_results/tilelang-lab28-e41b767.json, H200, bf16, W=512, C=64, L2 not flushed,
+#: best of 5 replays): GQA 32/4 D=64 L=8K 206.9 -> 220.0 TFLOP/s, 16/2 201.4 -> 212.9,
+#: batch 4 x 4K 211.8 -> 223.0 (predicted +3-7%), D=128 and chunked rows within 1%;
+#: decode B=1 32/32/128 9.1 -> 7.9 us at 8K and 128K (split kernel without V's zeroing;
+#: predicted -0.5..-1.5 us), B=1 GQA 32/4 D=64 8.5 -> 7.7 us (packed prefill grid, two
+#: chunks a tile).
+TC_V_CHUNK = 2
 
 #: The multi-chunk values of ``kernels.V_CHUNK`` (a tile of 2 or 4 whole chunks; defined
 #: here, where the launcher and the kernels both read it: this module imports no TileLang),
@@ -199,12 +205,17 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
     12.3 / 12.3 with two CTAs per SM at S = 4, 11.7 / 11.6 at S = 8 (one wave of two
     CTAs per SM; predicted 10.0-11.5), 17.5 / 17.4 at S = 8 with one CTA per SM (a
     second wave). Session 5's 128 x 64 kernel keeps one (its two consumer warp groups
-    would get 104 registers each, :func:`kernels.consumer_regs`)."""
+    would get 104 registers each, :func:`kernels.consumer_regs`).
+
+    The 64 x 64 split kernel reads ``v`` through the chunk view where a call admits it
+    (``v_chunk`` = :data:`TC_V_CHUNK`, :func:`v_chunk_call`; since session 28): the copy
+    engine zero-fills V's landmark rows instead of the consumer (session 28 lab, B=1
+    32/32/128 decode 9.1 -> 7.9 us, L2 not flushed)."""
     if not splits_at(Dqk, Dv):
         raise ValueError(f"no split-KV variant for Dqk={Dqk}, Dv={Dv} (launch.splits_at)")
     if mask_lmk and not expand_to_chunk:
         return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
-    return with_knobs((64, 64, 2, 128) + SPLIT_KNOBS, min_blocks=TC_MIN_BLOCKS)
+    return with_knobs((64, 64, 2, 128) + SPLIT_KNOBS, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK)
 
 
 def ctas_per_sm(config) -> int:
