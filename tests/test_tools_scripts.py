@@ -40,6 +40,35 @@ def test_sanitizer_runs_every_category_but_long():
     assert set(_var("SMALL_CATS")) <= names
 
 
+def _all_var(name: str) -> list[str]:
+    text = (ROOT / "tools/gpu_all.sh").read_text()
+    m = re.search(rf'^{name}="([^"]*)"', text, flags=re.M)
+    assert m, f"{name} not found in tools/gpu_all.sh"
+    return m.group(1).split(",")
+
+
+def test_gpu_all_shards_cover_every_category_once():
+    """tools/gpu_all.sh's SHARD_1..3 split the full tier over calls: every category in
+    exactly one shard (session 27's hand-made split had left chunk_view out)."""
+    from conformance.cases import CATEGORIES
+
+    shards = [_all_var(f"SHARD_{i}") for i in (1, 2, 3)]
+    flat = [c for s in shards for c in s]
+    assert sorted(flat) == sorted(c.name for c in CATEGORIES), flat
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("env, rc, want", [
+    (dict(SHARD="4"), 2, "SHARD=4: 1, 2 or 3"),
+    (dict(SHARD="2", ONLY="basic"), 2, "SHARD and ONLY together"),
+], ids=["bad-shard", "shard-and-only"])
+def test_gpu_all_shard_errors(tmp_path, env, rc, want):
+    full = dict(os.environ, OUT=str(tmp_path), TL_UNPACK="0", **env)
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_all.sh"), "x"], cwd=ROOT, env=full,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == rc and want in res.stderr, res.stdout + res.stderr
+
+
 _FAKE = """#!/usr/bin/env bash
 # stands in for compute-sanitizer: prints the summary line of the tool it is asked for
 [ "$1" = --version ] && { echo "fake sanitizer"; exit 0; }

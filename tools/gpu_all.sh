@@ -9,11 +9,8 @@
 # half only: the full tier with all four backends (1084 cases at 677ea40: 469 s at
 # -n 8 on a fresh H200 machine, TileLang compiles included) and the bench (78 s right
 # after it on the same machine, kernels cached) do not fit one 10-minute call together.
-# The tier needs two calls too since session 6; session 15's five-backend tier (2525 cases,
-# d4faf39, WORKERS=14, one H200: 337 s + 295 s) split it as
-# ONLY="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
-# then ONLY="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots" (since session 27
-# also inf_seen, and headdim runs three layouts: 3742 CUDA full-tier cases against 3149 at d57060a).
+# The tier needs two calls too since session 6 (session 15's five-backend tier, 2525 cases,
+# d4faf39, WORKERS=14, one H200: 337 s + 295 s), three since session 28: SHARD below.
 # Session 19 (reference, triton, triton-tma; TL_UNPACK=0 for the first half; -n 14): the first
 # half 77 s, the second 195 s for 95% of its checks (CONFORM_S=200 was short: give it 260).
 # Before the tier, tools/tl_lower.py lowers the TileLang kernels of those categories on
@@ -26,6 +23,19 @@
 # TL_UNPACK=0 skips the TileLang unpack (tools/tl_site.sh; the CPU test of this script).
 set -u
 export PYTHONUNBUFFERED=1
+# The full tier's CUDA categories in three calls (SHARD=1, 2 or 3 sets ONLY; each category
+# in exactly one shard, tests/test_tools_scripts.py): session 28 at e41b767 with the default
+# backends, -n 14: shard 1 333 s, shard 2 286 s; chunk_view (288 cases of about 100 heads x
+# 2048 queries) alone, as session 25 ran it. Session 27's split by hand had left it out.
+SHARD_1="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
+SHARD_2="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots,inf_seen"
+SHARD_3="chunk_view"
+case "${SHARD:-}" in
+  "") ;;
+  1|2|3) [ -n "${ONLY:-}" ] && { echo "SHARD and ONLY together: give one" >&2; exit 2; }
+         eval "ONLY=\$SHARD_${SHARD}" ;;
+  *) echo "SHARD=${SHARD}: 1, 2 or 3" >&2; exit 2 ;;
+esac
 case "${CONFORM_S:-540}" in *[!0-9]*) echo "CONFORM_S=${CONFORM_S}: whole seconds" >&2; exit 2 ;; esac
 if [ "${TL_UNPACK:-1}" != 0 ]; then bash tools/tl_site.sh || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
