@@ -346,8 +346,8 @@ def _chunk_view_build(base: Case, row: dict) -> Case:
     """Calls whose every key tile lies inside one chunk, so both backends' chunk views of
     ``v`` serve them (a view that leaves each chunk's landmark row out; the copy engine
     writes it as zeros): ``kv_start`` and ``Lk`` multiples of C, both flags, C = 64 / 128
-    (TileLang: a multiple of its prefill tile's 64 or 128 keys; Triton's TMA kernel at
-    D <= 64: of its key block), grids of at least 96 programs per 64-query block (both
+    (TileLang: a multiple of its prefill tile's 64 or 128 keys; Triton's TMA kernel, at
+    D <= 64 and since session 28 D = 128: of its key block), grids of at least 96 programs per 64-query block (both
     backends keep their prefill grids; Triton's TMA kernel needs a long enough grid and
     takes the longer shape), NaN in every unseen slot, the landmark rows included."""
     C = row["chunk"]

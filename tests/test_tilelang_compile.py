@@ -189,8 +189,9 @@ TC_VARIANTS = {
     "d128-vchunk-pack4": _tc(128, 128, knobs=_shipped_knobs(128, pack=4, view=True)),
     "d64-vchunk": _tc(64, 64, C=128, view=True),
     # session 26: the view spanning whole chunks of a 128-key tile (kernels.V_CHUNK):
-    # D = 64 at C = 64 (two chunks), BLHD, and C = 32 (four)
-    "d64-vchunk2": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=2)),
+    # D = 64 at C = 64 (two chunks; what ships since session 28, launch.TC_V_CHUNK = 2),
+    # BLHD, and C = 32 (four)
+    "d64-vchunk2": _tc(64, 64, view=True),
     "d64-vchunk2-blhd": _tc(64, 64, q_blhd=True, kv_blhd=True,
                             knobs=_shipped_knobs(64, view=True, v_chunk=2)),
     "d64-vchunk4": _tc(64, 64, knobs=_shipped_knobs(64, view=True, v_chunk=4, C=32)),
@@ -200,11 +201,8 @@ TC_VARIANTS = {
         64, 64, "bfloat16", True, True, False, False,
         launch.with_knobs((128, 64, 2, 256) + launch.shipped_config(64, 64)[4:], min_blocks=2,
                           v_chunk=True), 64, launch.LOG2E * default_scale(64), view=True)[1],
-    # the split-KV kernel with the view (no permission as shipped; the lab's dec-vchunk)
-    "d128-split-vchunk": launch.tc_kernel_key(
-        128, 128, "bfloat16", True, True, False, False,
-        launch.with_knobs(launch.split_config(128, 128), v_chunk=True), 64,
-        launch.LOG2E * default_scale(128), split=True, view=True)[1],
+    # the split-KV kernel with the view (shipped since session 28, launch.split_config)
+    "d128-split-vchunk": _tc(128, 128, split=True, view=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -311,7 +309,8 @@ def _cubin(args):
 
 
 @pytest.mark.parametrize("name", ["d64", "d128", "d96-general", "d64-pack", "d128-blhd",
-                                  "d128-split", "d128-split-noflags"])
+                                  "d128-split", "d128-split-noflags", "d64-vchunk2",
+                                  "d128-split-vchunk"])
 def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     """min_blocks = 2 (launch.TC_MIN_BLOCKS): ``__launch_bounds__(256, 2)`` makes ptxas
     give each thread kernels.launch_regs(128, 2) = 128 registers at launch; the

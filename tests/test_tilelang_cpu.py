@@ -1129,6 +1129,25 @@ def test_v_chunk_two_chunk_permission_resolved_per_call():
     assert len(launch.call_knobs(cfg[4:], True, 64, 128, 0.2, view=True)) <= at  # no Dv given
 
 
+@pytest.mark.parametrize("Dv, C, kv_start, exp, want", [
+    (128, 64, 0, True, True), (96, 128, 256, True, True), (128, 64, 3, True, False),
+    (128, 32, 0, True, False), (128, 64, 0, False, False),
+])
+def test_split_plan_takes_the_view(monkeypatch, Dv, C, kv_start, exp, want):
+    """The split-KV plan of a decode call bakes the chunk view of v where the call admits
+    it (shipped since session 28: launch.split_config carries TC_V_CHUNK): a 64-key split
+    tile inside one chunk at C = 64 and 128, Dv 128 and 96; not where kv_start leaves the
+    chunks off the tiles, where C = 32 would put two chunks in a tile at Dv = 128 (TileLang
+    cannot split such V rows), nor for mask_lmk without expand_to_chunk (session 5's kernel)."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    p = _meta_problem(1, 32, 32, 1, 8192, Dv, Dv, window_size=512, chunk_size=C, kv_start=kv_start,
+                      expand_to_chunk=exp)
+    S, kind, args = launch._plan(*_plan_args(p))
+    assert S > 1 and kind == "fwd_tc" and args[launch._KNOBS_AT - 1] is True  # split
+    got = len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]
+    assert got is want, args
+
+
 @pytest.mark.parametrize("D, C, Lk, kv_start, want", [
     (128, 64, 8192, 0, True), (128, 64, 8192 + 64, 64, True), (128, 64, 8191, 0, False),
     (128, 64, 8192, 3, False), (64, 64, 8192, 0, 2), (64, 128, 8192, 0, True), (64, 32, 8192, 0, False),

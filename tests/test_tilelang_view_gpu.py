@@ -10,7 +10,8 @@ the suite's verdict and give the bits of the same call on the kernel that zeroes
 serves on each tile (one chunk; since session 26 two or four whole chunks of D <= 64's
 128-key tile, the view permitted up to four here whatever ``launch.TC_V_CHUNK`` ships); and
 nothing behind the tensor may be read (NaN placed right after it). The split-KV kernel,
-which ships without the view, is held to the same bits with it (session 26's lab variant).
+which ships with the view since session 28 (session 26's lab variant ``dec-vchunk``), is held
+to the bits of its zeroing form.
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ def test_nothing_past_lk_is_read(D, C, Lk):
 
 @pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
 def test_split_kernel_with_the_view_matches_its_zeroing_kernel(blhd):
-    """The split-KV kernel reading v through the view (no permission as shipped,
-    ``launch.split_config``; session 26's lab variant ``dec-vchunk`` gives one): a decode call
-    split four ways, NaN in every unseen slot, gives the bits of the shipped split kernel."""
+    """The split-KV kernel reading v through the view (shipped since session 28,
+    ``launch.split_config``; session 26's lab variant ``dec-vchunk``): a decode call split
+    four ways, NaN in every unseen slot, gives the bits of the split kernel that zeroes V's
+    landmark rows itself (the one shipped before)."""
     B, Hq, Hkv, Lq, Lk, D = 1, 8, 8, 1, 4096, 128
     kw = dict(window_size=512, chunk_size=64, kv_start=64)
     q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, blhd, seed=7)

@@ -33,12 +33,14 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         # session 7: pack drops at G = 1 (these keys), noj0-64 is shipped at D = 128
         skip |= {"pack"} | ({"noj0-64"} if D == 128 else set())
         skip |= {"occ2-64x128"} | (OCC if D == 128 else set())
-        # session 25: vchunk is shipped (launch.TC_V_CHUNK), and zero-rows is another
-        # variant's kernel at both head dims: the shipped one at D = 64 (C = 64 is below its
-        # 64 x 128 tile, which keeps the zeroing), occ2-64x128's at D = 128; vchunk-64x64 is
+        # session 25: vchunk was shipped then (permission 1), and zero-rows is another
+        # variant's kernel at both head dims: vchunk's at D = 64 (C = 64 is below its 64 x 128
+        # tile: permission 1 keeps the zeroing), occ2-64x128's at D = 128; vchunk-64x64 is
         # the shipped 64 x 64 tile at D = 128
         skip |= {"vchunk", "zero-rows"} | ({"vchunk-64x64"} if D == 128 else set())
-        # session 26: vchunk2 and the occ2-128x64 pair are the shipped kernel at D = 128
+        # session 26: vchunk2 is the shipped kernel since session 28 (launch.TC_V_CHUNK = 2;
+        # "shipped" is skipped above, so vchunk2 stands for it at D = 64), and at D = 128 so
+        # is the occ2-128x64 pair
         skip |= {"vchunk2", "occ2-128x64", "occ2-128x64-s3"} if D == 128 else set()
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True, Dv=D)
                 for n in L.VARIANTS if n not in skip]

@@ -154,6 +154,17 @@ def _gpu_all(tmp_path, **env):
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("shard", ["1", "2", "3"])
+def test_gpu_all_shard_sets_the_categories(tmp_path, shard):
+    """SHARD=n hands its shard's categories to the pre-flight and to the tier (fake python)."""
+    res, ran, raw = _gpu_all(tmp_path, SHARD=shard)
+    assert res.returncode == 0, res.stdout + res.stderr
+    want = ",".join(_all_var(f"SHARD_{shard}"))
+    assert ran == ["tools.tl_lower", "tools.cli conform"], raw
+    assert all(f"--only {want}" in call for call in raw), raw
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("env, ran, said", [
     ({}, ["tools.tl_lower", "tools.cli conform"], "tl_lower rc=0 conform rc=0"),
     ({"FAKE_LOWER_RC": "1"}, ["tools.tl_lower"], "kernels that do not lower"),

@@ -622,7 +622,7 @@ V_CHUNK_CASES = [
 @pytest.mark.parametrize("case", range(len(V_CHUNK_CASES)))
 def test_tma_v_chunk_view(case):
     """The TMA kernel's inside blocks with ``v`` through the chunked view (``V_CHUNK``,
-    forced by ``tma="v_chunk"``; shipped at D <= 64, ``launch.TMA_V_CHUNK``), fp16 under
+    forced by ``tma="v_chunk"``; shipped at D <= 64 and D = 128, ``launch.TMA_V_CHUNK``), fp16 under
     the interpreter: taken exactly where the view serves the call (``describe``), against
     float64 golden, outputs poisoned first; NaN in every slot no query sees (landmarks
     among them, which only the copy engine's zero fill keeps out of ``P @ V``) changes

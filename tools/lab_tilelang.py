@@ -200,8 +200,9 @@ VARIANTS = {
                "zero-fills each chunk's landmark row, the consumer no longer zeroes V rows "
                "(no per-tile named barriers and proxy fence before P @ V); where C % block_N "
                "== 0 (D=128 64x64 tiles at C=64; D=64's 64x128 tile keeps the zeroing)",
-               "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N); shipped since session 25 "
-               "(launch.TC_V_CHUNK), so equal to 'shipped' from then on"),
+               "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N); shipped in session 25 "
+               "(launch.TC_V_CHUNK), so equal to 'shipped' from then on at D=128; at D=64 "
+               "the zeroing kernel shipped before session 28 (permission 1)"),
     "vchunk2": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=2),
                 "shipped config with the view allowed to span two chunks per tile (session 26): "
                 "at C = 64 D=64's 128-key tile is two chunks, filled by one bulk copy each "
@@ -209,7 +210,9 @@ VARIANTS = {
                 "memory write, two named barriers, a proxy fence per tile) goes; D=128 runs "
                 "the shipped kernel (64-key tiles: one chunk)",
                 "D=64 rows +3-7% over shipped (D=128's view gave +6.9% at 8K; a 128-key tile "
-                "has twice the softmax per barrier), chunked and D=128 rows within 1%"),
+                "has twice the softmax per barrier), chunked and D=128 rows within 1%; "
+                "measured +5-6% (session 28) and shipped (launch.TC_V_CHUNK = 2): equal to "
+                "'shipped' since"),
     "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
                      "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
                      "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
@@ -558,8 +561,9 @@ def _dec_forced(S, small=False):
 
 def _dec_vchunk(D):
     """:func:`_dec_shipped` with the chunk view of v permitted for tiles of up to two
-    chunks (session 26): the split-KV kernel at D > 64 too, which has no permission as
-    shipped (``launch.split_config``)."""
+    chunks (session 26): the split-KV kernel at D > 64 too, which had no permission as
+    shipped until session 28 (``launch.split_config``); since then the same kernels as
+    ``dec-shipped``."""
     cfg, split = _dec_shipped(D)
     return _full(cfg, v_chunk=2), split
 
@@ -585,7 +589,9 @@ DECODE_VARIANTS = {
                    "lmk_rows_j0 does not lower there), D=64's packed prefill-grid decode reads "
                    "its 128-key tiles as two chunks",
                    "D128 B=1: -0.5..-1.5 us (12.0 us; about 1.5 us per key tile of a split, the "
-                   "zeroing's barriers and fence part of it); D64 decodes within 0.5 us"),
+                   "zeroing's barriers and fence part of it); D64 decodes within 0.5 us; "
+                   "measured 9.1 -> 7.9 us and -0.8 us (session 28) and shipped: equal to "
+                   "'dec-shipped' since"),
     "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
                     "the prefill grid with the prefill knobs at every head dim",
                     "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
