@@ -52,10 +52,10 @@ not only masked in the scores. The TMA prefill kernel does the same for ``v``
 zeroed); its ``k`` tiles come by TMA, aligned to the first key any query of the
 *call* sees (nothing left of it is ever read), and a NaN in a ``k`` column
 reaches only scores that ``tl.where`` replaces. With ``V_CHUNK`` (shipped at
-D <= 64 and, since session 28, D = 128, ``launch.TMA_V_CHUNK``) the blocks inside every row's window take ``v``
-by TMA through a chunked view ``(B, Hkv, chunks, C - 1, Dv)`` whose chunks start
-on chunk boundaries: a chunk's landmark row lies outside the view, and the copy
-engine fills it with zeros. With ``V_TMA`` (a tuning mode, not shipped) ``v``
+D <= 64 and, since session 28, D <= 128, ``launch.TMA_V_CHUNK``) the blocks inside
+every row's window take ``v`` by TMA through a chunked view ``(B, Hkv, chunks, C - 1,
+Dv)`` whose chunks start on chunk boundaries: a chunk's landmark row lies outside the
+view, and the copy engine fills it with zeros. With ``V_TMA`` (a tuning mode, not shipped) ``v``
 tiles come by TMA too and only landmark rows are zeroed, in registers.
 
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
@@ -533,7 +533,8 @@ def _swa_fwd_tma_kernel(
     masks every block.
 
     ``EDGE_STAGES`` (with ``PHASES``; 0 = the launch's ``num_stages``; 2 shipped at D = 128
-    since session 28, ``launch.TMA_V_CHUNK_EDGE_STAGES``): the pipeline depth of the edge-block loop alone. Triton 3.6 gives each
+    since session 28, ``launch.TMA_V_CHUNK_EDGE_STAGES``): the pipeline depth of the
+    edge-block loop alone. Triton 3.6 gives each
     pipelined loop its own mbarrier arrays and places one of them between the V stages and
     the Q tile, whose 1024-byte alignment then costs 1000 bytes: at D = 128, 64 x 64, three
     stages, the ``V_CHUNK`` kernel needs 115736 bytes of shared memory, 24 more than two
