@@ -104,14 +104,16 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_INT_OF[t.element_size()])
 
 
-def _snapshot(st: CaseState) -> None:
-    st.snap = tuple(_bits(t).clone() for t in (st.q, st.k, st.v))
+def input_snapshot(q, k, v) -> tuple[torch.Tensor, ...]:
+    """The bits of ``q``, ``k`` and ``v`` before a backend runs (:func:`restore_modified`)."""
+    return tuple(_bits(t).clone() for t in (q, k, v))
 
 
-def _modified(st: CaseState) -> list[str]:
-    """Names of the inputs a backend changed in place (restored afterwards)."""
+def restore_modified(q, k, v, snap) -> list[str]:
+    """Names of the inputs a backend changed in place since :func:`input_snapshot`, bit for
+    bit (NaN payloads too); each is restored, so the next backend sees the case's inputs."""
     bad = []
-    for name, t, saved in zip("qkv", (st.q, st.k, st.v), st.snap):
+    for name, t, saved in zip("qkv", (q, k, v), snap):
         if not torch.equal(_bits(t), saved):
             bad.append(name)
             _bits(t).copy_(saved)
@@ -239,7 +241,7 @@ class Runner:
             st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
             if case.error is None:
                 st.exp = expected(st.q, st.k, st.v, st.kw)
-                _snapshot(st)
+                st.snap = input_snapshot(st.q, st.k, st.v)
             self._cache[case.id] = st
             while len(self._cache) > self.keep:
                 self._cache.popitem(last=False)
@@ -306,7 +308,7 @@ class Runner:
             out.verdict = _documented(out.verdict, be.deviation(case) if be.deviation else None,
                                       out.value, st)
         if st.snap is not None:
-            changed = _modified(st)
+            changed = restore_modified(st.q, st.k, st.v, st.snap)
             if changed:
                 if out.verdict.status != FAIL:
                     out.verdict = Verdict(FAIL, ratio=math.inf)

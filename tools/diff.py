@@ -432,22 +432,17 @@ def run_backend(fn, t: CaseTruth) -> Run:
     """One call, its outputs allocated poisoned as in the suite (``runner.poisoned_empty``:
     an element never written is NaN, not whatever the memory held) and its inputs checked
     unchanged afterwards (restored when not)."""
-    from conformance.runner import _bits, poisoned_empty
+    from conformance.runner import input_snapshot, poisoned_empty, restore_modified
 
     q, k, v = t.inputs
-    saved = [x.clone() for x in (q, k, v)]
+    saved = input_snapshot(q, k, v)
     try:
         with poisoned_empty():
             o, lse = fn(q, k, v, **t.case.kwargs)
         run = Run(o=o, lse=lse)
     except Exception as e:  # reported, never hidden: it becomes this case's finding
         run = Run(error=e)
-    changed = []
-    for name, x, s in zip("qkv", (q, k, v), saved):
-        if not torch.equal(_bits(x), _bits(s)):  # bit for bit: NaN payloads too (the suite's rule)
-            changed.append(name)
-            x.copy_(s)  # the next backend sees the case's inputs
-    run.modified = tuple(changed)
+    run.modified = tuple(restore_modified(q, k, v, saved))
     return run
 
 
