@@ -81,9 +81,7 @@ def _copied(x) -> bool:
 def _served(x):
     """``x`` as the kernels read it: itself, or where :func:`_copied`, one contiguous copy
     in its own storage order (from the allocator: aligned)."""
-    if not _copied(x):
-        return x
-    return x.contiguous() if not x.is_contiguous() else x.clone()
+    return x.clone(memory_format=torch.contiguous_format) if _copied(x) else x
 
 
 def _run_cuda(p, q, k, v, force_split: int | None = None):
