@@ -17,13 +17,14 @@ is ``"mutant:<name>"``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
 import torch
 
 import reference
-from reference.mask import is_landmark, key_positions, query_positions, visible
+from reference.mask import int64_frame, is_landmark, key_positions, query_positions, visible
 from reference.validation import Problem, check_inputs
 
 from .registry import Backend
@@ -47,6 +48,14 @@ def _ref(q, k, v, **kw):
 MaskFn = Callable[[Problem, int, int], torch.Tensor]
 
 
+def _int64(p: Problem) -> Problem:
+    """``p`` with the kv_start, window and chunk of ``reference.mask.int64_frame``: its own
+    where int64 positions hold them, an equivalent small call where not (every mutant's
+    bug reads positions through differences and modulo the chunk, as the rule does)."""
+    kv, w, c = int64_frame(p.Lk, p.window_size, p.chunk_size, p.kv_start)
+    return dataclasses.replace(p, kv_start=kv, window_size=w, chunk_size=c)
+
+
 def _rule(p: Problem, **override) -> dict:
     rule = dict(window_size=p.window_size, chunk_size=p.chunk_size, mask_lmk=p.mask_lmk,
                 expand_to_chunk=p.expand_to_chunk)
@@ -55,6 +64,7 @@ def _rule(p: Problem, **override) -> dict:
 
 
 def _true_mask(p: Problem, i0: int, i1: int) -> torch.Tensor:
+    p = _int64(p)
     qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)[i0:i1]
     kpos = key_positions(p.Lk, p.kv_start, p.device)
     return visible(qpos[:, None], kpos[None, :], **_rule(p))
@@ -143,6 +153,7 @@ def no_chunk_expansion(q, k, v, **kw):
 
 def _landmark_mask(shift_index: bool, delta: int) -> MaskFn:
     def fn(p: Problem, i0: int, i1: int) -> torch.Tensor:
+        p = _int64(p)
         qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)[i0:i1]
         kpos = key_positions(p.Lk, p.kv_start, p.device)
         vis = visible(qpos[:, None], kpos[None, :], **_rule(p, mask_lmk=False))
@@ -176,6 +187,7 @@ def query_offset_ignored(q, k, v, **kw):
     p = _check(q, k, v, **kw)
 
     def fn(p: Problem, i0: int, i1: int) -> torch.Tensor:
+        p = _int64(p)
         qpos = key_positions(p.Lq, p.kv_start, p.device)[i0:i1]
         kpos = key_positions(p.Lk, p.kv_start, p.device)
         return visible(qpos[:, None], kpos[None, :], **_rule(p))
@@ -237,7 +249,7 @@ def nan_rows_emptied(q, k, v, **kw):
 def inputs_modified(q, k, v, **kw):
     # zeroes landmark rows of v in place (in global memory instead of shared memory)
     o, lse = _ref(q, k, v, **kw)
-    p = _check(q, k, v, **kw)
+    p = _int64(_check(q, k, v, **kw))
     if p.mask_lmk and p.Lk:
         lmk = is_landmark(key_positions(p.Lk, p.kv_start, v.device), chunk_size=p.chunk_size)
         v[:, :, lmk] = 0

@@ -18,7 +18,11 @@ Positions are absolute::
                     and (not mask_lmk or (kpos(j) + 1) % chunk_size != 0)
 
 Every function accepts Python ints or integer ``torch.Tensor`` s (which
-broadcast), and uses floor division in both cases.
+broadcast), and uses floor division in both cases. Python ints are exact at any
+size; int64 tensors are not, so the functions that take a whole call
+(:func:`visibility_mask`, :func:`seen_keys`, :func:`visible_counts`, the reference's
+attention) compute a call whose values would overflow int64 in :func:`small_frame`'s
+equivalent one (SPEC bounds neither ``kv_start`` nor the window nor the chunk).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ __all__ = [
     "seen_keys",
     "render_mask",
     "visible_counts",
+    "small_frame",
+    "int64_frame",
     "RULE_KEYS",
     "rule_kwargs",
 ]
@@ -55,15 +61,78 @@ def rule_kwargs(kwargs: dict) -> dict:
     return {n: kwargs[n] for n in RULE_KEYS if n in kwargs}
 
 
+#: Calls whose ``kv_start + Lk + window_size + 2 * chunk_size`` stays below this compute
+#: the rule on their own int64 positions; larger ones (SPEC bounds none of these values)
+#: through :func:`small_frame`, whose values are small (:func:`int64_frame`).
+INT64_EXACT = 2 ** 62
+
+
+def _positions(first: int, n: int, device) -> torch.Tensor:
+    if first + n > 2 ** 63:  # torch would raise its own overflow error, naming nothing
+        raise OverflowError(f"positions up to {first + n - 1} do not fit int64: compute "
+                            "the call in reference.mask.small_frame(...)'s positions")
+    # arange's exclusive end would be 2**63 for a last position of 2**63 - 1: add instead
+    return torch.arange(n, dtype=torch.int64, device=device) + first
+
+
 def query_positions(Lq: int, Lk: int, kv_start: int = 0, device=None) -> torch.Tensor:
-    """Absolute positions of the ``Lq`` queries: the last ``Lq`` of the key range."""
-    first = kv_start + Lk - Lq
-    return torch.arange(first, first + Lq, dtype=torch.int64, device=device)
+    """Absolute positions of the ``Lq`` queries: the last ``Lq`` of the key range
+    (int64: ``OverflowError`` past ``2**63 - 1``, see :func:`small_frame`)."""
+    return _positions(kv_start + Lk - Lq, Lq, device)
 
 
 def key_positions(Lk: int, kv_start: int = 0, device=None) -> torch.Tensor:
-    """Absolute positions of the ``Lk`` keys."""
-    return torch.arange(kv_start, kv_start + Lk, dtype=torch.int64, device=device)
+    """Absolute positions of the ``Lk`` keys (int64, as :func:`query_positions`)."""
+    return _positions(kv_start, Lk, device)
+
+
+def small_frame(Lk: int, *, window_size: int, chunk_size: int, kv_start: int = 0,
+                shift_boundary: bool = True) -> tuple[int, int, int]:
+    """``(kv_start, window_size, chunk_size)`` of a call with exactly this call's
+    visibility (the same ``(Lq, Lk)`` mask, with either flag) and small values, for code
+    that computes positions in fixed-width integers: this module where a call's own values
+    would overflow int64 (:data:`INT64_EXACT`), every value then at most ``2 * Lk + 1``
+    (``kv_start < chunk_size <= Lk + 1``, ``window_size <= Lk + chunk_size``), and the
+    kernels (``Problem.kernel_frame``: ``shift_boundary=False``, which leaves a chunk
+    boundary that falls inside the cache where it is, so a chunk longer than the cache
+    stays as long there; TileLang's 2**22 position limit reads that chunk).
+
+    - ``r = kv_start mod chunk_size``: the rule reads positions only through
+      differences and modulo ``chunk_size`` (the floor of the expanded edge, the
+      landmark test), so shifting every position by the chunk multiple
+      ``kv_start - r`` changes nothing.
+    - When the chunk is longer than every relative position
+      (``chunk_size > r + Lk``), no landmark falls on a key and every expanded left
+      edge floors to 0 or below (all keys from index 0), while unexpanded edges do
+      not depend on ``r``: ``r = 0, C = Lk + 1`` gives the same visibility.
+    - With ``shift_boundary``, a chunk longer than ``Lk + 1`` whose boundary falls inside
+      the cache (``t = C - r <= Lk`` keys before it) becomes ``C = Lk + 1`` with
+      ``r = C - t``: the one boundary and the one landmark before it stay at the same
+      key indices, no other one reaches the cache, and an expanded edge floors to that
+      boundary exactly when ``i - window_size + 1 >= t`` in both (to key 0 or left of it
+      otherwise).
+    - ``W = min(window_size, Lk + C)``: a wider window already reaches left of key 0
+      for every query, expanded or not.
+
+    Checked against the rule evaluated on Python ints (exact at any size) by
+    ``tests/test_reference_mask.py``.
+    """
+    c = chunk_size
+    r = kv_start % c
+    if c > r + Lk:
+        r, c = 0, Lk + 1
+    elif shift_boundary and c > Lk + 1:
+        r, c = Lk + 1 - (c - r), Lk + 1
+    return r, min(window_size, Lk + c), c
+
+
+def int64_frame(Lk: int, window_size: int, chunk_size: int, kv_start: int) -> tuple[int, int, int]:
+    """The call's own ``(kv_start, window_size, chunk_size)`` where int64 arithmetic on its
+    positions is exact (every intermediate of the rule stays below :data:`INT64_EXACT`
+    in magnitude), :func:`small_frame` where it would not be."""
+    if kv_start + Lk + window_size + 2 * chunk_size < INT64_EXACT:
+        return kv_start, window_size, chunk_size
+    return small_frame(Lk, window_size=window_size, chunk_size=chunk_size, kv_start=kv_start)
 
 
 def _floor_div(a, b: int):
@@ -128,6 +197,7 @@ def visibility_mask(
     """The ``(Lq, Lk)`` boolean mask of a call; ``mask[i, j]`` is True when
     query ``i`` sees key ``j``. Quadratic in size: for tests, tools and small
     problems, never for the reference's own computation."""
+    kv_start, window_size, chunk_size = int64_frame(Lk, window_size, chunk_size, kv_start)
     qpos = query_positions(Lq, Lk, kv_start, device)
     kpos = key_positions(Lk, kv_start, device)
     return visible(qpos[:, None], kpos[None, :], window_size=window_size,
@@ -183,6 +253,7 @@ def seen_keys(
     keys left of every window, and landmarks with ``mask_lmk``.
     """
     seen = torch.zeros(Lk, dtype=torch.bool, device=device)
+    kv_start, window_size, chunk_size = int64_frame(Lk, window_size, chunk_size, kv_start)
     qpos = query_positions(Lq, Lk, kv_start, device)
     kpos = key_positions(Lk, kv_start, device)
     for i0 in range(0, Lq, block):
@@ -215,6 +286,7 @@ def visible_counts(
     range ``[a, b]``. Benchmarks count FLOPs over these visible pairs; tests
     check it against :func:`visibility_mask`.
     """
+    kv_start, window_size, chunk_size = int64_frame(Lk, window_size, chunk_size, kv_start)
     qpos = query_positions(Lq, Lk, kv_start, device)
     lo = torch.clamp(window_left(qpos, window_size=window_size, chunk_size=chunk_size,
                                  expand_to_chunk=expand_to_chunk), min=kv_start)

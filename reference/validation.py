@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import UnsupportedConfig
+from .mask import small_frame
 
 __all__ = ["CANONICAL_DTYPES", "LOG2E", "Problem", "check_f32_score_scale", "check_inputs", "default_scale",
            "positive_normal_f32"]
@@ -68,25 +69,10 @@ class Problem:
     def kernel_frame(self) -> tuple[int, int, int]:
         """``(r, W, C)``: a ``kv_start``, window and chunk with exactly this call's
         visibility and small values, for kernels that compute positions in
-        fixed-width integers.
-
-        - ``r = kv_start mod chunk_size``: visibility depends on positions only
-          through differences and modulo ``chunk_size`` (the floor of the
-          expanded edge, the landmark test), so shifting every position by the
-          chunk multiple ``kv_start - r`` changes nothing.
-        - When the chunk is longer than every relative position
-          (``chunk_size > r + Lk``), no landmark falls on a key and every
-          expanded left edge floors to 0 or below (all keys from index 0), while
-          unexpanded edges depend on ``r`` not at all: ``r = 0, C = Lk + 1``
-          gives the same visibility.
-        - ``W = min(window_size, Lk + C)``: a wider window already reaches left
-          of key 0 for every query, expanded or not.
-        """
-        c = self.chunk_size
-        r = self.kv_start % c
-        if c > r + self.Lk:
-            r, c = 0, self.Lk + 1
-        return r, min(self.window_size, self.Lk + c), c
+        fixed-width integers: ``reference.mask.small_frame`` of the call with
+        ``shift_boundary=False`` (the argument why it keeps the visibility is there)."""
+        return small_frame(self.Lk, window_size=self.window_size, chunk_size=self.chunk_size,
+                           kv_start=self.kv_start, shift_boundary=False)
 
     @property
     def empty(self) -> bool:

@@ -9,7 +9,10 @@ import itertools
 import pytest
 import torch
 
+import reference
 from reference import (
+    key_positions,
+    query_positions,
     render_mask,
     seen_keys,
     visibility_mask,
@@ -18,7 +21,7 @@ from reference import (
     visible_key_range,
     window_left,
 )
-from reference.mask import RULE_KEYS, rule_kwargs
+from reference.mask import INT64_EXACT, RULE_KEYS, rule_kwargs, small_frame
 
 
 def table(text: str) -> torch.Tensor:
@@ -167,10 +170,29 @@ def test_render_marks_hidden_landmarks():
     assert lines[7] == "....###L"
 
 
+def _int_mask(Lq, Lk, *, kv_start, **rule):
+    """The rule evaluated on Python ints (exact at any size), one pair at a time: what
+    ``visibility_mask`` must give however large the call's values are."""
+    q0 = kv_start + Lk - Lq
+    return torch.tensor([[bool(visible(q0 + i, kv_start + j, **rule)) for j in range(Lk)]
+                         for i in range(Lq)], dtype=torch.bool).reshape(Lq, Lk)
+
+
+def _truth(Lq, Lk, *, kv_start, window_size, chunk_size, **flags):
+    """``visibility_mask`` on the call's own int64 positions where they hold it (the
+    module's direct path), the Python-int rule where they do not."""
+    if kv_start + Lk + window_size + 2 * chunk_size < INT64_EXACT:
+        return visibility_mask(Lq, Lk, kv_start=kv_start, window_size=window_size, chunk_size=chunk_size,
+                               **flags)
+    return _int_mask(Lq, Lk, kv_start=kv_start, window_size=window_size, chunk_size=chunk_size, **flags)
+
+
 def test_kernel_frame_keeps_visibility():
-    """Problem.kernel_frame() (kv_start mod C, a window clamped to Lk + C, and
-    r = 0, C = Lk + 1 when the chunk outlasts every relative position) gives
-    exactly the visibility of the original call, for every flag pair."""
+    """Problem.kernel_frame() (``reference.mask.small_frame``: kv_start mod C, a window
+    clamped to Lk + C, and r = 0, C = Lk + 1 when the chunk outlasts every relative
+    position) gives exactly the visibility of the original call, for every flag pair;
+    the original's truth comes from int64 positions where they hold it, from Python
+    ints where they do not (values past 2**62: the frame's own use in this module)."""
     import random
 
     from reference.validation import check_inputs
@@ -180,8 +202,10 @@ def test_kernel_frame_keeps_visibility():
         Lk = rng.randint(1, 40)
         Lq = rng.randint(1, Lk)
         W = rng.choice([1, 2, 5, 17, 64, 2 ** 31, 2 ** 62, rng.randint(1, 60)])
-        C = rng.choice([1, 2, 3, 7, 16, 41, 2 ** 31 - 3, 2 ** 63, rng.randint(1, 50)])
-        ks = rng.choice([0, 1, 15, 10 ** 6 + 3, 2 ** 31 - 20, 2 ** 40 + 3, rng.randint(0, 10 ** 9)])
+        C = rng.choice([1, 2, 3, 7, 16, 41, 2 ** 31 - 3, 2 ** 63, 2 ** 70 + 1, rng.randint(1, 50)])
+        ks = rng.choice([0, 1, 15, 10 ** 6 + 3, 2 ** 31 - 20, 2 ** 40 + 3, 2 ** 63 - 3, 2 ** 64 + 7,
+                         rng.randint(0, 10 ** 9)])
+        W = rng.choice([W, W, 2 ** 63 + 5, 2 ** 64 - 1])
         x = torch.zeros(1, 1, Lk, 4)
         for lmk in (True, False):
             for exp in (True, False):
@@ -189,10 +213,61 @@ def test_kernel_frame_keeps_visibility():
                 p = check_inputs(x[:, :, :Lq], x, x, kv_start=ks, **kw)
                 r, w, c = p.kernel_frame()
                 assert 0 <= r < c <= max(C, 1) and w <= Lk + c
-                want = visibility_mask(Lq, Lk, kv_start=ks, **kw)
-                got = visibility_mask(Lq, Lk, kv_start=r, window_size=w, chunk_size=c, mask_lmk=lmk,
-                                      expand_to_chunk=exp)
+                want = _truth(Lq, Lk, kv_start=ks, **kw)
+                got = _truth(Lq, Lk, kv_start=r, window_size=w, chunk_size=c, mask_lmk=lmk,
+                             expand_to_chunk=exp)
                 assert torch.equal(want, got), (Lq, Lk, W, C, ks, lmk, exp, (r, w, c))
+                # the module's own frame: small values, computed on int64 positions
+                r2, w2, c2 = small_frame(Lk, window_size=W, chunk_size=C, kv_start=ks)
+                assert 0 <= r2 < c2 <= min(C, Lk + 1) and w2 <= Lk + c2
+                got = visibility_mask(Lq, Lk, kv_start=r2, window_size=w2, chunk_size=c2, mask_lmk=lmk,
+                                      expand_to_chunk=exp)
+                assert torch.equal(want, got), (Lq, Lk, W, C, ks, lmk, exp, (r2, w2, c2))
+                # and the call-level functions on the original values, whatever their size
+                assert torch.equal(visibility_mask(Lq, Lk, kv_start=ks, **kw), want)
+                assert torch.equal(seen_keys(Lq, Lk, kv_start=ks, **kw), want.any(0))
+                assert torch.equal(visible_counts(Lq, Lk, kv_start=ks, **kw), want.sum(1))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(window_size=2 ** 63 + 5, chunk_size=7, expand_to_chunk=False),
+    dict(window_size=2 ** 64 - 1, chunk_size=7),
+    dict(window_size=2, chunk_size=2 ** 63 + 5),
+    dict(window_size=2 ** 64, chunk_size=3, kv_start=2 ** 63 - 3),
+    dict(window_size=4, chunk_size=7, kv_start=2 ** 63 - 4),
+    dict(window_size=5, chunk_size=2 ** 70, kv_start=2 ** 64 + 1),
+], ids=["W2^63+5-noexp", "W2^64-1", "C2^63+5", "W2^64-kv2^63-3", "kv2^63-4", "C2^70-kv2^64+1"])
+def test_values_past_int64_keep_the_rule(kw):
+    """SPEC bounds neither kv_start nor the window nor the chunk. Values past int64 (the
+    reference's positions are int64 tensors) once wrapped (a window of 2**63 + 5 dropped
+    keys every row sees) or raised torch's overflow RuntimeError (kv_start 2**63 - 4 with
+    Lk = 4). The reference now computes them in small_frame's equivalent call: its mask,
+    and its outputs, are those of the rule on Python ints."""
+    torch.manual_seed(0)
+    Lq, Lk = 4, 6
+    q, k, v = torch.randn(1, 1, Lq, 8), torch.randn(1, 1, Lk, 8), torch.randn(1, 1, Lk, 8)
+    rule = dict(dict(mask_lmk=True, expand_to_chunk=True, kv_start=0), **kw)
+    want = _int_mask(Lq, Lk, **rule)
+    assert torch.equal(visibility_mask(Lq, Lk, **rule), want)
+    o, lse = reference.golden(q, k, v, **kw)
+    s = (q.double() @ k.double().transpose(-1, -2))[0, 0] / 8 ** 0.5
+    s = torch.where(want, s, float("-inf"))
+    exp_lse = torch.logsumexp(s, -1)
+    assert torch.equal(torch.isneginf(lse[0, 0]), ~want.any(1))
+    torch.testing.assert_close(lse[0, 0], exp_lse, rtol=0, atol=1e-12)
+    w = torch.nan_to_num(torch.exp(s - exp_lse[:, None]), nan=0.0)
+    torch.testing.assert_close(o[0, 0], w @ v.double()[0, 0], rtol=0, atol=1e-12)
+    o32, lse32 = reference.sliding_window_attention(q, k, v, **kw)  # the public call, fp32
+    torch.testing.assert_close(lse32[0, 0].double(), exp_lse, rtol=0, atol=1e-5)
+
+
+def test_positions_past_int64_name_the_way_out():
+    with pytest.raises(OverflowError, match="small_frame"):
+        query_positions(2, 4, 2 ** 63 - 3)
+    with pytest.raises(OverflowError, match="small_frame"):
+        key_positions(4, 2 ** 63 - 3)
+    assert key_positions(4, 2 ** 63 - 4)[-1] == 2 ** 63 - 1
+    assert query_positions(2, 4, 2 ** 63 - 4).tolist() == [2 ** 63 - 2, 2 ** 63 - 1]
 
 
 def test_rule_kwargs_keeps_the_rule_and_drops_the_scale():
