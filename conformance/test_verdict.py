@@ -258,3 +258,37 @@ def test_documented_deviation_covers_exactly_its_bug():
     assert verdict(lost, exp.lse.float()).status == FAIL
     assert verdict(torch.full_like(good, float("nan")), exp.lse.float()).status == FAIL
     assert verdict(good, exp.lse.float()).status != DEVIATES  # a pass stays a pass
+
+
+def _fp16_overflowing_scores(q_scale, k_scale, sm_scale, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(1, 1, 8, 64, generator=g) * q_scale).clamp(-60000, 60000).half()
+    k = (torch.randn(1, 1, 8, 64, generator=g) * k_scale).half()
+    v = torch.randn(1, 1, 8, 64, generator=g).half()
+    return q, k, v, dict(window_size=4, chunk_size=16, mask_lmk=False, sm_scale=sm_scale)
+
+
+def test_fp16_yardstick_overflow_never_passes_by_a_nan_bound():
+    """fp16 raw dot products past 65504 with a small explicit scale (logits of std ~1.1,
+    ground truth finite): ``same_dtype`` rounds ``q @ k^T`` to fp16, its scores were
+    infinite, and the bound NaN or infinite, so ``o = 1 - golden`` passed (a fuzzer,
+    session 29). The yardstick is now taken with the scale folded into q: finite bounds,
+    the wrong output fails, the exact one passes."""
+    q, k, v, kw = _fp16_overflowing_scores(15000, 1, 1e-5)
+    raw_o, raw_lse = reference.same_dtype(q, k, v, **kw)
+    assert not bool(torch.isfinite(raw_lse).all())  # the case still overflows the plain yardstick
+    exp = V.expected(q, k, v, kw)
+    assert bool(torch.isfinite(exp.lse).all())
+    for s in (exp.o_same, exp.lse_same):
+        assert math.isfinite(s.max_bound) and math.isfinite(s.mean_bound)
+    assert exp.o_bound < 0.05 and exp.lse_bound < 0.01
+    o, lse = reference.sliding_window_attention(q, k, v, **kw)
+    assert V.judge(o, lse, exp).status == "pass"
+    bad = V.judge((1 - exp.o).half(), (exp.lse + 100).float(), exp)
+    assert bad.status == "fail" and {"output", "lse"} <= set(bad.kinds)
+
+
+def test_yardstick_that_overflows_both_ways_refuses_to_judge():
+    q, k, v, kw = _fp16_overflowing_scores(60000, 2, 2.0)  # q * 2 overflows fp16 too
+    with pytest.raises(V.YardstickOverflow, match="no tolerance can be formed"):
+        V.expected(q, k, v, kw)
