@@ -198,14 +198,15 @@ def _nan_half(build: Callable[[Case, dict], Case | None], when: Callable[[dict],
 def _window_build(base: Case, row: dict) -> Case:
     W = row["W"]
     Lk = base.Lk
-    W = {"Lk": Lk, "Lk+kv": Lk + row["kv_start"], "huge": 10**9}.get(W, W)
+    W = {"Lk": Lk, "Lk+kv": Lk + row["kv_start"], "huge": 10**9, "2^64+3": 2**64 + 3}.get(W, W)
     return replace(base, window=W, expand=row["expand"], kv_start=row["kv_start"],
                    Lq=row.get("Lq", base.Lq))
 
 
 def _kv_build(base: Case, row: dict) -> Case:
     C = base.chunk
-    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3, "2^31-120": 2**31 - 120}[row["kv"]]
+    kv = {"0": 0, "1": 1, "C-1": C - 1, "C": C, "1e6+3": 10**6 + 3, "2^31-120": 2**31 - 120,
+          "2^63+5": 2**63 + 5}[row["kv"]]
     lmk, exp = row["flags"]
     return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
 
@@ -446,13 +447,15 @@ def _categories() -> list[Category]:
                       "wc": [(32, 16), (64, 64)]},
         _nan_half(_lengths_build, lambda r: r["wc"] == (64, 64)), _lengths_valid))
     C.append(Category(
-        "window", "window below / equal / above / not a multiple of the chunk, >= the key range",
-        lambda cuda: {"W": [1, 8, 16, 32, 37, "Lk", "Lk+kv", "huge"], "expand": [True, False],
+        "window", "window below / equal / above / not a multiple of the chunk, >= the key range "
+        "(10^9, and 2^64+3 past int64)",
+        lambda cuda: {"W": [1, 8, 16, 32, 37, "Lk", "Lk+kv", "huge", "2^64+3"], "expand": [True, False],
                       "kv_start": [0, 5], "Lq": [129, 60]},
         _nan_half(_window_build, lambda r: r["kv_start"] == 5)))
     C.append(Category(
-        "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 with both flags",
-        lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128], "mask_lmk": [True, False], "expand": [True, False],
+        "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 and 2^63+5 (past int64) with both flags",
+        lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128, 2**63 + 5], "mask_lmk": [True, False],
+                      "expand": [True, False],
                       "Lq": [129, 70]},
         _nan_half(_set(window=40, Lk=129), lambda r: r["Lq"] == 70)))
     C.append(Category(
@@ -462,9 +465,10 @@ def _categories() -> list[Category]:
                       "dtype": ["bf16", "fp16"], "grid": ["prefill", "split"] if cuda else ["prefill"]},
         _tile_chunk_build))
     C.append(Category(
-        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-120 (landmarks and chunk starts by position; "
-        "positions crossing 2^31 inside the call)",
-        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3", "2^31-120"], "shape": ["train", "infer", "decode"],
+        "kv_start", "kv_start 0, 1, C-1, C, 10^6+3, 2^31-120, 2^63+5 (landmarks and chunk starts by "
+        "position; positions crossing 2^31 inside the call, and past int64)",
+        lambda cuda: {"kv": ["0", "1", "C-1", "C", "1e6+3", "2^31-120", "2^63+5"],
+                      "shape": ["train", "infer", "decode"],
                       "flags": [(True, True), (True, False), (False, True)]},
         _nan_half(_kv_build, lambda r: r["shape"] != "train")))
     C.append(Category(
