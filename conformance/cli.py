@@ -116,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     pinning.apply()  # before pytest (or anything) imports torch
     if a.list:
         return _list(a)
+    if a.device == "cuda":  # one line and exit 2, not pytest's collection-error banner (exit 4)
+        import torch
+
+        if not torch.cuda.is_available():
+            print("hils-swa conform: --device cuda: no CUDA device is available "
+                  "(--device cpu runs the CPU tier)", file=sys.stderr)
+            return 2
     try:  # a clear message for a bad --backend before pytest starts
         from .runner import resolve_backends
 

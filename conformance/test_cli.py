@@ -140,3 +140,15 @@ def test_only_names_that_select_nothing_are_refused():
     assert r.returncode == 0 and "cases (quick tier, cpu)" in r.stdout
     # what the device leaves out is said, with the reason
     assert "left out on cpu: categories gqa_pack, chunk_view, long: CUDA only" in r.stdout
+
+
+def test_cuda_without_a_device_is_one_line_and_exit_2(monkeypatch, capsys):
+    import torch
+
+    from conformance import pinning
+
+    monkeypatch.setattr(pinning, "apply", lambda: [])  # leave this process's environment alone
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--device", "cuda", "--only", "basic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device is available" in err and "--device cpu" in err
