@@ -292,3 +292,27 @@ def test_yardstick_that_overflows_both_ways_refuses_to_judge():
     q, k, v, kw = _fp16_overflowing_scores(60000, 2, 2.0)  # q * 2 overflows fp16 too
     with pytest.raises(V.YardstickOverflow, match="no tolerance can be formed"):
         V.expected(q, k, v, kw)
+
+
+def test_fp16_scores_overflowing_to_minus_inf_do_not_inflate_the_bound():
+    """Raw products past -65504 on visible keys and none past +65504 (seed 10 of a review's
+    draw): ``same_dtype`` stays finite but drops those keys, and its error made a bound ~70x
+    the scale-folded one, under which the ``low_precision_accumulation`` mutant passed. A
+    possible overflow (Cauchy-Schwarz on the rows) now takes the folded yardstick too."""
+    from conformance.mutants import MUTANTS
+
+    g = torch.Generator().manual_seed(10)
+    q = (torch.randn(1, 1, 8, 64, generator=g) * 4000).half()
+    k = torch.randn(1, 1, 8, 64, generator=g).half()
+    v = torch.randn(1, 1, 8, 64, generator=g).half()
+    kw = dict(window_size=4, chunk_size=16, mask_lmk=False, expand_to_chunk=False, sm_scale=1e-5)
+    raw = (q.double() @ k.double().transpose(-1, -2))[0, 0]
+    vis = reference.visibility_mask(8, 8, window_size=4, chunk_size=16, mask_lmk=False, expand_to_chunk=False)
+    assert bool(((raw < -65504) & vis).any()) and not bool(((raw > 65504) & vis).any())
+    assert bool(torch.isfinite(reference.same_dtype(q, k, v, **kw)[1]).all())  # the silent case
+    exp = V.expected(q, k, v, kw)
+    assert exp.o_bound < 0.02
+    o, lse = MUTANTS["low_precision_accumulation"][0].fn(q.clone(), k.clone(), v.clone(), **kw)
+    assert V.judge(o, lse, exp).status == "fail"
+    o, lse = reference.sliding_window_attention(q, k, v, **kw)
+    assert V.judge(o, lse, exp).status == "pass"

@@ -227,8 +227,9 @@ def same_dtype_device(dtype: torch.dtype, device: torch.device) -> torch.device:
 
 class YardstickOverflow(ValueError):
     """The yardstick (``reference.same_dtype``) is not finite where the ground truth is,
-    even with the scale folded into ``q`` first: no bound can be formed, so the call is
-    not judged (it never passes by a NaN or infinite bound)."""
+    with the scale folded into ``q`` (after its own scores overflowed or may have): no
+    bound can be formed, so the call is not judged (it never passes by a NaN, infinite or
+    overflow-inflated bound)."""
 
 
 def _yardstick(q, k, v, kw: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -243,6 +244,19 @@ def _overflows(os_, ls, omask, lmask) -> bool:
     return bool((~torch.isfinite(os_) & omask).any()) or bool((~torch.isfinite(ls) & lmask).any())
 
 
+def _scores_may_overflow(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether some ``<q_i, k_j>`` may pass the input dtype's largest value (Cauchy-Schwarz
+    over the finite rows: ``max |q_i| * max |k_j|``). ``same_dtype`` rounds ``q @ k^T`` to
+    the dtype, and an overflow to ``-inf`` (or, with a negative scale, to ``+inf``) leaves
+    its outputs finite: the key drops out of the row, the yardstick's error grows and the
+    bound with it, silently (50-270x on fp16 calls a review drew, session 29)."""
+    norms = [x.double().norm(dim=-1).flatten() for x in (q, k)]
+    norms = [n[torch.isfinite(n)] for n in norms]
+    if any(n.numel() == 0 for n in norms):
+        return False
+    return float(norms[0].max()) * float(norms[1].max()) > torch.finfo(q.dtype).max
+
+
 def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     """Run ``reference.golden`` and ``reference.same_dtype`` on a case's inputs
     (``same_dtype`` where :func:`same_dtype_device` says; its outputs come back to
@@ -252,24 +266,27 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     whose raw dot products pass 65504 (a small explicit ``sm_scale`` with a large ``q``;
     kernels keep scores in fp32 and are finite there) gave a non-finite yardstick, hence a
     NaN or infinite bound that no error exceeds: any finite output passed (session 29, a
-    fuzzer's ``o = 1 - golden``). Where the yardstick is not finite on an element the
-    ground truth has finite, it is taken again with the scale folded into ``q`` first
-    (``q * sm_scale`` rounded to the dtype, ``sm_scale = 1``: FlashAttention's order); if
-    that is not finite either, :class:`YardstickOverflow`."""
+    fuzzer's ``o = 1 - golden``), and an overflow to ``-inf`` left it finite and loose. Where
+    the yardstick is not finite on an element the ground truth has finite, or a raw product
+    may pass the dtype's range (:func:`_scores_may_overflow`), it is taken with the scale
+    folded into ``q`` first (``q * sm_scale`` rounded to the dtype, ``sm_scale = 1``:
+    FlashAttention's order); if that is not finite where the truth is,
+    :class:`YardstickOverflow`."""
     og, lg = reference.golden(q, k, v, **kw)
     empty = torch.isneginf(lg)
     omask = torch.isfinite(og) & ~empty[..., None]
     lmask = torch.isfinite(lg)
     os_, ls = _yardstick(q, k, v, kw)
-    if _overflows(os_, ls, omask, lmask):
+    if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(q, k):
         scale = reference.check_inputs(q, k, v, dtypes=reference.CANONICAL_DTYPES + (torch.float64,),
                                        **kw).sm_scale
         qs = (q.to(torch.float32) * scale).to(q.dtype)  # one rounding of the scaled q to the dtype
         os_, ls = _yardstick(qs, k, v, dict(kw, sm_scale=1.0))
         if _overflows(os_, ls, omask, lmask):
             raise YardstickOverflow(
-                f"reference.same_dtype is not finite where golden is, with and without the scale "
-                f"folded into q ({q.dtype}, sm_scale={scale!r}): no tolerance can be formed for this call")
+                f"reference.same_dtype ({q.dtype}) is not finite where golden is, with the scale "
+                f"folded into q too (sm_scale={scale!r}): its scores or P @ V pass the dtype's "
+                f"range, so no tolerance can be formed for this call")
     wide = dot_length_factor(q.shape[-1])
     return Expected(o=og, lse=lg, dtype=q.dtype, device=q.device, empty_rows=empty,
                     o_same=_bounds(os_, og, omask, q.dtype, o_floor_ulps(q.dtype) * wide),
