@@ -189,11 +189,10 @@ def _positions_line(Lq, Lk, kv_start, chunk_size, mask_lmk):
     q0 = kv_start + Lk - Lq
     line = (f"keys j=0..{Lk - 1} at positions {kv_start}..{kv_start + Lk - 1}; "
             f"queries i=0..{Lq - 1} at positions {q0}..{q0 + Lq - 1}")
-    if mask_lmk:
-        from reference import is_landmark, key_positions
+    if mask_lmk:  # on Python ints: exact at any kv_start and chunk (int64 tensors wrap past 2**63)
+        from reference import is_landmark
 
-        kp = key_positions(Lk, kv_start)
-        lm = [int(j) for j in is_landmark(kp, chunk_size=chunk_size).nonzero().flatten()]
+        lm = [j for j in range(Lk) if is_landmark(kv_start + j, chunk_size=chunk_size)]
         line += f"; landmarks (masked) at j={lm}"
     return line
 
