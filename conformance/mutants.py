@@ -50,8 +50,11 @@ MaskFn = Callable[[Problem, int, int], torch.Tensor]
 
 def _int64(p: Problem) -> Problem:
     """``p`` with the kv_start, window and chunk of ``reference.mask.int64_frame``: its own
-    where int64 positions hold them, an equivalent small call where not (every mutant's
-    bug reads positions through differences and modulo the chunk, as the rule does)."""
+    where int64 positions hold them, an equivalent small call where not. The frame keeps the
+    true rule; a mutant's bug evaluated there may differ from the same bug on the real
+    positions (``landmark_shifted`` with a chunk longer than the cache, whose frame moves
+    ``kv_start`` to 0, masks key 0). A mutant must be wrong, not a faithful model of one
+    bug, and no suite case that catches a mutant is past int64."""
     kv, w, c = int64_frame(p.Lk, p.window_size, p.chunk_size, p.kv_start)
     return dataclasses.replace(p, kv_start=kv, window_size=w, chunk_size=c)
 

@@ -109,8 +109,8 @@ def small_frame(Lk: int, *, window_size: int, chunk_size: int, kv_start: int = 0
       the cache (``t = C - r <= Lk`` keys before it) becomes ``C = Lk + 1`` with
       ``r = C - t``: the one boundary and the one landmark before it stay at the same
       key indices, no other one reaches the cache, and an expanded edge floors to that
-      boundary exactly when ``i - window_size + 1 >= t`` in both (to key 0 or left of it
-      otherwise).
+      boundary exactly when ``x - window_size + 1 >= t`` in both, ``x = Lk - Lq + i`` the
+      query's key index (to key 0 or left of it otherwise).
     - ``W = min(window_size, Lk + C)``: a wider window already reaches left of key 0
       for every query, expanded or not.
 
