@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .mask import int64_frame, key_positions, query_positions, visible, visible_key_range
+from .errors import UnsupportedConfig
 from .validation import CANONICAL_DTYPES, Problem, check_inputs
 
 __all__ = ["sliding_window_attention", "golden", "same_dtype"]
@@ -63,6 +64,8 @@ def _attention(q, k, v, p: Problem, mode: str) -> tuple[torch.Tensor, torch.Tens
     lse = torch.full((p.B, p.Hq, p.Lq), float("-inf"), dtype=acc, device=p.device)
     if p.empty:
         return o, lse
+    if p.device.type == "meta":  # a valid call with no values to compute on (SPEC: UnsupportedConfig)
+        raise UnsupportedConfig("reference: tensors on the meta device hold no values to attend over")
     G = p.group
     # (B, Hkv, G, Lq, D) views: query head h = kv_head * G + g reads kv head h // G.
     qg = q.unflatten(1, (p.Hkv, G))

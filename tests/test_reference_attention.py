@@ -304,3 +304,17 @@ def test_infinite_score_gives_spec_formula_values(monkeypatch, tile):
     k2 = torch.full((1, 1, 3, 4), float("-inf"), dtype=torch.float64)
     o2, lse2 = golden(q[:, :, :1], k2, v[:, :, :3], window_size=3, chunk_size=1000)
     assert (o2 == 0).all() and lse2.item() == float("-inf")
+
+
+def test_meta_tensors_are_unsupported_not_a_crash():
+    """A valid call on the meta device has no values: UnsupportedConfig (SPEC's class for a
+    valid input a backend cannot serve), as the kernels' packages raise, not the RuntimeError
+    of ``Tensor.item()`` deep inside; empty calls still return their empty outputs."""
+    from reference import UnsupportedConfig
+
+    q = torch.empty(1, 1, 4, 32, device="meta")
+    k = torch.empty(1, 1, 6, 32, device="meta")
+    with pytest.raises(UnsupportedConfig, match="meta"):
+        reference.sliding_window_attention(q, k, k, window_size=3, chunk_size=4)
+    o, lse = reference.sliding_window_attention(q[:, :, :0], k, k, window_size=3, chunk_size=4)
+    assert o.shape == (1, 1, 0, 32) and lse.shape == (1, 1, 0)
