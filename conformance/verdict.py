@@ -250,7 +250,8 @@ def _scores_may_overflow(q: torch.Tensor, k: torch.Tensor) -> bool:
     the dtype, and an overflow to ``-inf`` (or, with a negative scale, to ``+inf``) leaves
     its outputs finite: the key drops out of the row, the yardstick's error grows and the
     bound with it, silently (50-270x on fp16 calls a review drew, session 29)."""
-    norms = [x.double().norm(dim=-1).flatten() for x in (q, k)]
+    # a float64 reduction, no float64 copy of the inputs (the long tier's caches are GBs)
+    norms = [torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64).flatten() for x in (q, k)]
     norms = [n[torch.isfinite(n)] for n in norms]
     if any(n.numel() == 0 for n in norms):
         return False
