@@ -117,7 +117,12 @@ def small_frame(Lk: int, *, window_size: int, chunk_size: int, kv_start: int = 0
     Checked against the rule evaluated on Python ints (exact at any size) by
     ``tests/test_reference_mask.py``.
     """
-    c = chunk_size
+    return _frame(Lk, window_size, chunk_size, kv_start, shift_boundary)
+
+
+def _frame(Lk: int, window_size: int, c: int, kv_start: int, shift_boundary: bool) -> tuple[int, int, int]:
+    """:func:`small_frame` with positional arguments: ``Problem.kernel_frame`` calls it on
+    every kernel launch (keywords cost about 0.1 us more a call)."""
     r = kv_start % c
     if c > r + Lk:
         r, c = 0, Lk + 1
@@ -132,7 +137,7 @@ def int64_frame(Lk: int, window_size: int, chunk_size: int, kv_start: int) -> tu
     in magnitude), :func:`small_frame` where it would not be."""
     if kv_start + Lk + window_size + 2 * chunk_size < INT64_EXACT:
         return kv_start, window_size, chunk_size
-    return small_frame(Lk, window_size=window_size, chunk_size=chunk_size, kv_start=kv_start)
+    return _frame(Lk, window_size, chunk_size, kv_start, True)
 
 
 def _floor_div(a, b: int):

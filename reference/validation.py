@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import operator
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from .errors import UnsupportedConfig
-from .mask import small_frame
+from .mask import _frame, int64_frame
 
 __all__ = ["CANONICAL_DTYPES", "LOG2E", "Problem", "check_f32_score_scale", "check_inputs", "default_scale",
            "positive_normal_f32"]
@@ -71,8 +72,16 @@ class Problem:
         visibility and small values, for kernels that compute positions in
         fixed-width integers: ``reference.mask.small_frame`` of the call with
         ``shift_boundary=False`` (the argument why it keeps the visibility is there)."""
-        return small_frame(self.Lk, window_size=self.window_size, chunk_size=self.chunk_size,
-                           kv_start=self.kv_start, shift_boundary=False)
+        return _frame(self.Lk, self.window_size, self.chunk_size, self.kv_start, False)
+
+    def int64_framed(self) -> "Problem":
+        """This call, or where int64 positions cannot hold it, the equivalent small call
+        (``reference.mask.int64_frame``): what code that builds int64 position tensors
+        computes (the reference, the mutants, the flex backend)."""
+        kv, w, c = int64_frame(self.Lk, self.window_size, self.chunk_size, self.kv_start)
+        if (kv, w, c) == (self.kv_start, self.window_size, self.chunk_size):
+            return self
+        return dataclasses.replace(self, kv_start=kv, window_size=w, chunk_size=c)
 
     @property
     def empty(self) -> bool:
