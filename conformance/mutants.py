@@ -17,14 +17,13 @@ is ``"mutant:<name>"``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Callable
 
 import torch
 
 import reference
-from reference.mask import int64_frame, is_landmark, key_positions, query_positions, visible
+from reference.mask import is_landmark, key_positions, query_positions, visible
 from reference.validation import Problem, check_inputs
 
 from .registry import Backend
@@ -48,17 +47,6 @@ def _ref(q, k, v, **kw):
 MaskFn = Callable[[Problem, int, int], torch.Tensor]
 
 
-def _int64(p: Problem) -> Problem:
-    """``p`` with the kv_start, window and chunk of ``reference.mask.int64_frame``: its own
-    where int64 positions hold them, an equivalent small call where not. The frame keeps the
-    true rule; a mutant's bug evaluated there may differ from the same bug on the real
-    positions (``landmark_shifted`` with a chunk longer than the cache, whose frame moves
-    ``kv_start`` to 0, masks key 0). A mutant must be wrong, not a faithful model of one
-    bug, and no suite case that catches a mutant is past int64."""
-    kv, w, c = int64_frame(p.Lk, p.window_size, p.chunk_size, p.kv_start)
-    return dataclasses.replace(p, kv_start=kv, window_size=w, chunk_size=c)
-
-
 def _rule(p: Problem, **override) -> dict:
     rule = dict(window_size=p.window_size, chunk_size=p.chunk_size, mask_lmk=p.mask_lmk,
                 expand_to_chunk=p.expand_to_chunk)
@@ -67,7 +55,12 @@ def _rule(p: Problem, **override) -> dict:
 
 
 def _true_mask(p: Problem, i0: int, i1: int) -> torch.Tensor:
-    p = _int64(p)
+    # Calls past int64 run in the reference's equivalent small call (Problem.int64_framed): it
+    # keeps the true rule; a mutant's bug evaluated there may differ from the same bug on the
+    # real positions (landmark_shifted with a chunk longer than the cache, whose frame moves
+    # kv_start to 0, masks key 0). A mutant must be wrong, not a faithful model of one bug,
+    # and no suite case that catches a mutant is past int64.
+    p = p.int64_framed()
     qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)[i0:i1]
     kpos = key_positions(p.Lk, p.kv_start, p.device)
     return visible(qpos[:, None], kpos[None, :], **_rule(p))
@@ -156,7 +149,7 @@ def no_chunk_expansion(q, k, v, **kw):
 
 def _landmark_mask(shift_index: bool, delta: int) -> MaskFn:
     def fn(p: Problem, i0: int, i1: int) -> torch.Tensor:
-        p = _int64(p)
+        p = p.int64_framed()
         qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)[i0:i1]
         kpos = key_positions(p.Lk, p.kv_start, p.device)
         vis = visible(qpos[:, None], kpos[None, :], **_rule(p, mask_lmk=False))
@@ -190,7 +183,7 @@ def query_offset_ignored(q, k, v, **kw):
     p = _check(q, k, v, **kw)
 
     def fn(p: Problem, i0: int, i1: int) -> torch.Tensor:
-        p = _int64(p)
+        p = p.int64_framed()
         qpos = key_positions(p.Lq, p.kv_start, p.device)[i0:i1]
         kpos = key_positions(p.Lk, p.kv_start, p.device)
         return visible(qpos[:, None], kpos[None, :], **_rule(p))
@@ -252,7 +245,7 @@ def nan_rows_emptied(q, k, v, **kw):
 def inputs_modified(q, k, v, **kw):
     # zeroes landmark rows of v in place (in global memory instead of shared memory)
     o, lse = _ref(q, k, v, **kw)
-    p = _int64(_check(q, k, v, **kw))
+    p = _check(q, k, v, **kw).int64_framed()
     if p.mask_lmk and p.Lk:
         lmk = is_landmark(key_positions(p.Lk, p.kv_start, v.device), chunk_size=p.chunk_size)
         v[:, :, lmk] = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .mask import int64_frame, key_positions, query_positions, visible, visible_key_range
+from .mask import key_positions, query_positions, visible, visible_key_range
 from .errors import UnsupportedConfig
 from .validation import CANONICAL_DTYPES, Problem, check_inputs
 
@@ -71,18 +71,17 @@ def _attention(q, k, v, p: Problem, mode: str) -> tuple[torch.Tensor, torch.Tens
     qg = q.unflatten(1, (p.Hkv, G))
     og = o.unflatten(1, (p.Hkv, G))
     lg = lse.unflatten(1, (p.Hkv, G))
-    # the call's own values where int64 holds its positions, an equivalent small call where not
-    kv_start, window_size, chunk_size = int64_frame(p.Lk, p.window_size, p.chunk_size, p.kv_start)
-    qpos = query_positions(p.Lq, p.Lk, kv_start, p.device)
-    kpos = key_positions(p.Lk, kv_start, p.device)
-    rule = dict(window_size=window_size, chunk_size=chunk_size, mask_lmk=p.mask_lmk,
+    p = p.int64_framed()  # the call itself where int64 holds its positions, its small twin where not
+    qpos = query_positions(p.Lq, p.Lk, p.kv_start, p.device)
+    kpos = key_positions(p.Lk, p.kv_start, p.device)
+    rule = dict(window_size=p.window_size, chunk_size=p.chunk_size, mask_lmk=p.mask_lmk,
                 expand_to_chunk=p.expand_to_chunk)
     block_q, block_k = _blocks(p)
     for i0 in range(0, p.Lq, block_q):
         i1 = min(p.Lq, i0 + block_q)
-        j_lo, j_hi = visible_key_range(i0, i1, Lq=p.Lq, Lk=p.Lk, window_size=window_size,
-                                       chunk_size=chunk_size, expand_to_chunk=p.expand_to_chunk,
-                                       kv_start=kv_start)
+        j_lo, j_hi = visible_key_range(i0, i1, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
+                                       chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
+                                       kv_start=p.kv_start)
         qb = qg[:, :, :, i0:i1].to(mm)
         m_run = None
         for j0 in range(j_lo, j_hi, block_k):

@@ -55,7 +55,6 @@ What the adapter owns, and how this one does it:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import warnings
 from typing import Callable
@@ -63,7 +62,7 @@ from typing import Callable
 import torch
 
 from reference import UnsupportedConfig, check_inputs, visible, visible_key_range
-from reference.mask import int64_frame, is_landmark, key_positions
+from reference.mask import is_landmark, key_positions
 
 __all__ = ["sliding_window_attention", "make_mask_mod", "clear_caches"]
 
@@ -185,11 +184,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     """
     p = check_inputs(q, k, v, window_size=window_size, chunk_size=chunk_size, mask_lmk=mask_lmk,
                      expand_to_chunk=expand_to_chunk, kv_start=kv_start, sm_scale=sm_scale)
-    # positions as int64 tensors: a call whose values would overflow them runs as the equivalent
-    # small call (reference.mask.int64_frame; the call's own values otherwise)
-    kv, w, c = int64_frame(p.Lk, p.window_size, p.chunk_size, p.kv_start)
-    if (kv, w, c) != (p.kv_start, p.window_size, p.chunk_size):
-        p = dataclasses.replace(p, kv_start=kv, window_size=w, chunk_size=c)
+    p = p.int64_framed()  # positions as int64 tensors: a call past them runs as its small twin
     if p.empty:  # otherwise Lq >= 1, so Lk >= 1 and Hkv >= 1
         o, lse = p.new_outputs()
         o.zero_()
