@@ -23,10 +23,11 @@ def test_script_parses(script):
     assert res.returncode == 0, res.stderr
 
 
-def _var(name: str) -> list[str]:
-    text = (ROOT / "tools/gpu_sanitize.sh").read_text()
+def _var(name: str, script: str = "tools/gpu_sanitize.sh") -> list[str]:
+    """The comma list a device script assigns to ``name`` (``NAME="a,b"`` at a line start)."""
+    text = (ROOT / script).read_text()
     m = re.search(rf'^{name}="([^"]*)"', text, flags=re.M)
-    assert m, f"{name} not found in tools/gpu_sanitize.sh"
+    assert m, f"{name} not found in {script}"
     return m.group(1).split(",")
 
 
@@ -40,19 +41,12 @@ def test_sanitizer_runs_every_category_but_long():
     assert set(_var("SMALL_CATS")) <= names
 
 
-def _all_var(name: str) -> list[str]:
-    text = (ROOT / "tools/gpu_all.sh").read_text()
-    m = re.search(rf'^{name}="([^"]*)"', text, flags=re.M)
-    assert m, f"{name} not found in tools/gpu_all.sh"
-    return m.group(1).split(",")
-
-
 def test_gpu_all_shards_cover_every_category_once():
     """tools/gpu_all.sh's SHARD_1..3 split the full tier over calls: every category in
     exactly one shard (session 27's hand-made split had left chunk_view out)."""
     from conformance.cases import CATEGORIES
 
-    shards = [_all_var(f"SHARD_{i}") for i in (1, 2, 3)]
+    shards = [_var(f"SHARD_{i}", "tools/gpu_all.sh") for i in (1, 2, 3)]
     flat = [c for s in shards for c in s]
     assert sorted(flat) == sorted(c.name for c in CATEGORIES), flat
 
@@ -159,7 +153,7 @@ def test_gpu_all_shard_sets_the_categories(tmp_path, shard):
     """SHARD=n hands its shard's categories to the pre-flight and to the tier (fake python)."""
     res, ran, raw = _gpu_all(tmp_path, SHARD=shard)
     assert res.returncode == 0, res.stdout + res.stderr
-    want = ",".join(_all_var(f"SHARD_{shard}"))
+    want = ",".join(_var(f"SHARD_{shard}", "tools/gpu_all.sh"))
     assert ran == ["tools.tl_lower", "tools.cli conform"], raw
     assert all(f"--only {want}" in call for call in raw), raw
 
