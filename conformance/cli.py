@@ -87,12 +87,9 @@ def default_workers(device: str, gpus: list[str] | None = None, cores: int | Non
 def _list(a: argparse.Namespace) -> int:
     from .cases import generate
 
-    device = a.device
-    if device == "auto":
-        import torch
+    from .plugin import resolve_device, select
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    from .plugin import select
+    device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
     only = [n for spec in (a.only or []) for n in spec.split(",") if n]
     try:
@@ -116,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     pinning.apply()  # before pytest (or anything) imports torch
     if a.list:
         return _list(a)
-    if a.device == "cuda":  # one line and exit 2, not pytest's collection-error banner (exit 4)
-        import torch
+    from .plugin import resolve_device
 
-        if not torch.cuda.is_available():
-            print("hils-swa conform: --device cuda: no CUDA device is available "
-                  "(--device cpu runs the CPU tier)", file=sys.stderr)
-            return 2
+    try:  # one line and exit 2, not pytest's collection-error banner (exit 4)
+        resolve_device(a.device)
+    except ValueError as e:
+        print(f"hils-swa conform: {e}", file=sys.stderr)
+        return 2
     try:  # a clear message for a bad --backend before pytest starts
         from .runner import resolve_backends
 
