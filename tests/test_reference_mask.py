@@ -21,7 +21,7 @@ from reference import (
     visible_key_range,
     window_left,
 )
-from reference.mask import INT64_EXACT, RULE_KEYS, rule_kwargs, small_frame
+from reference.mask import RULE_KEYS, int64_frame, rule_kwargs, small_frame
 
 
 def table(text: str) -> torch.Tensor:
@@ -181,7 +181,7 @@ def _int_mask(Lq, Lk, *, kv_start, **rule):
 def _truth(Lq, Lk, *, kv_start, window_size, chunk_size, **flags):
     """``visibility_mask`` on the call's own int64 positions where they hold it (the
     module's direct path), the Python-int rule where they do not."""
-    if kv_start + Lk + window_size + 2 * chunk_size < INT64_EXACT:
+    if int64_frame(Lk, window_size, chunk_size, kv_start) == (kv_start, window_size, chunk_size):
         return visibility_mask(Lq, Lk, kv_start=kv_start, window_size=window_size, chunk_size=chunk_size,
                                **flags)
     return _int_mask(Lq, Lk, kv_start=kv_start, window_size=window_size, chunk_size=chunk_size, **flags)
