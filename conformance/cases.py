@@ -211,6 +211,22 @@ def _kv_build(base: Case, row: dict) -> Case:
     return _shape_build(base, dict(shape=row["shape"], kv_start=kv, mask_lmk=lmk, expand=exp))
 
 
+#: The chunk category's chunks longer than its cache (129 keys) whose boundary falls inside
+#: it, at key 60 (``kv_start = chunk - 60``): TileLang's frame would pass its 2**22
+#: positions and Triton's int64 without the boundary shift (``Problem.kernel_frame(True)``).
+_BOUNDARY_AT_60 = {"2^22-2@60": 2**22 - 2, "2^63+5@60": 2**63 + 5}
+
+
+def _chunk_build(base: Case, row: dict) -> Case:
+    row = dict(row)
+    C = row.pop("chunk")
+    kv = 0
+    if C in _BOUNDARY_AT_60:
+        C = _BOUNDARY_AT_60[C]
+        kv = C - 60
+    return replace(base, window=40, Lk=129, chunk=C, kv_start=kv, **row)
+
+
 def _tile_chunk_build(base: Case, row: dict) -> Case:
     """Chunk sizes at the kernels' key-block widths: the landmark column of a key
     block is found from the block's phase ``(kv_start + n0) mod C``; at
@@ -453,11 +469,11 @@ def _categories() -> list[Category]:
                       "kv_start": [0, 5], "Lq": [129, 60]},
         _nan_half(_window_build, lambda r: r["kv_start"] == 5)))
     C.append(Category(
-        "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 and 2^63+5 (past int64) with both flags",
-        lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128, 2**63 + 5], "mask_lmk": [True, False],
-                      "expand": [True, False],
-                      "Lq": [129, 70]},
-        _nan_half(_set(window=40, Lk=129), lambda r: r["Lq"] == 70)))
+        "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 and 2^63+5 (past int64) with both flags; "
+        "2^22-2 and 2^63+5 with their boundary at key 60 (kernels take those in a chunk of Lk+1)",
+        lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128, 2**63 + 5] + list(_BOUNDARY_AT_60),
+                      "mask_lmk": [True, False], "expand": [True, False], "Lq": [129, 70]},
+        _nan_half(_chunk_build, lambda r: r["Lq"] == 70)))
     C.append(Category(
         "tile_chunk", "chunk sizes equal to the kernels' key-block widths (16..128), every "
         "alignment of blocks to chunks, NaN in every unseen slot",

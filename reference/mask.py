@@ -93,9 +93,10 @@ def small_frame(Lk: int, *, window_size: int, chunk_size: int, kv_start: int = 0
     that computes positions in fixed-width integers: this module where a call's own values
     would overflow int64 (:data:`INT64_EXACT`), every value then at most ``2 * Lk + 1``
     (``kv_start < chunk_size <= Lk + 1``, ``window_size <= Lk + chunk_size``), and the
-    kernels (``Problem.kernel_frame``: ``shift_boundary=False``, which leaves a chunk
-    boundary that falls inside the cache where it is, so a chunk longer than the cache
-    stays as long there; TileLang's 2**22 position limit reads that chunk).
+    kernels (``Problem.kernel_frame``: ``shift_boundary=False`` by default, which leaves a
+    chunk boundary that falls inside the cache where it is, so a chunk longer than the
+    cache stays as long there; a backend asks for the shift only where its positions
+    would not fit without it: Triton's past int64, TileLang's past 2**22).
 
     - ``r = kv_start mod chunk_size``: the rule reads positions only through
       differences and modulo ``chunk_size`` (the floor of the expanded edge, the

@@ -67,12 +67,16 @@ class Problem:
         """Absolute position of query 0: ``kv_start + Lk - Lq``."""
         return self.kv_start + self.Lk - self.Lq
 
-    def kernel_frame(self) -> tuple[int, int, int]:
+    def kernel_frame(self, shift_boundary: bool = False) -> tuple[int, int, int]:
         """``(r, W, C)``: a ``kv_start``, window and chunk with exactly this call's
         visibility and small values, for kernels that compute positions in
-        fixed-width integers: ``reference.mask.small_frame`` of the call with
-        ``shift_boundary=False`` (the argument why it keeps the visibility is there)."""
-        return _frame(self.Lk, self.window_size, self.chunk_size, self.kv_start, False)
+        fixed-width integers: ``reference.mask.small_frame`` of the call (the argument
+        why it keeps the visibility is there). Without ``shift_boundary`` a chunk
+        boundary that falls inside the cache keeps its chunk, however long (``C <=
+        r + Lk``); with it every value is at most ``2 * Lk + 1``, which the kernels
+        take only where their positions would not fit otherwise (a launch passes
+        the argument positionally: keywords cost about 0.1 us a call)."""
+        return _frame(self.Lk, self.window_size, self.chunk_size, self.kv_start, shift_boundary)
 
     def int64_framed(self) -> "Problem":
         """This call, or where int64 positions cannot hold it, the equivalent small call

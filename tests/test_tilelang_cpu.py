@@ -123,10 +123,11 @@ def test_unsupported_and_errors():
     q, k, v = _inputs(1, 2, 2, 4, 4, 32, 32, torch.float32)
     with pytest.raises(ValueError, match="window_size"):
         swa(q, k, v, window_size=0, chunk_size=2)
-    # positions of the kernel frame past 2**22 (chunk_size = 2**22 - 2 with kv_start % chunk
-    # near it: the kernel receives that chunk, Lk + C = 2**22 + 2)
+    # positions of the kernel frame past 2**22: Lk + min(chunk_size, Lk + 1) = 2**22 (a
+    # stride-0 cache of 2**21 keys)
+    kk = k[:, :, :1].expand(1, 2, 1 << 21, 32)
     with pytest.raises(UnsupportedConfig, match="2\\*\\*22"):
-        swa(q, k, v, window_size=2, chunk_size=(1 << 22) - 2, kv_start=(1 << 22) - 4)
+        swa(q, kk, kk, window_size=2, chunk_size=1 << 21, kv_start=5)
     # the float32 score scale sm_scale * log2(e) would overflow (it gave a wrong o)
     with pytest.raises(UnsupportedConfig, match="sm_scale"):
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
@@ -136,14 +137,24 @@ def test_unsupported_and_errors():
     (1 << 22, 0, True, True),          # the chunk outlasts every key: the kernel gets Lk + 1
     (1 << 40, 12345, False, False),    # a sentinel chunk, both flags off
     ((1 << 21) + 3, 1 << 21, True, True),  # r + Lk past the chunk: the chunk itself, < 2**22
+    # the chunk's boundary at key 50 (its landmark key 49): Lk + chunk would pass 2**22,
+    # so the kernel frame shifts it into a chunk of Lk + 1 (until session 30 refused)
+    ((1 << 22) - 2, (1 << 22) - 52, True, True),
+    ((1 << 22) - 2, (1 << 22) - 52, True, False),
+    (2 ** 63 + 100, 2 ** 63 + 50, False, True),
 ])
 def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, mask_lmk, expand):
     """The 2**22 limit is on the kernel frame's positions (launch.check_limits with
-    Problem.kernel_frame's chunk), not on the raw chunk_size: chunks longer than every
-    key run, and match the reference."""
+    launch.frame's chunk), not on the raw chunk_size or kv_start: chunks longer than
+    every key run, and match the reference; so does a long chunk whose boundary falls
+    inside the cache, rows on both sides of it (window 20)."""
     q, k, v = _inputs(1, 2, 1, 40, 70, 32, 32, torch.float32, seed=3)
-    _check(q, k, v, window_size=20, chunk_size=chunk_size, kv_start=kv_start,
-           mask_lmk=mask_lmk, expand_to_chunk=expand)
+    kw = dict(window_size=20, chunk_size=chunk_size, kv_start=kv_start, mask_lmk=mask_lmk,
+              expand_to_chunk=expand)
+    p = check_inputs(q, k, v, **kw)
+    r, W, C = launch.frame(p)
+    assert r + p.Lk < C + p.Lk < 1 << 22 and (C <= p.Lk + 1 or p.kernel_frame() == (r, W, C))
+    _check(q, k, v, **kw)
 
 
 def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):

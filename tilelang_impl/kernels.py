@@ -6,10 +6,11 @@ else is dynamic. In all kernels ``B, Hq, Hkv, Lq, Lk`` (and the split count)
 are dynamic shape variables, so one compile serves every length, and the
 per-call values are scalar kernel arguments:
 
-    W          int32   window_size, clamped by the launcher to Lk + chunk_size
-    C          int32   chunk_size
-    r          int32   kv_start % chunk_size (the relative frame of macros.py)
-    inv_c      float32 1 / chunk_size (exact landmark test without a division)
+    W          int32   window_size, clamped by the launcher to Lk + C
+    C          int32   chunk_size of the kernel frame (``launch.frame``: chunk_size,
+                       or Lk + 1 for a chunk longer than the cache)
+    r          int32   kv_start modulo the chunk (the relative frame of macros.py)
+    inv_c      float32 1 / C (exact landmark test without a division)
     scale_log2 float32 sm_scale * log2(e) (with ``scale_fold`` a positive normal
                        float32, which the launcher guarantees)
 

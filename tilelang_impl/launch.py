@@ -347,7 +347,7 @@ def lmk_cols_for(cap: int, mask_lmk: bool, C: int, block_N: int) -> int:
     """``lmk_cols`` baked into the kernel of one call: ``K = ceil(block_N / C)``
     when ``mask_lmk`` and ``K <= cap``, else 0 (the general landmark test).
 
-    ``C`` is the kernel-frame chunk (``Problem.kernel_frame()``, what the kernel
+    ``C`` is the kernel-frame chunk (:func:`frame`, what the kernel
     receives, ``Lk + 1`` when the chunk outlasts every position). A tile's
     landmark columns are ``j0 + m * C`` with ``0 <= j0 < C``; ``K * C >=
     block_N`` puts every ``m >= K`` outside the tile, so testing ``m < K`` is the
@@ -594,12 +594,11 @@ def check_limits(p) -> None:
     if p.Hq > GRID_YZ_MAX and device_type(p.device) != "cpu":
         raise UnsupportedConfig(f"tilelang: Hq={p.Hq} query heads are not supported on the GPU (at "
                                 f"most {GRID_YZ_MAX}: a launch grid's y extent holds one batch's heads)")
-    C = p.kernel_frame()[2]  # chunk_size, or Lk + 1 where the chunk outlasts every key
-    if p.Lk + C >= MAX_POSITIONS:
+    C = frame(p)[2]
+    if p.Lk + C >= MAX_POSITIONS:  # then C = min(chunk_size, Lk + 1)
         raise UnsupportedConfig(
-            f"tilelang: Lk + chunk = {p.Lk + C} is not supported (< 2**22: the in-kernel "
-            f"landmark test divides in float32; the chunk is chunk_size={p.chunk_size}, or "
-            f"Lk + 1 where chunk_size exceeds kv_start % chunk_size + Lk)")
+            f"tilelang: Lk + min(chunk_size, Lk + 1) = {p.Lk + C} is not supported (< 2**22: "
+            f"the in-kernel landmark test divides in float32; Lk={p.Lk}, chunk_size={p.chunk_size})")
     if device_type(p.device) == "cuda" and p.dtype != torch.float32:
         if capability(p.device)[0] != 9:
             raise UnsupportedConfig(
@@ -607,12 +606,23 @@ def check_limits(p) -> None:
                 f"device {torch.cuda.get_device_name(p.device)!r} is not supported")
 
 
+def frame(p) -> tuple[int, int, int]:
+    """``(r, W, C)`` the kernels get: ``p.kernel_frame()`` (same visibility, small values:
+    ``r`` is the relative frame of macros.py, ``W`` is clamped to ``Lk + C``, and ``C`` is
+    ``chunk_size``, or ``Lk + 1`` where the chunk outlasts every key), or where its
+    positions would reach :data:`MAX_POSITIONS` (a chunk longer than the cache whose
+    boundary falls inside it: ``C <= r + Lk``), ``p.kernel_frame(True)``: that boundary at
+    the same key index in a chunk of ``Lk + 1``. So the kernel frame's chunk is larger than
+    ``Lk + 1`` only where that fits, and :func:`check_limits` refuses only ``Lk +
+    min(chunk_size, Lk + 1) >= 2**22``."""
+    f = p.kernel_frame()
+    return f if p.Lk + f[2] < MAX_POSITIONS else p.kernel_frame(True)
+
+
 def scalars(p) -> tuple[int, int, int, float, float]:
     """Per-call scalar kernel arguments ``(W, C, r, inv_c, scale_log2)`` from
-    ``p.kernel_frame()`` (same visibility, small values: ``r`` is the relative
-    frame of macros.py, ``W`` is clamped to ``Lk + C``).
-    """
-    r, W, C = p.kernel_frame()
+    :func:`frame`."""
+    r, W, C = frame(p)
     return W, C, r, 1.0 / C, p.sm_scale * LOG2E
 
 

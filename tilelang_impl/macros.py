@@ -104,7 +104,7 @@ def is_landmark(kpos, chunk_size, inv_chunk):
     the float quotient is off by at most one, so ``x - q * chunk_size`` lies in
     ``[-C, 2C)`` and ``x`` is a multiple of ``C`` exactly when that remainder
     is ``-C``, ``0`` or ``C`` (the launcher refuses ``Lk + C >= 2**22`` for the kernel-frame
-    chunk ``C``).
+    chunk ``C``, ``launch.frame``).
     """
     x = kpos + 1
     rem = x - T.Cast("int32", T.Cast("float32", x) * inv_chunk) * chunk_size

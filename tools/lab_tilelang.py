@@ -819,9 +819,10 @@ def _meta_problem(Lq, Lk, window_size, chunk_size, kv_start, mask_lmk=True,
 
 
 def frame_chunk(Lq, Lk, window_size, chunk_size, kv_start, **_):
-    """The kernel-frame chunk ``C`` of a call (``Problem.kernel_frame()``), which
-    decides the ``lmk_cols`` the launcher bakes."""
-    return _meta_problem(Lq, Lk, window_size, chunk_size, kv_start).kernel_frame()[2]
+    """The kernel-frame chunk ``C`` of a call (``launch.frame``), which decides the
+    ``lmk_cols`` the launcher bakes."""
+    from tilelang_impl import launch
+    return launch.frame(_meta_problem(Lq, Lk, window_size, chunk_size, kv_start))[2]
 
 
 def view_call(flags, Lq, Lk, window_size, chunk_size, kv_start, **_):

@@ -71,8 +71,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     Raises ``ValueError`` for invalid input (``reference.check_inputs``) and
     ``UnsupportedConfig`` for head dims outside 32..256, ``|sm_scale| >
     2.3586e38`` (the score scale ``sm_scale * log2(e)`` is float32), more than
-    65535 query heads, positions past int64 (``kv_start`` and ``chunk_size`` both
-    near 2**63), devices other than CUDA, or CPU tensors without
+    65535 query heads, devices other than CUDA, or CPU tensors without
     ``TRITON_INTERPRET=1``. Calls whose ``B * Hq`` passes 65535 (a launch grid's y
     extent) run as launches over slices of the batch. Scores are float32: a score
     ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32

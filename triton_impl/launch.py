@@ -802,16 +802,18 @@ def _frame(p: Problem) -> tuple[int, int, int]:
     it with it. When the frame's values are below 2**31 but positions derived
     from them (up to ``r + Lk + W + 2C`` plus a block) could pass it, the frame
     is moved up by whole chunks past 2**31 (then ``C <= r + Lk < 2**31 + Lk``,
-    so the moved ``r`` stays below ``2**32 + Lk``). Frames whose positions
-    would pass int64 (a chunk and ``kv_start`` both beyond 2**62) raise
-    :class:`UnsupportedConfig` before any kernel runs.
+    so the moved ``r`` stays below ``2**32 + Lk``). Where they would pass int64
+    (a chunk and ``kv_start`` both beyond 2**62, the chunk's boundary inside the
+    cache) the kernels get ``p.kernel_frame(True)`` instead: the boundary at the
+    same key index in a chunk of ``Lk + 1``, every value at most ``2 * Lk + 1``,
+    so ``top <= 6 * Lk + 1027``, and ``Lk < 2**58`` (a tensor's ``Lk * Dqk``
+    elements stay below 2**63, ``Dqk >= 32``): every call fits.
     """
     r, w, c = p.kernel_frame()
     top = r + p.Lk + w + 2 * c + 1024
     if top >= _I63:
-        raise UnsupportedConfig(
-            f"triton: positions up to kv_start % chunk_size + Lk + window + 2 * chunk_size + 1024 "
-            f"(a block's margin) = {top} do not fit int64 (kv_start and chunk_size both near 2**63)")
+        r, w, c = p.kernel_frame(True)
+        top = r + p.Lk + w + 2 * c + 1024
     if top >= _I32:
         r += c * -(-(_I32 - r) // c)  # the smallest r + m*c >= 2**31
     return r, w, c
