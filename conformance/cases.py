@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
@@ -400,6 +401,8 @@ def _empty_dims_build(base: Case, row: dict) -> Case:
 ERROR_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "q_3d": ("q is 3-D", (r"\bq\b", r"4-?D")),
     "k_5d": ("k is 5-D", (r"\bk\b", r"4-?D")),
+    "k_sparse": ("k is a sparse COO tensor", (r"\bk\b", r"dense|strided")),
+    "v_nested": ("v is a nested tensor of its batch rows", (r"\bv\b", r"dense|strided|nested")),
     "int_dtype": ("q, k, v are int32", (r"dtype",)),
     "mixed_dtype": ("k has another floating dtype than q", (r"dtype",)),
     "mixed_device": ("k on the CPU, q and v on CUDA", (r"device",)),
@@ -786,6 +789,12 @@ def _break(case: Case, q, k, v, kw):
         q = q[0]
     elif rule == "k_5d":
         k = k.unsqueeze(0)
+    elif rule == "k_sparse":
+        k = k.to_sparse()
+    elif rule == "v_nested":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the nested API's prototype warning
+            v = torch.nested.nested_tensor(list(v))
     elif rule == "int_dtype":
         q, k, v = (torch.ones(t.shape, dtype=torch.int32, device=t.device) for t in (q, k, v))
     elif rule == "mixed_dtype":

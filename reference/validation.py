@@ -169,6 +169,14 @@ def _bool_arg(name: str, value) -> bool:
     return value
 
 
+_STRIDED = torch.strided
+
+
+def _not_dense(name: str, t: torch.Tensor) -> ValueError:
+    return ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}"
+                      + (" (nested)" if t.is_nested else ""))
+
+
 def check_inputs(
     q,
     k,
@@ -185,7 +193,7 @@ def check_inputs(
     """Validate a call against SPEC.md and return its :class:`Problem`.
 
     Raises ``ValueError`` naming the argument and the rule for: tensors that
-    are not 4-D ``torch.Tensor`` s; non-floating or unsupported dtypes; mixed
+    are not dense (sparse, nested) or not 4-D ``torch.Tensor`` s; non-floating or unsupported dtypes; mixed
     dtypes or devices; mismatched ``B`` / ``Dqk`` / ``Lk`` / ``Hkv``;
     ``Hq % Hkv != 0``; ``Lq > Lk``; ``window_size < 1``; ``chunk_size < 1``;
     ``kv_start < 0``; a non-finite ``sm_scale``; flags that are not bools.
@@ -193,6 +201,8 @@ def check_inputs(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout is not _STRIDED:  # sparse, jagged nested, mkldnn (strided nested: below)
+            raise _not_dense(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
         if not t.dtype.is_floating_point:
@@ -205,9 +215,15 @@ def check_inputs(
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
 
-    B, Hq, Lq, Dqk = q.shape
-    Bk, Hkv, Lk, Dk = k.shape
-    Bv, Hv, Lv, Dv = v.shape
+    try:
+        B, Hq, Lq, Dqk = q.shape
+        Bk, Hkv, Lk, Dk = k.shape
+        Bv, Hv, Lv, Dv = v.shape
+    except RuntimeError:  # a strided nested tensor has no sizes (costs nothing unraised)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.is_nested:
+                raise _not_dense(name, t) from None
+        raise
     if Bk != B or Bv != B:
         raise ValueError(f"batch size B must match: q has {B}, k has {Bk}, v has {Bv}")
     if Dk != Dqk:

@@ -2,6 +2,7 @@
 errors and empty dimensions."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -196,7 +197,25 @@ BAD = {
     "scale-text": (lambda q, k, v: (q, k, v), {"sm_scale": "0.5"}, "sm_scale"),
     "scale-bytes": (lambda q, k, v: (q, k, v), {"sm_scale": b"0.5"}, "sm_scale"),
     "scale-huge-int": (lambda q, k, v: (q, k, v), {"sm_scale": 10 ** 400}, "sm_scale"),
+    # layouts SPEC's strided tensors exclude (sparse, nested): one clear error, not torch's
+    "k-sparse-coo": (lambda q, k, v: (q, k.to_sparse(), v), {}, "k must be a dense"),
+    "q-sparse-csr": (lambda q, k, v: (_quiet(q.to_sparse, layout=torch.sparse_csr, dense_dim=2), k, v),
+                     {}, "q must be a dense"),
+    "v-nested": (lambda q, k, v: (q, k, _nested(v)), {}, "v must be a dense"),
+    "k-nested-jagged": (lambda q, k, v: (q, _nested(k, torch.jagged), v), {}, "k must be a dense"),
 }
+
+
+def _quiet(f, *args, **kwargs):
+    """``f(...)`` without its warnings (the sparse CSR and nested APIs' beta notices)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return f(*args, **kwargs)
+
+
+def _nested(x, layout=torch.strided):
+    """``x`` as a nested tensor of its batch rows (4-D, same dtype and device)."""
+    return _quiet(torch.nested.nested_tensor, list(x), layout=layout)
 
 
 @pytest.mark.parametrize("name", list(BAD))
