@@ -213,8 +213,9 @@ def _kv_build(base: Case, row: dict) -> Case:
 
 
 #: The chunk category's chunks longer than its cache (129 keys) whose boundary falls inside
-#: it, at key 60 (``kv_start = chunk - 60``): TileLang's frame would pass its 2**22
-#: positions and Triton's int64 without the boundary shift (``Problem.kernel_frame(True)``).
+#: it, at key 60 (``kv_start = chunk - 60``): without the boundary shift
+#: (``Problem.kernel_frame(True)``, a chunk of Lk + 1) TileLang's frame would pass its 2**22
+#: positions with both, Triton's int64 with 2^63+5 (it takes 2^22-2 unshifted).
 _BOUNDARY_AT_60 = {"2^22-2@60": 2**22 - 2, "2^63+5@60": 2**63 + 5}
 
 
@@ -473,7 +474,8 @@ def _categories() -> list[Category]:
         _nan_half(_window_build, lambda r: r["kv_start"] == 5)))
     C.append(Category(
         "chunk", "chunk sizes 1, 2, 63, 64, 65, 128 and 2^63+5 (past int64) with both flags; "
-        "2^22-2 and 2^63+5 with their boundary at key 60 (kernels take those in a chunk of Lk+1)",
+        "2^22-2 and 2^63+5 with their boundary at key 60 (the kernels' frames shift them into a chunk "
+        "of Lk+1 where their positions would not fit: TileLang both, Triton 2^63+5)",
         lambda cuda: {"chunk": [1, 2, 63, 64, 65, 128, 2**63 + 5] + list(_BOUNDARY_AT_60),
                       "mask_lmk": [True, False], "expand": [True, False], "Lq": [129, 70]},
         _nan_half(_chunk_build, lambda r: r["Lq"] == 70)))

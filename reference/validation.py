@@ -173,8 +173,8 @@ _STRIDED = torch.strided
 
 
 def _not_dense(name: str, t: torch.Tensor) -> ValueError:
-    return ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}"
-                      + (" (nested)" if t.is_nested else ""))
+    got = f"a nested tensor (layout {t.layout})" if t.is_nested else f"layout {t.layout}"
+    return ValueError(f"{name} must be a dense (strided) tensor, got {got}")
 
 
 def check_inputs(
@@ -204,6 +204,8 @@ def check_inputs(
         if t.layout is not _STRIDED:  # sparse, jagged nested, mkldnn (strided nested: below)
             raise _not_dense(name, t)
         if t.dim() != 4:
+            if t.is_nested:  # no shape to print
+                raise _not_dense(name, t)
             raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
         if not t.dtype.is_floating_point:
             raise ValueError(f"{name}.dtype must be floating point, got {t.dtype}")

@@ -203,6 +203,8 @@ BAD = {
                      {}, "q must be a dense"),
     "v-nested": (lambda q, k, v: (q, k, _nested(v)), {}, "v must be a dense"),
     "k-nested-jagged": (lambda q, k, v: (q, _nested(k, torch.jagged), v), {}, "k must be a dense"),
+    "q-nested-3d": (lambda q, k, v: (_nested(q[0]), k, v), {}, "q must be a dense"),
+    "q-nested-5d": (lambda q, k, v: (_nested(q[None]), k, v), {}, "q must be a dense"),
 }
 
 

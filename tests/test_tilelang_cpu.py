@@ -133,17 +133,19 @@ def test_unsupported_and_errors():
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
 
 
-@pytest.mark.parametrize("chunk_size, kv_start, mask_lmk, expand", [
-    (1 << 22, 0, True, True),          # the chunk outlasts every key: the kernel gets Lk + 1
-    (1 << 40, 12345, False, False),    # a sentinel chunk, both flags off
-    ((1 << 21) + 3, 1 << 21, True, True),  # r + Lk past the chunk: the chunk itself, < 2**22
+@pytest.mark.parametrize("chunk_size, kv_start, mask_lmk, expand, frame", [
+    (1 << 22, 0, True, True, (0, 20, 71)),          # the chunk outlasts every key: Lk + 1
+    (1 << 40, 12345, False, False, (0, 20, 71)),    # a sentinel chunk, both flags off
+    # r + Lk past the chunk: the chunk itself, Lk + C < 2**22
+    ((1 << 21) + 3, 1 << 21, True, True, (1 << 21, 20, (1 << 21) + 3)),
     # the chunk's boundary at key 50 (its landmark key 49): Lk + chunk would pass 2**22,
-    # so the kernel frame shifts it into a chunk of Lk + 1 (until session 30 refused)
-    ((1 << 22) - 2, (1 << 22) - 52, True, True),
-    ((1 << 22) - 2, (1 << 22) - 52, True, False),
-    (2 ** 63 + 100, 2 ** 63 + 50, False, True),
+    # so the kernel frame shifts it into a chunk of Lk + 1, r = 71 - 50 (until session 30
+    # refused)
+    ((1 << 22) - 2, (1 << 22) - 52, True, True, (21, 20, 71)),
+    ((1 << 22) - 2, (1 << 22) - 52, True, False, (21, 20, 71)),
+    (2 ** 63 + 100, 2 ** 63 + 50, False, True, (21, 20, 71)),
 ])
-def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, mask_lmk, expand):
+def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, mask_lmk, expand, frame):
     """The 2**22 limit is on the kernel frame's positions (launch.check_limits with
     launch.frame's chunk), not on the raw chunk_size or kv_start: chunks longer than
     every key run, and match the reference; so does a long chunk whose boundary falls
@@ -151,9 +153,7 @@ def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, m
     q, k, v = _inputs(1, 2, 1, 40, 70, 32, 32, torch.float32, seed=3)
     kw = dict(window_size=20, chunk_size=chunk_size, kv_start=kv_start, mask_lmk=mask_lmk,
               expand_to_chunk=expand)
-    p = check_inputs(q, k, v, **kw)
-    r, W, C = launch.frame(p)
-    assert r + p.Lk < C + p.Lk < 1 << 22 and (C <= p.Lk + 1 or p.kernel_frame() == (r, W, C))
+    assert launch.frame(check_inputs(q, k, v, **kw)) == frame
     _check(q, k, v, **kw)
 
 
@@ -697,7 +697,7 @@ def test_lmk_cols_match_golden_with_nan_slots(case, modes):
     assert bad.any()
     go, gl = reference.golden(q, k, v, **kw)
     exp_ = verdict.expected(q, k, v, kw)
-    Ck = check_inputs(q, k, v, **kw).kernel_frame()[2]
+    Ck = launch.frame(check_inputs(q, k, v, **kw))[2]
     k_min = launch.lmk_cols_for(launch.LMK_COLS_MAX, True, Ck, 16)
     assert (k_min > 0) == (Ck >= 8)
     runs = {0} | ({k_min, 2} if k_min else set())

@@ -515,14 +515,14 @@ def test_positions_past_int64_are_served(path):
     """kv_start and chunk_size both near 2**63, the chunk's boundary inside the cache
     (key 50; its landmark, key 49, holds NaN): the unshifted kernel frame's positions
     would pass int64, so the kernels get ``kernel_frame(True)`` (that boundary in a
-    chunk of Lk + 1). Window 12: the first query row's edge crosses the boundary (every
-    key from 0, the landmark masked), the others floor to it. Until session 30 this
-    raised UnsupportedConfig."""
-    kw = dict(window_size=12, chunk_size=2 ** 63 + 100, kv_start=2 ** 63 + 50)
+    chunk of Lk + 1). Window 14: on both paths the last query row's edge floors to the
+    boundary, the others cross it (every key from 0, the landmark masked). Until
+    session 30 this raised UnsupportedConfig."""
+    kw = dict(window_size=14, chunk_size=2 ** 63 + 100, kv_start=2 ** 63 + 50)
     q, k, v = _inputs(1, 2, 1, 4 if path == "prefill" else 2, 64, 32, 32, torch.float16)
     p = reference.check_inputs(q, k, v, **kw)
     r, w, c = p.kernel_frame()
-    assert r + p.Lk + w + 2 * c >= 2 ** 63 and L._frame(p) == p.kernel_frame(True) == (15, 12, 65)
+    assert r + p.Lk + w + 2 * c >= 2 ** 63 and L._frame(p) == p.kernel_frame(True) == (15, 14, 65)
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 49], v2[:, :, 49] = float("nan"), float("nan")
     o, lse, taken = _run(q, k2, v2, path=path, **kw)
