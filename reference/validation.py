@@ -193,8 +193,8 @@ def check_inputs(
     """Validate a call against SPEC.md and return its :class:`Problem`.
 
     Raises ``ValueError`` naming the argument and the rule for: tensors that
-    are not dense (sparse, nested) or not 4-D ``torch.Tensor`` s; non-floating or unsupported dtypes; mixed
-    dtypes or devices; mismatched ``B`` / ``Dqk`` / ``Lk`` / ``Hkv``;
+    are not dense (sparse, nested) or not 4-D ``torch.Tensor`` s; non-floating or
+    unsupported dtypes; mixed dtypes or devices; mismatched ``B`` / ``Dqk`` / ``Lk`` / ``Hkv``;
     ``Hq % Hkv != 0``; ``Lq > Lk``; ``window_size < 1``; ``chunk_size < 1``;
     ``kv_start < 0``; a non-finite ``sm_scale``; flags that are not bools.
     """

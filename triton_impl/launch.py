@@ -804,10 +804,10 @@ def _frame(p: Problem) -> tuple[int, int, int]:
     is moved up by whole chunks past 2**31 (then ``C <= r + Lk < 2**31 + Lk``,
     so the moved ``r`` stays below ``2**32 + Lk``). Where they would pass int64
     (a chunk of about 2**61 or more whose boundary falls inside the cache, so
-    ``r`` is as large) the kernels get ``p.kernel_frame(True)`` instead: the boundary at the
-    same key index in a chunk of ``Lk + 1``, every value at most ``2 * Lk + 1``,
-    so ``top <= 6 * Lk + 1027``, and ``Lk < 2**58`` (a tensor's ``Lk * Dqk``
-    elements stay below 2**63, ``Dqk >= 32``): every call fits.
+    ``r`` is as large) the kernels get ``p.kernel_frame(True)`` instead: the
+    boundary at the same key index in a chunk of ``Lk + 1``, every value at most
+    ``2 * Lk + 1``, so ``top <= 6 * Lk + 1027``, and ``Lk < 2**58`` (a tensor's
+    ``Lk * Dqk`` elements stay below 2**63, ``Dqk >= 32``): every call fits.
     """
     r, w, c = p.kernel_frame()
     top = r + p.Lk + w + 2 * c + 1024
