@@ -632,6 +632,19 @@ def generate(tier: str = "quick", device: str | torch.device = "cpu",
     return out
 
 
+def resolve_device(want: str) -> str:
+    """``--device`` as the run uses it: ``auto`` is CUDA where available, else the CPU;
+    ``ValueError`` for ``cuda`` without a CUDA device (the CLI's exit 2, pytest's usage
+    error). Here, not in ``conformance.plugin``: the CLI asks before ``pytest.main``, and a
+    plugin module imported before pytest loads it warns that its asserts cannot be
+    rewritten (``PytestAssertRewriteWarning`` at the end of every ``hils-swa conform``)."""
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available (--device cpu runs the CPU tier)")
+    return want
+
+
 def left_out(device: str | torch.device = "cpu") -> list[str]:
     """What :func:`generate` leaves out on ``device``, with the reason: the CUDA-only
     categories and the error rules that need a second device (printed by ``hils-swa

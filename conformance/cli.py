@@ -85,9 +85,8 @@ def default_workers(device: str, gpus: list[str] | None = None, cores: int | Non
 
 
 def _list(a: argparse.Namespace) -> int:
-    from .cases import generate
-
-    from .plugin import resolve_device, select
+    from .cases import generate, resolve_device
+    from .plugin import select
 
     device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     pinning.apply()  # before pytest (or anything) imports torch
     if a.list:
         return _list(a)
-    from .plugin import resolve_device
+    from .cases import resolve_device
 
     try:  # one line and exit 2, not pytest's collection-error banner (exit 4)
         resolve_device(a.device)

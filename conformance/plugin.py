@@ -67,19 +67,9 @@ def pytest_addoption(parser):
                 help="progress bar instead of pytest's per-test output (used by hils-swa conform)")
 
 
-def resolve_device(want: str) -> str:
-    """``--device`` as the run uses it: ``auto`` is CUDA where available, else the CPU;
-    ``ValueError`` for ``cuda`` without a CUDA device (the CLI's exit 2, pytest's usage error)."""
-    import torch
-
-    if want == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available (--device cpu runs the CPU tier)")
-    return want
-
-
 def _device(config) -> str:
+    from .cases import resolve_device
+
     try:
         return resolve_device(config.getoption("conform_device"))
     except ValueError as e:
