@@ -37,8 +37,11 @@ def test_bound_is_two_same_dtype_plus_floor():
     mag = float(exp.o[mask].abs().max())
     assert exp.o_bound == pytest.approx(2 * err + V.floor(mag, torch.bfloat16))
     lerr = float((l_s.double() - exp.lse).abs().max())
-    # the LSE's floor sits at max|lse| or at the scores' scale, whichever is larger
-    dots = float(q.double().norm(dim=-1).max() * k.double().norm(dim=-1).max())
+    # the LSE's floor sits at max|lse| or at the scores' scale, whichever is larger: the
+    # rows with a finite lse, the keys some query sees
+    seen = reference.seen_keys(q.shape[2], k.shape[2], **reference.mask.rule_kwargs(args))
+    qn = q.double().norm(dim=-1)[torch.isfinite(exp.lse)]
+    dots = float(qn[torch.isfinite(qn)].max() * k.double().norm(dim=-1)[..., seen].max())
     mag = max(float(exp.lse.abs().max()), abs(args.get("sm_scale") or q.shape[-1] ** -0.5) * dots)
     assert exp.lse_bound == pytest.approx(2 * lerr + V.floor(mag, torch.float32, V.FLOOR_ULPS_LSE))
 
@@ -76,6 +79,21 @@ def test_fp32_lse_floor_follows_the_scores_not_the_lse():
                                                         V.FLOOR_ULPS_LSE)
             old_fails += lerr > old
     assert old_fails >= 3
+
+
+def test_lse_floor_ignores_unseen_slots():
+    """SPEC lets key slots no query sees hold anything: a huge finite value there (1e30)
+    must not widen the LSE's floor into a bound that passes a wrong lse."""
+    c, q, k, v, args, exp = _setup(dtype="fp32", Dqk=64, Dv=64)
+    seen = reference.seen_keys(q.shape[2], k.shape[2], **reference.mask.rule_kwargs(args))
+    assert not seen.all()
+    k2 = k.clone()
+    k2[:, :, ~seen] = 1e30
+    exp2 = V.expected(q, k2, v, args)
+    assert exp2.lse_bound == exp.lse_bound < 1e-4
+    o, lse = reference.sliding_window_attention(q, k2, v, **args)
+    assert V.judge(o, lse, exp2).status == V.PASS
+    assert V.judge(o, lse + 1e-4, exp2).status == V.FAIL
 
 
 def test_fp32_floor_and_yardstick_device():

@@ -12,7 +12,8 @@ fp32 softmax; for fp32 inputs run on the CPU, :func:`same_dtype_device`) and ``f
 largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
 :func:`dot_length_factor`). The LSE is compared the same way in fp32 over its
 finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the largest |lse| or at the
-scores' scale ``|sm_scale| * max|q_i| * max|k_j|``, whichever is larger, widened the
+scores' scale ``|sm_scale| * max|q_i| * max|k_j|`` (rows with a finite lse, keys some
+query sees), whichever is larger, widened the
 same way: an LSE errs by its scores' rounding, which |lse| does not measure where
 scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
 ``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 import reference
+from reference.mask import rule_kwargs
 
 __all__ = ["Expected", "Verdict", "YardstickOverflow", "expected", "same_dtype_device", "judge", "judge_error", "judge_pair",
            "assert_pass",
@@ -81,7 +83,7 @@ FLOOR_ULPS_FP32 = 32
 #: the LSE passes through a log and, in most kernels, a base change (exp2/log2
 #: with log2(e) folded into the scale, ``* ln 2`` on the way out): two more fp32
 #: roundings than ``o``, so its floor is a few ulps wider. Its magnitude is the larger
-#: of max|lse| and the scores' scale (:func:`_dot_bound` times ``|sm_scale|``): an LSE
+#: of max|lse| and the scores' scale (:func:`_score_scale`): an LSE
 #: carries its scores' absolute rounding, and where scores cancel (two keys whose lse is
 #: near 0, one key whose dot product cancels) |lse| is far below it. Session 30: at
 #: max|lse| alone correct Triton and TileLang kernels failed 3-6 of 200 seeds of such
@@ -254,25 +256,35 @@ def _overflows(os_, ls, omask, lmask) -> bool:
     return bool((~torch.isfinite(os_) & omask).any()) or bool((~torch.isfinite(ls) & lmask).any())
 
 
-def _dot_bound(q: torch.Tensor, k: torch.Tensor) -> float:
-    """``max |q_i| * max |k_j|`` over the finite rows (0 where either has none): by
-    Cauchy-Schwarz at least every ``|<q_i, k_j>|`` and every ``sum_d |q_id k_jd|``, the
-    scale of a dot product's rounding."""
+def _max_finite(x: torch.Tensor) -> float:
+    x = x[torch.isfinite(x)]
+    return float(x.max()) if x.numel() else 0.0
+
+
+def _row_norms(x: torch.Tensor) -> torch.Tensor:
+    """``|x_i|`` per row (``(B, H, L)``, float64)."""
     # a float64 reduction, no float64 copy of the inputs (the long tier's caches are GBs)
-    norms = [torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64).flatten() for x in (q, k)]
-    norms = [n[torch.isfinite(n)] for n in norms]
-    if any(n.numel() == 0 for n in norms):
-        return 0.0
-    return float(norms[0].max()) * float(norms[1].max())
+    return torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64)
 
 
 def _scores_may_overflow(q: torch.Tensor, dot_bound: float) -> bool:
-    """Whether some ``<q_i, k_j>`` may pass the input dtype's largest value (``dot_bound``,
-    :func:`_dot_bound`). ``same_dtype`` rounds ``q @ k^T`` to the dtype, and an overflow
+    """Whether some ``<q_i, k_j>`` may pass the input dtype's largest value (``dot_bound``:
+    ``max |q_i| * max |k_j|`` over every finite row, Cauchy-Schwarz). ``same_dtype`` rounds ``q @ k^T`` to the dtype, and an overflow
     to ``-inf`` (or, with a negative scale, to ``+inf``) leaves its outputs finite: the
     key drops out of the row, the yardstick's error grows and the bound with it, silently
     (50-270x on fp16 calls a review drew, session 29)."""
     return dot_bound > torch.finfo(q.dtype).max
+
+
+def _score_scale(qn: torch.Tensor, kn: torch.Tensor, lmask: torch.Tensor, scale: float,
+                 kw: dict[str, Any]) -> float:
+    """``|sm_scale| * max |q_i| * max |k_j|`` over the rows with a finite lse and the keys
+    some query sees (row norms ``qn``, ``kn``): by Cauchy-Schwarz at least every score
+    ``|s_ij|`` and every ``|sm_scale| * sum_d |q_id k_jd|`` that reaches an LSE, the scale
+    of its rounding. Unseen key slots may hold anything (SPEC): a large finite value there
+    must not widen the bound."""
+    seen = reference.seen_keys(qn.shape[-1], kn.shape[-1], device=kn.device, **rule_kwargs(kw))
+    return abs(scale) * _max_finite(qn[lmask.to(qn.device)]) * _max_finite(kn[..., seen])
 
 
 def _scale(q: torch.Tensor, kw: dict[str, Any]) -> float:
@@ -301,8 +313,8 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     omask = torch.isfinite(og) & ~empty[..., None]
     lmask = torch.isfinite(lg)
     os_, ls = _yardstick(q, k, v, kw)
-    scale, dots = _scale(q, kw), _dot_bound(q, k)
-    if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(q, dots):
+    scale, qn, kn = _scale(q, kw), _row_norms(q), _row_norms(k)
+    if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(q, _max_finite(qn) * _max_finite(kn)):
         qs = (q.to(torch.float32) * scale).to(q.dtype)  # one rounding of the scaled q to the dtype
         os_, ls = _yardstick(qs, k, v, dict(kw, sm_scale=1.0))
         if _overflows(os_, ls, omask, lmask):
@@ -314,7 +326,7 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     return Expected(o=og, lse=lg, dtype=q.dtype, device=q.device, empty_rows=empty,
                     o_same=_bounds(os_, og, omask, q.dtype, o_floor_ulps(q.dtype) * wide),
                     lse_same=_bounds(ls, lg, lmask, torch.float32, FLOOR_ULPS_LSE * wide,
-                                     mag_at_least=abs(scale) * dots))
+                                     mag_at_least=_score_scale(qn, kn, lmask, scale, kw)))
 
 
 @dataclass
