@@ -107,6 +107,17 @@ def test_fp32_o_floor_follows_the_scores_scale():
     assert old_fails >= 1
 
 
+def test_dv_zero_has_an_lse_bound():
+    """Dv = 0 (SPEC: o has no element, lse is defined): the floors' measures of v's rows
+    must not raise on the empty rows."""
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, 2, 4, 32, generator=g), torch.randn(1, 2, 6, 32, generator=g)
+    v = torch.empty(1, 2, 6, 0)
+    exp = V.expected(q, k, v, dict(window_size=3, chunk_size=4))
+    o, lse = reference.sliding_window_attention(q, k, v, window_size=3, chunk_size=4)
+    assert o.numel() == 0 and V.judge(o, lse, exp).status == V.PASS and 0 < exp.lse_bound < 1e-5
+
+
 def test_lse_floor_ignores_unseen_slots():
     """SPEC lets key slots no query sees hold anything: a huge finite value there (1e30)
     must not widen the LSE's floor into a bound that passes a wrong lse."""

@@ -10,13 +10,12 @@ where ``golden`` is ``reference.golden`` (float64 math on the same inputs),
 fp32 softmax; for fp32 inputs run on the CPU, :func:`same_dtype_device`) and ``floor(dtype)`` is
 :func:`o_floor_ulps` ulps of the dtype (``FLOOR_ULPS``, ``FLOOR_ULPS_FP32`` for fp32) at the
 largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
-:func:`dot_length_factor`), and at least ``FLOOR_ULPS_O_SCORES`` fp32 ulps at the scores'
-scale times the largest seen ``|v|`` (:func:`_score_scale`). The LSE is compared the same way in fp32 over its
-finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the largest |lse| or at the
-scores' scale ``|sm_scale| * max|q_i| * max|k_j|`` (rows with a finite lse, keys some
-query sees), whichever is larger, widened the
-same way: an LSE errs by its scores' rounding, which |lse| does not measure where
-scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
+:func:`dot_length_factor`), and at least ``FLOOR_ULPS_O_SCORES`` fp32 ulps at the
+scores' scale times the largest seen ``|v|`` (:func:`_score_scale`). The LSE is compared
+the same way in fp32 over its finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the
+largest |lse| or at the scores' scale ``|sm_scale| * max|q_i| * max|k_j|`` (rows with a
+finite lse, keys some query sees), whichever is larger, widened the same way: an LSE
+errs by its scores' rounding, which |lse| does not measure where scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
 ``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
 key (``o == 0`` exactly, ``lse == -inf``), NaN exactly where golden has NaN,
 infinities where golden has them, with their sign. No fraction of mismatching
@@ -278,10 +277,10 @@ def _row_norms(x: torch.Tensor) -> torch.Tensor:
 
 def _scores_may_overflow(q: torch.Tensor, dot_bound: float) -> bool:
     """Whether some ``<q_i, k_j>`` may pass the input dtype's largest value (``dot_bound``:
-    ``max |q_i| * max |k_j|`` over every finite row, Cauchy-Schwarz). ``same_dtype`` rounds ``q @ k^T`` to the dtype, and an overflow
-    to ``-inf`` (or, with a negative scale, to ``+inf``) leaves its outputs finite: the
-    key drops out of the row, the yardstick's error grows and the bound with it, silently
-    (50-270x on fp16 calls a review drew, session 29)."""
+    ``max |q_i| * max |k_j|`` over every finite row, Cauchy-Schwarz). ``same_dtype`` rounds
+    ``q @ k^T`` to the dtype, and an overflow to ``-inf`` (or, with a negative scale, to
+    ``+inf``) leaves its outputs finite: the key drops out of the row, the yardstick's error
+    grows and the bound with it, silently (50-270x on fp16 calls a review drew, session 29)."""
     return dot_bound > torch.finfo(q.dtype).max
 
 
@@ -297,6 +296,8 @@ def _score_scale(qn: torch.Tensor, kn: torch.Tensor, v: torch.Tensor, lmask: tor
     :func:`_row_norms` of ``q`` and ``k``."""
     seen = reference.seen_keys(qn.shape[2], kn.shape[2], device=kn.device, **rule_kwargs(kw))
     s = abs(scale) * _max_finite(qn[lmask.to(qn.device)]) * _max_finite(kn[..., seen])
+    if v.shape[-1] == 0:  # Dv = 0: no o to bound (the inf norm of an empty row raises)
+        return s, 0.0
     vrow = torch.linalg.vector_norm(v, ord=math.inf, dim=-1)  # max |v_jd| per row, no copy of v
     return s, _max_finite(vrow[..., seen])
 
