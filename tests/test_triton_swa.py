@@ -526,7 +526,7 @@ def test_positions_past_int64_are_served(path):
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 49], v2[:, :, 49] = float("nan"), float("nan")
     o, lse, taken = _run(q, k2, v2, path=path, **kw)
-    assert taken == path
+    assert taken.startswith(path)  # prefill_tma where a GPU's TMA gate takes it
     _check(o, lse, q, k, v, **kw)
 
 
