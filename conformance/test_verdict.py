@@ -29,20 +29,32 @@ def test_floor_widens_with_the_dot_length():
     assert V.dot_length_factor(256) == 2.0
 
 
-def test_bound_is_two_same_dtype_plus_floor():
-    c, q, k, v, args, exp = _setup()
+@pytest.mark.parametrize("extra", [{}, {"sm_scale": -0.3, "B": 2, "Hq": 4, "Hkv": 2}],
+                         ids=["default", "negative-scale-B2-gqa"])
+def test_bound_is_two_same_dtype_plus_floor(extra):
+    c, q, k, v, args, exp = _setup(**extra)
     o_s, l_s = reference.same_dtype(q, k, v, **args)
     mask = torch.isfinite(exp.o)
     err = float((o_s.double() - exp.o)[mask].abs().max())
     mag = float(exp.o[mask].abs().max())
-    assert exp.o_bound == pytest.approx(2 * err + V.floor(mag, torch.bfloat16))
-    lerr = float((l_s.double() - exp.lse).abs().max())
-    # the LSE's floor sits at max|lse| or at the scores' scale, whichever is larger: the
-    # rows with a finite lse, the keys some query sees
+    # the floors' score scale, written out: per batch and key/value head, |sm_scale| times
+    # the largest |q_i| of rows with a finite lse times the largest |k_j| of keys some
+    # query sees (and times their largest |v_jd| for o's)
     seen = reference.seen_keys(q.shape[2], k.shape[2], **reference.mask.rule_kwargs(args))
-    qn = q.double().norm(dim=-1)[torch.isfinite(exp.lse)]
-    dots = float(qn[torch.isfinite(qn)].max() * k.double().norm(dim=-1)[..., seen].max())
-    mag = max(float(exp.lse.abs().max()), abs(args.get("sm_scale") or q.shape[-1] ** -0.5) * dots)
+    scale = abs(args["sm_scale"] if args.get("sm_scale") is not None else q.shape[-1] ** -0.5)
+    G = q.shape[1] // k.shape[1]
+    S = S_v = 0.0
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            rows = torch.isfinite(exp.lse[b, h])
+            qm = float(q[b, h][rows].double().norm(dim=-1).max())
+            km = float(k[b, h // G][seen].double().norm(dim=-1).max())
+            vm = float(v[b, h // G][seen].double().abs().max())
+            S, S_v = max(S, scale * qm * km), max(S_v, scale * qm * km * vm)
+    o_floor = max(V.floor(mag, torch.bfloat16), V.floor(S_v, torch.float32, V.FLOOR_ULPS_O_SCORES))
+    assert exp.o_bound == pytest.approx(2 * err + o_floor)
+    lerr = float((l_s.double() - exp.lse).abs().max())
+    mag = max(float(exp.lse.abs().max()), S)
     assert exp.lse_bound == pytest.approx(2 * lerr + V.floor(mag, torch.float32, V.FLOOR_ULPS_LSE))
 
 
@@ -78,7 +90,7 @@ def test_fp32_lse_floor_follows_the_scores_not_the_lse():
             old = 2 * exp.lse_same.max_err + V.floor(float(exp.lse.abs().max()), torch.float32,
                                                         V.FLOOR_ULPS_LSE)
             old_fails += lerr > old
-    assert old_fails >= 3
+    assert old_fails >= 1  # 3 of the 400 on the CI-class CPU (its BLAS decides which)
 
 
 def test_fp32_o_floor_follows_the_scores_scale():
@@ -124,11 +136,21 @@ def test_lse_floor_ignores_unseen_slots():
     c, q, k, v, args, exp = _setup(dtype="fp32", Dqk=64, Dv=64)
     seen = reference.seen_keys(q.shape[2], k.shape[2], **reference.mask.rule_kwargs(args))
     assert not seen.all()
-    k2 = k.clone()
+    k2, v2, q2 = k.clone(), v.clone(), q.clone()
     k2[:, :, ~seen] = 1e30
-    exp2 = V.expected(q, k2, v, args)
-    assert exp2.lse_bound == exp.lse_bound < 1e-4
-    o, lse = reference.sliding_window_attention(q, k2, v, **args)
+    v2[:, :, ~seen] = 1e30
+    exp2 = V.expected(q, k2, v2, args)
+    assert exp2.lse_bound == exp.lse_bound < 1e-4 and exp2.o_bound == exp.o_bound
+    # nor a large q in one batch with a large k in another: they never meet (each batch's
+    # scores are the original ones; paired across batches the scale would be 1e6 larger)
+    q2, k2 = torch.cat([q * 1e3, q * 1e-3]), torch.cat([k * 1e-3, k * 1e3])
+    v2 = torch.cat([v, v])
+    exp3 = V.expected(q2, k2, v2, args)
+    assert exp3.lse_bound < 1e-4
+    o3, lse3 = reference.sliding_window_attention(q2, k2, v2, **args)
+    assert V.judge(o3, lse3, exp3).status == V.PASS
+    assert V.judge(o3, lse3 + 1e-3, exp3).status == V.FAIL
+    o, lse = reference.sliding_window_attention(q, k, v, **args)
     assert V.judge(o, lse, exp2).status == V.PASS
     assert V.judge(o, lse + 1e-4, exp2).status == V.FAIL
 

@@ -286,20 +286,34 @@ def _scores_may_overflow(q: torch.Tensor, dot_bound: float) -> bool:
 
 def _score_scale(qn: torch.Tensor, kn: torch.Tensor, v: torch.Tensor, lmask: torch.Tensor,
                  scale: float, kw: dict[str, Any]) -> tuple[float, float]:
-    """``(S, max |v_j|)``: ``S = |sm_scale| * max |q_i| * max |k_j|`` over the rows with a
-    finite lse and the keys some query sees, and the largest finite element of those keys'
-    ``v`` rows. By Cauchy-Schwarz ``S`` is at least every score ``|s_ij|`` and every
+    """``(S, S_v)``: ``S`` the largest ``|sm_scale| * |q_i| * |k_j|`` over each batch and
+    key/value head's query rows with a finite lse and its keys some query sees, ``S_v``
+    the largest such product times the largest finite ``|v_jd|`` of those keys (rows
+    holding a non-finite element count their other elements as 0: a smaller floor, never
+    a larger one). By Cauchy-Schwarz ``S`` is at least every score ``|s_ij|`` and every
     ``|sm_scale| * sum_d |q_id k_jd|`` that reaches an output, the scale of its rounding
     in fp32, where kernels hold scores whatever the input dtype; a probability carries
-    that rounding as a relative error into ``o``, up to ``max |v_j|`` times it. Unseen key
-    slots may hold anything (SPEC): a large finite value there widens nothing. ``qn``, ``kn``:
-    :func:`_row_norms` of ``q`` and ``k``."""
-    seen = reference.seen_keys(qn.shape[2], kn.shape[2], device=kn.device, **rule_kwargs(kw))
-    s = abs(scale) * _max_finite(qn[lmask.to(qn.device)]) * _max_finite(kn[..., seen])
+    that rounding as a relative error into ``o``, up to ``max |v_j|`` times it. Paired per
+    batch and head (a large ``q`` in one batch meets no large ``k`` of another); unseen key
+    slots may hold anything (SPEC): a large finite value there widens nothing. ``qn``,
+    ``kn``: :func:`_row_norms` of ``q`` and ``k``."""
+    B, Hq, Lq = qn.shape
+    Hkv, Lk = kn.shape[1], kn.shape[2]
+    if 0 in (B, Hq, Lq, Hkv, Lk):
+        return 0.0, 0.0
+    seen = reference.seen_keys(Lq, Lk, device=kn.device, **rule_kwargs(kw))
+    if not bool(seen.any()):
+        return 0.0, 0.0
+    zero = torch.zeros((), dtype=torch.float64, device=qn.device)
+    qmax = torch.where(lmask.to(qn.device) & torch.isfinite(qn), qn, zero).amax(-1)  # (B, Hq)
+    qmax = qmax.view(B, Hkv, Hq // Hkv).amax(-1)  # (B, Hkv): head h reads key/value head h // G
+    kmax = torch.where(torch.isfinite(kn), kn, zero)[..., seen].amax(-1)
+    prod = abs(scale) * qmax * kmax
     if v.shape[-1] == 0:  # Dv = 0: no o to bound (the inf norm of an empty row raises)
-        return s, 0.0
+        return float(prod.max()), 0.0
     vrow = torch.linalg.vector_norm(v, ord=math.inf, dim=-1)  # max |v_jd| per row, no copy of v
-    return s, _max_finite(vrow[..., seen])
+    vmax = torch.where(torch.isfinite(vrow), vrow.double(), zero)[..., seen].amax(-1)
+    return float(prod.max()), float((prod * vmax).max())
 
 
 def _scale(q: torch.Tensor, kw: dict[str, Any]) -> float:
@@ -338,10 +352,13 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
                 f"folded into q too (sm_scale={scale!r}): its scores or P @ V pass the dtype's "
                 f"range, so no tolerance can be formed for this call")
     wide = dot_length_factor(q.shape[-1])
-    S, vmax = _score_scale(qn, kn, v, lmask, scale, kw)
+    S, S_v = _score_scale(qn, kn, v, lmask, scale, kw)
+    if not (math.isfinite(S) and math.isfinite(S_v)):  # float64 inputs past fp32's range
+        raise YardstickOverflow(f"the scores' scale ({S!r}, times |v|: {S_v!r}) is not finite: "
+                                "no floor can be formed for this call")
     return Expected(o=og, lse=lg, dtype=q.dtype, device=q.device, empty_rows=empty,
                     o_same=_bounds(os_, og, omask, q.dtype, o_floor_ulps(q.dtype) * wide,
-                                   floor_at_least=floor(S * vmax, torch.float32, FLOOR_ULPS_O_SCORES)),
+                                   floor_at_least=floor(S_v, torch.float32, FLOOR_ULPS_O_SCORES)),
                     lse_same=_bounds(ls, lg, lmask, torch.float32, FLOOR_ULPS_LSE * wide,
                                      mag_at_least=S))
 
