@@ -14,7 +14,7 @@ largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
 scores' scale times the largest seen ``|v|`` (:func:`_score_scale`). The LSE is compared
 the same way in fp32 over its finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the
 largest |lse| or at the scores' scale ``|sm_scale| * max|q_i| * max|k_j|`` (rows with a
-finite lse, keys some query sees), whichever is larger, widened the same way: an LSE
+finite lse, keys some query sees, per batch and key/value head), whichever is larger, widened the same way: an LSE
 errs by its scores' rounding, which |lse| does not measure where scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
 ``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
 key (``o == 0`` exactly, ``lse == -inf``), NaN exactly where golden has NaN,
