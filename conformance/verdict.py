@@ -14,8 +14,9 @@ largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
 scores' scale times the largest seen ``|v|`` (:func:`_score_scale`). The LSE is compared
 the same way in fp32 over its finite entries (floor ``FLOOR_ULPS_LSE`` fp32 ulps at the
 largest |lse| or at the scores' scale ``|sm_scale| * max|q_i| * max|k_j|`` (rows with a
-finite lse, keys some query sees, per batch and key/value head), whichever is larger, widened the same way: an LSE
-errs by its scores' rounding, which |lse| does not measure where scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
+finite lse, keys some query sees, per batch and key/value head), whichever is larger,
+widened the same way: an LSE errs by its scores' rounding, which |lse| does not measure
+where scores cancel). Everything else is exact: shapes, dtypes (``o`` in ``q.dtype``,
 ``lse`` fp32), ``o`` contiguous and on the input device, rows with no visible
 key (``o == 0`` exactly, ``lse == -inf``), NaN exactly where golden has NaN,
 infinities where golden has them, with their sign. No fraction of mismatching
@@ -305,7 +306,7 @@ def _score_scale(qn: torch.Tensor, kn: torch.Tensor, v: torch.Tensor, lmask: tor
     if not bool(seen.any()):
         return 0.0, 0.0
     zero = torch.zeros((), dtype=torch.float64, device=qn.device)
-    qmax = torch.where(lmask.to(qn.device) & torch.isfinite(qn), qn, zero).amax(-1)  # (B, Hq)
+    qmax = torch.where(lmask & torch.isfinite(qn), qn, zero).amax(-1)  # (B, Hq)
     qmax = qmax.view(B, Hkv, Hq // Hkv).amax(-1)  # (B, Hkv): head h reads key/value head h // G
     kmax = torch.where(torch.isfinite(kn), kn, zero)[..., seen].amax(-1)
     prod = abs(scale) * qmax * kmax
@@ -314,12 +315,6 @@ def _score_scale(qn: torch.Tensor, kn: torch.Tensor, v: torch.Tensor, lmask: tor
     vrow = torch.linalg.vector_norm(v, ord=math.inf, dim=-1)  # max |v_jd| per row, no copy of v
     vmax = torch.where(torch.isfinite(vrow), vrow.double(), zero)[..., seen].amax(-1)
     return float(prod.max()), float((prod * vmax).max())
-
-
-def _scale(q: torch.Tensor, kw: dict[str, Any]) -> float:
-    """The call's ``sm_scale`` resolved (``kw`` already validated by golden)."""
-    s = kw.get("sm_scale")
-    return reference.validation.default_scale(q.shape[-1]) if s is None else float(s)
 
 
 def expected(q, k, v, kw: dict[str, Any]) -> Expected:
@@ -342,7 +337,9 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     omask = torch.isfinite(og) & ~empty[..., None]
     lmask = torch.isfinite(lg)
     os_, ls = _yardstick(q, k, v, kw)
-    scale, qn, kn = _scale(q, kw), _row_norms(q), _row_norms(k)
+    scale = reference.check_inputs(q, k, v, dtypes=reference.CANONICAL_DTYPES + (torch.float64,),
+                                   **kw).sm_scale  # resolved by the rule's one implementation
+    qn, kn = _row_norms(q), _row_norms(k)
     if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(q, _max_finite(qn) * _max_finite(kn)):
         qs = (q.to(torch.float32) * scale).to(q.dtype)  # one rounding of the scaled q to the dtype
         os_, ls = _yardstick(qs, k, v, dict(kw, sm_scale=1.0))
