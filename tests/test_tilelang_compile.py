@@ -53,19 +53,20 @@ def _sass(kind, args, tmp_path):
 
 
 def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
-        C=64, scale=True, exp=True, view=False):
+        C=64, scale=True, exp=True, view=False, wide=False):
     """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
     ``split``; the prefill tile, the same for every ``Lq``; ``lmk_cols`` resolved by
     launch.lmk_cols_for) and the default
     ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``);
-    ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call)."""
+    ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call); ``wide``: its
+    positions reach launch.MAX_POSITIONS (launch.wide_positions)."""
     if cfg is None and knobs is None:
         full = (launch.split_config(Dqk, Dv, lmk, exp) if split
                 else launch.shipped_config(Dqk, Dv))
         sl2 = launch.LOG2E * default_scale(Dqk) if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd, full, C,
-                                    sl2, split=split, view=view)[1]
+                                    sl2, split=split, view=view, wide=wide)[1]
     if knobs is None:
         knobs = ()
     return ((Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd) + (cfg or launch.tc_config(Dqk, Dv))
@@ -203,6 +204,11 @@ TC_VARIANTS = {
                           v_chunk=True), 64, launch.LOG2E * default_scale(64), view=True)[1],
     # the split-KV kernel with the view (shipped since session 28, launch.split_config)
     "d128-split-vchunk": _tc(128, 128, split=True, view=True),
+    # session 31: built wide (a cache past 2**22 keys, launch.wide_positions: the landmark
+    # test's float quotient taken twice): the general test per score (D = 64, C = 16) and
+    # the split-KV kernel, whose V landmark rows take the general test (C = 64)
+    "d64-general-wide": _tc(64, 64, C=16, wide=True),
+    "d128-split-wide": _tc(128, 128, split=True, wide=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -456,6 +462,11 @@ def test_combine_and_fp32_kernels_compile(tmp_path):
     assert "HGMMA" not in sass and len(sass) > 0
     sass = _sass("fwd_fp32", (128, 128, True, True, False, False), tmp_path)
     assert "HGMMA" not in sass and "FFMA" in sass
+    # built wide (a cache past 2**22 keys): two float quotients in the landmark test
+    wide = _sass("fwd_fp32", (128, 128, True, True, False, False) + launch.FP32_TILE + (True,),
+                 tmp_path)
+    assert "HGMMA" not in wide and "FFMA" in wide
+    assert wide.count("F2I") > sass.count("F2I")
 
 
 def test_landmark_rows_wait_for_the_v_load():

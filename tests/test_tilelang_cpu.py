@@ -123,11 +123,7 @@ def test_unsupported_and_errors():
     q, k, v = _inputs(1, 2, 2, 4, 4, 32, 32, torch.float32)
     with pytest.raises(ValueError, match="window_size"):
         swa(q, k, v, window_size=0, chunk_size=2)
-    # positions of the kernel frame past 2**22: Lk + min(chunk_size, Lk + 1) = 2**22 (a
-    # stride-0 cache of 2**21 keys)
-    kk = k[:, :, :1].expand(1, 2, 1 << 21, 32)
-    with pytest.raises(UnsupportedConfig, match="2\\*\\*22"):
-        swa(q, kk, kk, window_size=2, chunk_size=1 << 21, kv_start=5)
+    # positions of the kernel frame past 2**29: test_positions_past_2_29_are_refused
     # the float32 score scale sm_scale * log2(e) would overflow (it gave a wrong o)
     with pytest.raises(UnsupportedConfig, match="sm_scale"):
         swa(q, k, v, window_size=2, chunk_size=2, sm_scale=2.4e38)
@@ -146,8 +142,9 @@ def test_unsupported_and_errors():
     (2 ** 63 + 100, 2 ** 63 + 50, False, True, (21, 20, 71)),
 ])
 def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, mask_lmk, expand, frame):
-    """The 2**22 limit is on the kernel frame's positions (launch.check_limits with
-    launch.frame's chunk), not on the raw chunk_size or kv_start: chunks longer than
+    """The position limits (launch.MAX_POSITIONS, launch.MAX_POSITIONS_WIDE) are on the kernel
+    frame's positions (launch.check_limits with launch.frame's chunk), not on the raw
+    chunk_size or kv_start: chunks longer than
     every key run, and match the reference; so does a long chunk whose boundary falls
     inside the cache, rows on both sides of it (window 20)."""
     q, k, v = _inputs(1, 2, 1, 40, 70, 32, 32, torch.float32, seed=3)
@@ -155,6 +152,109 @@ def test_large_chunks_within_the_kernel_frame_are_served(chunk_size, kv_start, m
               expand_to_chunk=expand)
     assert launch.frame(check_inputs(q, k, v, **kw)) == frame
     _check(q, k, v, **kw)
+
+
+def _landmark_probe(wide: bool):
+    """A C-target kernel running ``macros.is_landmark`` (the kernels' own macro) at every
+    ``X[i]`` for chunk ``C``: ``Y[i] = 1`` where it names ``X[i]`` a landmark; the divisor
+    as the kernels built ``wide`` or not pass it (``macros.landmark_divisor``)."""
+    import tilelang
+    import tilelang.language as T
+
+    from tilelang_impl import macros as M
+
+    @tilelang.jit(target="c", execution_backend="cython")
+    def probe(wide: bool):
+        N = T.dynamic("N")
+
+        @T.prim_func
+        def main(X: T.Tensor((N,), "int32"), Y: T.Tensor((N,), "int32"), C: T.int32,
+                 inv_c: T.float32):
+            with T.Kernel(1, threads=1):
+                for i in T.serial(N):
+                    Y[i] = T.if_then_else(M.is_landmark(X[i], C, M.landmark_divisor(inv_c, wide)),
+                                          1, 0)
+        return main
+    return probe(wide)
+
+
+def test_landmark_test_single_quotient_below_2_24_two_up_to_2_29():
+    """``macros.is_landmark`` on TileLang's C target against ``(x + 1) % C == 0`` on
+    Python ints: one float quotient (every kernel below launch.MAX_POSITIONS = 2**22) is
+    exact for positions below 2**24 and wrong past 2**25 for small chunks; two (the kernels
+    built ``wide``, up to launch.MAX_POSITIONS_WIDE = 2**29 plus a tile's keys past Lk)
+    are exact everywhere tested. Chunks 1..299, 2**p - 1 .. 2**p + 1 up to 2**28 and random
+    ones up to 2**29; positions random, every multiple of C near the top with its
+    neighbours, and the first 2000."""
+    g = torch.Generator().manual_seed(2026_12_05)
+    top = launch.MAX_POSITIONS_WIDE + 256
+    chunks = (list(range(1, 300)) + [2 ** p + d for p in range(9, 29) for d in (-1, 0, 1)]
+              + torch.randint(1, launch.MAX_POSITIONS_WIDE, (100,), generator=g).tolist())
+    kernels = {w: _landmark_probe(w) for w in (False, True)}
+    wrong = {(w, low): 0 for w in (False, True) for low in (False, True)}
+    for C in chunks:
+        n = top // C
+        near = torch.arange(max(0, n - 40), n + 1, dtype=torch.int64) * C
+        x = torch.cat([torch.randint(0, top, (20_000,), generator=g), near - 2, near - 1, near,
+                       torch.arange(2000)])
+        x = x[(x >= 0) & (x < top)]
+        want = (x + 1) % C == 0
+        low = x + 1 < 2 ** 24
+        xi = x.to(torch.int32)
+        for w, ker in kernels.items():
+            y = torch.full_like(xi, 7)
+            ker(xi, y, C, 1.0 / C)
+            assert bool(((y == 0) | (y == 1)).all())
+            bad = (y == 1) != want
+            wrong[w, True] += int(bad[low].sum())
+            wrong[w, False] += int(bad[~low].sum())
+    assert wrong[True, True] == wrong[True, False] == 0, wrong
+    assert wrong[False, True] == 0, wrong
+    assert wrong[False, False] > 0, wrong  # the single quotient is not enough up there
+
+
+@pytest.fixture(scope="module")
+def cache_past_2_22():
+    """``k``, ``v`` of 2**22 + 1003 keys (one head, D = 32, fp32: 512 MiB each)."""
+    g = torch.Generator().manual_seed(31)
+    Lk = (1 << 22) + 1003
+    return (torch.randn(1, 1, Lk, 32, generator=g), torch.randn(1, 1, Lk, 32, generator=g))
+
+
+@pytest.mark.parametrize("Lq, W, C, kv_start, flags", [
+    (1, 100, 16, 0, (True, True)),             # decode; one landmark column per 16-key tile
+    (40, 70, 7, 3, (True, True)),              # C = 7: the general float test, r = 3
+    (40, 70, 64, 2 ** 40 + 12345, (True, False)),
+    (17, 300, 3, 5, (False, True)),
+    (40, 70, 1 << 22, 5, (True, True)),        # a chunk longer than the cache: C = Lk + 1
+])
+def test_caches_past_2_22_keys_run_the_wide_kernel(cache_past_2_22, Lq, W, C, kv_start, flags):
+    """A cache of 2**22 + 1003 keys puts the kernel frame's positions past
+    launch.MAX_POSITIONS: the CPU kernel is built ``wide`` (launch.wide_positions; refused
+    as unsupported until session 31) and matches the reference (the suite's verdict)."""
+    k, v = cache_past_2_22
+    q = torch.randn(1, 2, Lq, 32, generator=torch.Generator().manual_seed(Lq + W))
+    kw = dict(window_size=W, chunk_size=C, kv_start=kv_start, mask_lmk=flags[0],
+              expand_to_chunk=flags[1])
+    p = check_inputs(q, k, v, **kw)
+    assert launch.wide_positions(p, launch.frame(p)[2])
+    assert launch.describe(p).endswith("[wide]")
+    o, lse = swa(q, k, v, **kw)
+    verdict.assert_pass(o, lse, q, k, v, kw)
+
+
+def test_positions_past_2_29_are_refused():
+    """``Lk + min(chunk_size, Lk + 1) >= 2**29`` (launch.MAX_POSITIONS_WIDE) raises
+    UnsupportedConfig before anything is copied or built (a stride-0 cache of 2**28 keys)."""
+    q = torch.randn(1, 2, 1, 32)
+    kk = torch.randn(1, 1, 1, 32).expand(1, 1, 1 << 28, 32)
+    with pytest.raises(UnsupportedConfig, match="2\\*\\*29"):  # the frame's C: Lk + 1
+        swa(q, kk, kk, window_size=2, chunk_size=1 << 28, kv_start=5)
+    k1 = kk[:, :, 1:]  # one key less: Lk + C = 2**29 - 1, served by the wide kernels
+    p = check_inputs(q, k1, k1, window_size=2, chunk_size=1 << 28, kv_start=5)
+    assert launch.frame(p)[2] == 1 << 28
+    launch.check_limits(p)
+    assert launch.wide_positions(p, 1 << 28)
 
 
 def test_gpu_launch_calls_the_executable_of_a_tvm_ffi_kernel(monkeypatch):
@@ -330,6 +430,9 @@ def test_cached_plan_is_the_uncached_choice(monkeypatch):
         (dict(Lk=50, chunk_size=100, window_size=16, kv_start=0),
          dict(Lk=50, chunk_size=100, window_size=16, kv_start=60)),
         (dict(Lk=400, chunk_size=400, window_size=64), dict(Lk=700, chunk_size=400, window_size=64)),
+        # Lk + C below and at 2**22 (launch.wide_positions; Lk saturated in the key, C the same)
+        (dict(Lk=(1 << 22) - 100, chunk_size=64, window_size=64),
+         dict(Lk=(1 << 22) - 20, chunk_size=64, window_size=64)),
     ]
     for a, b in pairs:
         launch.clear_plans()
@@ -360,8 +463,9 @@ def test_decode_loop_plans_once_past_the_reach_and_the_cache_is_bounded(monkeypa
         launch._plan(*_plan_args(p))
     # the two tiles below the reach, then one; Lk = kv_start = 768, 832, 896, ... (chunk
     # multiples) add the view's flag to the last two of them (704's tile has only 704)
-    keys = {(k[4], k[-1]) for k in launch._PLANS}
+    keys = {(k[4], k[-2]) for k in launch._PLANS}
     assert keys == {(11, True), (12, False), (12, True), (13, False), (13, True)}, keys
+    assert not any(k[-1] for k in launch._PLANS)  # none wide (launch.wide_positions)
     monkeypatch.setattr(launch, "PLANS_MAX", 2)
     launch.clear_plans()
     for Lq in (1, 2, 3):
@@ -911,10 +1015,10 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
-    per-call knob ``pack``, the tile's ``min_blocks`` and session 25's ``overlap`` and
-    ``v_chunk`` follow it, default off) so older cache keys stay."""
+    per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
+    ``v_chunk`` and session 31's ``wide`` follow it, default off) so older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
-                                   ("overlap", 0), ("v_chunk", False))
+                                   ("overlap", 0), ("v_chunk", False), ("wide", False))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -125,8 +125,9 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     ``o (B, Hq, Lq, Dv)`` contiguous in ``q.dtype`` and ``lse (B, Hq, Lq)``
     fp32, natural log. Raises ``ValueError`` for bad input and
     :class:`UnsupportedConfig` for head dims outside 32..256 (multiples of
-    16), ``Lk + min(chunk_size, Lk + 1) >= 2**22`` (``launch.frame``), ``|sm_scale| > 2.3586e38`` (the score
-    scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU, and
+    16), ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
+    kernels are built ``wide``, ``launch.wide_positions``), ``|sm_scale| > 2.3586e38`` (the
+    score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU, and
     bf16/fp16 on a CUDA device that is not Hopper. Scores are float32: a score
     ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32
     does (data-dependent, not checked).

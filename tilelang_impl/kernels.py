@@ -10,7 +10,8 @@ per-call values are scalar kernel arguments:
     C          int32   chunk_size of the kernel frame (``launch.frame``: chunk_size,
                        or Lk + 1 for a chunk longer than the cache)
     r          int32   kv_start modulo the chunk (the relative frame of macros.py)
-    inv_c      float32 1 / C (exact landmark test without a division)
+    inv_c      float32 1 / C (exact landmark test without a division; the kernels built
+               ``wide`` take its quotient twice, macros.is_landmark)
     scale_log2 float32 sm_scale * log2(e) (with ``scale_fold`` a positive normal
                        float32, which the launcher guarantees)
 
@@ -279,10 +280,17 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
             raise ValueError(f"{name}={value!r}: a bool")
 
 
+def _divisor(wide: bool):
+    """``inv_c -> inv_chunk`` of the macros in a kernel built with ``wide`` or not
+    (``macros.landmark_divisor``): the ``inv_c`` argument itself when not wide, so those
+    kernels' IR is what it was before the knob."""
+    return lambda inv_c: M.landmark_divisor(inv_c, wide)
+
+
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0):
+                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -345,7 +353,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0)
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
+    divisor = _divisor(wide)
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -446,8 +455,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
                               row_sum, left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first,
                               q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
-                              inv_c, mask_lmk, expand_to_chunk, scale_log2, mask_split, fold,
-                              lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
+                              divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
+                              fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
                               policy, threads, overlap == 2)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
@@ -456,27 +465,28 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     if v_chunk:
                         _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk)
                     else:
-                        _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype,
-                                mask_lmk, ws, lmk_zero, lmk_cols)
+                        _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, divisor(inv_c), block_N,
+                                Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols)
                     T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
                     j0 = None
                     if rows_j0:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                     _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end,
-                                k0, j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
+                                k0, j0, block_M, block_N, Lq, Lk, r, W, C, divisor(inv_c), mask_lmk,
                                 expand_to_chunk, scale_log2, mask_split, fold, lmk_cols,
                                 fast_exp2, scale_fold, win_u32, pack)
                     T.copy(acc_s, acc_p)
                     M.rescale_output(acc_o, alpha, block_M, Dv, True)
                     if v_zero:
                         if lmk_zero == "rows":
-                            M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, inv_c, dtype, True, j0,
-                                                 lmk_cols)
+                            M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, divisor(inv_c), dtype,
+                                                 True, j0, lmk_cols)
                         else:
                             j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                             for j, d in T.Parallel(block_N, Dv):
                                 V_s[j, d] = T.if_then_else(
-                                    M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
+                                    M.key_kept(k0, j, hi, r, C, divisor(inv_c), mask_lmk, lmk_cols,
+                                               j0),
                                     V_s[j, d],
                                     T.Cast(dtype, 0))
                     T.gemm(acc_p, V_s, acc_o, policy=policy)
@@ -520,7 +530,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-           pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0):
+           pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
+           wide: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -555,7 +566,11 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     the copy engine writes each chunk's landmark row as zeros and the consumer zeroes
     nothing; :data:`V_CHUNK`: 1 for ``C`` a multiple of ``block_N``, ``n`` = 2 or 4 for
     ``C = block_N / n``, one copy per chunk; exact only for the calls ``launch.v_chunk_call``
-    admits with that ``C``, which the launcher checks per call, ``launch.call_knobs``).
+    admits with that ``C``, which the launcher checks per call, ``launch.call_knobs``)
+    and ``wide`` (the landmark test's float quotient taken twice, exact for the kernel
+    frame's positions up to ``2**29`` where the single one is exact below ``2**24``,
+    ``macros.is_landmark``; baked per call by the launcher for ``Lk + C >= 2**22``,
+    ``launch.wide_positions``; off, a kernel's IR is what it was before the knob).
     The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every
     call of a configuration.
@@ -563,7 +578,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk)
+                        overlap, v_chunk, wide)
 
 
 @tilelang.jit(target=HOPPER,
@@ -574,7 +589,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 threads: int, split: bool, lmk_zero: str = "tile", mask_split: bool = False,
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
-                pack: int = 0, min_blocks: int = 0):
+                pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
+                wide: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -588,7 +604,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     """
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
-                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks)
+                        lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
+                        overlap, v_chunk, wide)
 
 
 @tilelang.jit(target=HOPPER)
@@ -641,13 +658,14 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
-                  scale_fold=False, win_u32=False, lmk_rows_j0=False):
+                  scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False):
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
     _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
-                 lmk_rows_j0=lmk_rows_j0)
+                 lmk_rows_j0=lmk_rows_j0, wide=wide)
+    divisor = _divisor(wide)
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"
@@ -700,12 +718,12 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                             for d in T.serial(Dv):
                                 v_l[j, d] = _elem(V, kv_blhd, bz, hk, k0 + j, d)
                     if mask_lmk:
-                        M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, inv_c, accum, False, j0,
-                                             lmk_cols)
+                        M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, divisor(inv_c), accum,
+                                             False, j0, lmk_cols)
                 else:
                     j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                     for j in T.serial(block_N):
-                        if M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0):
+                        if M.key_kept(k0, j, hi, r, C, divisor(inv_c), mask_lmk, lmk_cols, j0):
                             for d in T.serial(Dqk):
                                 k_l[j, d] = _elem(K, kv_blhd, bz, hk, k0 + j, d)
                             for d in T.serial(Dv):
@@ -717,12 +735,14 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 else:
                     T.gemm(q_l, k_l, acc_s, transpose_B=True)
                 if mask_split:
-                    _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C, inv_c,
-                                mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
+                    _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C,
+                                divisor(inv_c), mask_lmk, expand_to_chunk,
+                                None if scale_fold else scale_log2,
                                 False, lmk_cols, win_u32, j0)
                 else:
-                    M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C, inv_c,
-                                  mask_lmk, None if scale_fold else scale_log2, False, lmk_cols,
+                    M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C,
+                                  divisor(inv_c), mask_lmk, None if scale_fold else scale_log2,
+                                  False, lmk_cols,
                                   win_u32, j0)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
                                         False, fold, scale_log2 if scale_fold else None, fast_exp2)
@@ -748,7 +768,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
             kv_blhd: bool, block_M: int = 16, block_N: int = 16, lmk_zero: str = "tile",
             mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
             fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False,
-            lmk_rows_j0: bool = False):
+            lmk_rows_j0: bool = False, pack: int = 0, min_blocks: int = 0, overlap: int = 0,
+            v_chunk: int = 0, wide: bool = False):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -763,25 +784,30 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     exact only for calls with ``K * chunk_size >= block_N``, ``scale_fold``
     only for a positive normal fp32 scale; the launcher picks both per call);
     ``fast_exp2`` is accepted so the CPU kernel takes the GPU's knob tuple, and
-    changes nothing here (no ``ex2.approx`` on the C target: ``T.exp2``). One program per
+    changes nothing here (no ``ex2.approx`` on the C target: ``T.exp2``); so are ``pack``,
+    ``min_blocks``, ``overlap`` and ``v_chunk``, which must be off (0), and ``wide``, which
+    acts as in :func:`fwd_tc` (the same landmark test). One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """
+    if pack or min_blocks or overlap or v_chunk:
+        raise ValueError(f"fwd_cpu: pack={pack!r}, min_blocks={min_blocks!r}, overlap={overlap!r}, "
+                         f"v_chunk={v_chunk!r}: the C target has none of them (0)")
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
-                         fast_exp2, scale_fold, win_u32, lmk_rows_j0)
+                         fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide)
 
 
 @tilelang.jit
 def fwd_fp32(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
-             kv_blhd: bool, block_M: int = 128, block_N: int = 16):
+             kv_blhd: bool, block_M: int = 128, block_N: int = 16, wide: bool = False):
     """fp32 forward on the GPU: one thread per query, scalar FMA (fp32 accuracy).
 
     Baked in: head dims, the two flags, the input layouts, ``block_M`` queries
-    (= threads) per program, ``block_N`` keys per step. Hopper's tensor cores
-    take fp32 only as tf32 (10-bit mantissa), which would not meet fp32
+    (= threads) per program, ``block_N`` keys per step, ``wide`` as in :func:`fwd_tc`.
+    Hopper's tensor cores take fp32 only as tf32 (10-bit mantissa), which would not meet fp32
     accuracy; this kernel is a correctness path, not a tuned one.
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
-                         block_M, block_N, gpu=True)
+                         block_M, block_N, gpu=True, wide=wide)
 

@@ -22,8 +22,13 @@ from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f
 
 # Head dims served (both Dqk and Dv): the wgmma K step is 16.
 MIN_D, MAX_D, D_STEP = 32, 256, 16
-# The landmark test divides in float32 (macros.is_landmark): positions < 2**22.
+#: The landmark test divides in float32 (``macros.is_landmark``): one quotient is exact for
+#: the kernel frame's positions below this (``Lk + C``, ``C`` its chunk, :func:`frame`) ...
 MAX_POSITIONS = 1 << 22
+#: ... and two quotients (the kernels built ``wide``, :func:`wide_positions`) below this,
+#: which also keeps every difference of positions and window edges inside int32
+#: (``macros.visible``); :func:`check_limits` refuses calls at or past it.
+MAX_POSITIONS_WIDE = 1 << 29
 
 #: Most landmark columns per key tile the kernels test by integer compares
 #: (``macros.tile_landmark``): 2 covers C = 64 on the 128-key tiles.
@@ -322,9 +327,14 @@ def prefill_config(p) -> tuple:
 #: split are made for, :data:`kernels.MIN_BLOCKS`; set by :func:`shipped_config` and
 #: :func:`split_config`) follows ``pack`` and moved ``ws`` to position 15: a config
 #: written with ``ws`` at 14 is refused (:func:`tc_kernel_args`), not misread.
+#: ``wide`` (session 31: the landmark test for kernel-frame positions up to 2**29,
+#: ``macros.is_landmark``) is a property of the call, not of a config: :func:`call_knobs`
+#: sets it where :func:`wide_positions`; a config may only force it on (a lab timing it).
+#: It follows ``v_chunk`` and put the optional ``ws`` after itself, at item 17.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False))
+            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
+            ("wide", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -382,7 +392,7 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
                scale_log2: float | None = None, group: int = 1, view: bool = False,
-               Dv: int = 0) -> tuple:
+               Dv: int = 0, wide: bool = False) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -394,8 +404,11 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     defaults are dropped (one cache key per kernel; the default kernel keeps the key
     it always had). ``v_chunk`` (a permission: the most chunks a tile may span, True = 1)
     becomes :func:`v_chunk_span` of the call (its value head dim ``Dv``; 0: no
-    multi-chunk tile) where ``view`` (the call's :func:`v_chunk_call`), else 0."""
+    multi-chunk tile) where ``view`` (the call's :func:`v_chunk_call`), else 0. ``wide``
+    is on where the call needs it (``wide``: :func:`wide_positions`) or the config asks for
+    it (a lab timing its cost: the wide test is exact at every position a kernel gets)."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
+    full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     vc = _KNOB["v_chunk"]
     full[vc] = v_chunk_span(full[vc], C, block_N, Dv) if (view and mask_lmk) else 0
@@ -431,7 +444,7 @@ def v_chunk_span(cap: int, C: int, block_N: int, Dv: int) -> int:
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
                    scale_log2: float | None = None, group: int = 1,
-                   view: bool = False, Dv: int = 0) -> tuple[str, tuple, tuple]:
+                   view: bool = False, Dv: int = 0, wide: bool = False) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -450,16 +463,18 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv, wide)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                   q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
-                  split: bool = False, group: int = 1, view: bool = False) -> tuple[str, tuple]:
+                  split: bool = False, group: int = 1, view: bool = False,
+                  wide: bool = False) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
-    this config, kernel-frame chunk ``C`` and ``scale_log2`` runs: the kernel
-    cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv)
+    this config, kernel-frame chunk ``C``, ``scale_log2`` and ``wide``
+    (:func:`wide_positions`) runs: the kernel cache key of :func:`run_cuda` (and what the
+    GPU tools precompile)."""
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv, wide)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
@@ -595,15 +610,24 @@ def check_limits(p) -> None:
         raise UnsupportedConfig(f"tilelang: Hq={p.Hq} query heads are not supported on the GPU (at "
                                 f"most {GRID_YZ_MAX}: a launch grid's y extent holds one batch's heads)")
     C = frame(p)[2]
-    if p.Lk + C >= MAX_POSITIONS:  # then C = min(chunk_size, Lk + 1)
+    if p.Lk + C >= MAX_POSITIONS_WIDE:  # then C = min(chunk_size, Lk + 1)
         raise UnsupportedConfig(
-            f"tilelang: Lk + min(chunk_size, Lk + 1) = {p.Lk + C} is not supported (< 2**22: "
-            f"the in-kernel landmark test divides in float32; Lk={p.Lk}, chunk_size={p.chunk_size})")
+            f"tilelang: Lk + min(chunk_size, Lk + 1) = {p.Lk + C} is not supported (< 2**29: "
+            f"the kernels' positions are int32 and their landmark test divides in float32; "
+            f"Lk={p.Lk}, chunk_size={p.chunk_size})")
     if device_type(p.device) == "cuda" and p.dtype != torch.float32:
         if capability(p.device)[0] != 9:
             raise UnsupportedConfig(
                 "tilelang: the bf16/fp16 kernels are built for Hopper (sm_90a); "
                 f"device {torch.cuda.get_device_name(p.device)!r} is not supported")
+
+
+def wide_positions(p, C: int) -> bool:
+    """Whether a call whose kernel-frame chunk is ``C`` (:func:`frame`) runs the kernels
+    built ``wide`` (``kernels.fwd_tc``'s knob: two float quotients in the landmark test,
+    ``macros.is_landmark``): its positions reach :data:`MAX_POSITIONS` (``Lk + C >=
+    2**22``, e.g. a cache of 4M keys). Every other call runs the kernels it always ran."""
+    return p.Lk + C >= MAX_POSITIONS
 
 
 def frame(p) -> tuple[int, int, int]:
@@ -613,8 +637,9 @@ def frame(p) -> tuple[int, int, int]:
     positions would reach :data:`MAX_POSITIONS` (a chunk longer than the cache whose
     boundary falls inside it: ``C <= r + Lk``), ``p.kernel_frame(True)``: that boundary at
     the same key index in a chunk of ``Lk + 1``. So the kernel frame's chunk is larger than
-    ``Lk + 1`` only where that fits, and :func:`check_limits` refuses only ``Lk +
-    min(chunk_size, Lk + 1) >= 2**22``."""
+    ``Lk + 1`` only where the single-quotient landmark test serves it, and :func:`check_limits`
+    refuses only ``Lk + min(chunk_size, Lk + 1) >= 2**29``; from ``2**22`` the kernels are
+    built ``wide`` (:func:`wide_positions`)."""
     f = p.kernel_frame()
     return f if p.Lk + f[2] < MAX_POSITIONS else p.kernel_frame(True)
 
@@ -779,7 +804,7 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
            p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, _c_key(C), scale_fold_ok(sl2),
-           force_split, sm_count(p.device), v_chunk_call(p))
+           force_split, sm_count(p.device), v_chunk_call(p), wide_positions(p, C))
     plan = _PLANS.get(key)
     if plan is None:
         plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
@@ -813,7 +838,8 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
     split = S > 1
     cfg = config or (split_cfg if split else prefill_config(p))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk, p.expand_to_chunk, q_blhd,
-                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv, v_chunk_call(p))
+                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv, v_chunk_call(p),
+                               wide_positions(p, C))
     return S, kind, args
 
 
@@ -825,13 +851,15 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
     if device_type(p.device) != "cuda":
-        return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)"
+        wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
+        return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide
     if p.B > GRID_YZ_MAX:
         cuts = batch_slices(p.B, GRID_YZ_MAX)
         return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split)
                 + f" (batch slices of {cuts[0].stop} or fewer: {len(cuts)} launches)")
     if p.dtype == torch.float32:
-        return "fwd_fp32 (one row per thread, CUDA cores)"
+        wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
+        return "fwd_fp32 (one row per thread, CUDA cores)" + wide
     _, C, _, _, sl2 = scalars(p)
     S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
     bm, bn, stages, threads = args[7:11]
@@ -841,6 +869,17 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     if S > 1:
         text += f" S={S} +{combine_key(args)[0]}"
     return text + (" [" + " ".join(knobs) + "]" if knobs else "")
+
+
+#: ``kernels.fwd_fp32``'s tile (its defaults), written out where ``wide`` follows it.
+FP32_TILE = (128, 16)
+
+
+def fp32_args(p, q_blhd: bool, kv_blhd: bool, C: int) -> tuple:
+    """Factory arguments of the fp32 GPU kernel of a call (kernel-frame chunk ``C``):
+    those it always had, and its tile and ``wide`` where :func:`wide_positions`."""
+    args = (p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+    return args + FP32_TILE + (True,) if wide_positions(p, C) else args
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
@@ -857,7 +896,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         return
     W, C, r, inv_c, sl2 = scalars(p)
     if p.dtype == torch.float32:
-        ker = _call("fwd_fp32", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+        ker = _call("fwd_fp32", *fp32_args(p, q_blhd, kv_blhd, C))
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split) if config is None
@@ -889,7 +928,8 @@ def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     tile; ``scale_fold`` per call, :func:`scale_fold_ok`), so the CPU tier runs the
     same macros as the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
-    knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2)
+    knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2,
+                       wide=wide_positions(p, C))
     ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
                   *CPU_TILE, *knobs)
     ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)

@@ -17,12 +17,13 @@ multiple of ``chunk_size``, so the relative frame gives the same visibility as
 the absolute one while every integer stays small (no int32 overflow for any
 ``kv_start``, 10**6 + 3 or 2**40).
 
-Landmark test. :func:`is_landmark` tests any position (a float quotient, about
-9 instructions); :func:`tile_landmark` is what the score masks and the V-row
-tests call: with ``lmk_cols = K`` baked in it compares the tile column with
-the tile's first ``K`` landmark columns instead (``K`` integer compares, one
-floor modulo per tile), which is the same predicate whenever ``K * C >=
-block_N`` (the launcher's rule, ``launch.lmk_cols_for``).
+Landmark test. :func:`is_landmark` tests a position with a float quotient (about 9
+instructions; exact below 2**24, used below 2**22) or two (up to 2**29, in the kernels
+built ``wide``, whose ``inv_chunk`` is a :class:`WidePositions`); :func:`tile_landmark`
+is what the score masks and the V-row tests call: with ``lmk_cols = K`` baked in it
+compares the tile column with the tile's first ``K`` landmark columns instead (``K``
+integer compares, one floor modulo per tile), which is the same predicate whenever
+``K * C >= block_N`` (the launcher's rule, ``launch.lmk_cols_for``).
 
 Arithmetic knobs (baked in, never the answer): ``win_u32`` (:func:`visible`: the
 window test as one unsigned compare), a folded scale (:func:`mask_scores`,
@@ -96,18 +97,61 @@ def window_left(qpos, window_size, chunk_size, expand_to_chunk):
     return left
 
 
+class WidePositions:
+    """The landmark divisor of a kernel built for positions up to 2**29 (``wide``, baked
+    in): ``inv`` is the kernel's ``float32(1 / C)`` argument, and :func:`is_landmark` takes
+    a second float quotient of the first one's remainder. Made by
+    :func:`landmark_divisor`; passed where the macros take ``inv_chunk``, so only
+    :func:`is_landmark` looks at it (a trace-time Python object, never in the IR)."""
+
+    __slots__ = ("inv",)
+
+    def __init__(self, inv):
+        self.inv = inv
+
+
+def landmark_divisor(inv_c, wide: bool):
+    """What a kernel passes as ``inv_chunk``: its ``inv_c`` argument, or with ``wide``
+    (baked in: the launcher's ``launch.wide_positions`` of the call) that argument as a
+    :class:`WidePositions`."""
+    return WidePositions(inv_c) if wide else inv_c
+
+
+def _float_rem(x, chunk_size, inv):
+    """``x - trunc(float32(x) * inv) * C`` in int32: ``x`` minus the float quotient's multiple
+    of ``C`` (``inv = float32(1 / C)``)."""
+    return x - T.Cast("int32", T.Cast("float32", x) * inv) * chunk_size
+
+
 @T.macro
 def is_landmark(kpos, chunk_size, inv_chunk):
     """``(kpos + 1) % chunk_size == 0`` for ``kpos >= 0`` without an integer division.
 
-    ``inv_chunk`` is ``float32(1 / chunk_size)``. For ``x = kpos + 1 < 2**22``
-    the float quotient is off by at most one, so ``x - q * chunk_size`` lies in
-    ``[-C, 2C)`` and ``x`` is a multiple of ``C`` exactly when that remainder
-    is ``-C``, ``0`` or ``C`` (the launcher refuses ``Lk + C >= 2**22`` for the kernel-frame
-    chunk ``C``, ``launch.frame``).
+    ``inv_chunk`` is ``float32(1 / chunk_size)``. For ``x = kpos + 1 < 2**24`` (exact in
+    float32) the reciprocal and the product each round by at most ``2**-24`` relative,
+    so the quotient is within ``(x / C) * 2**-23 < 1`` of ``x / C`` (``C >= 3``; exact for
+    ``C`` = 1, 2) and ``x - q * chunk_size`` lies in ``(-C, 2C)``: ``x`` is a multiple
+    of ``C`` exactly when that remainder is ``0`` or ``C`` (``-C`` is tested too). The
+    launcher bakes this form for calls with ``Lk + C < 2**22`` (``C`` the kernel-frame
+    chunk, ``launch.frame``; the bound it has always used, with room for the tiles' keys
+    past ``Lk``). A scan of ``C`` = 1..39 and 15 larger chunks found its first error at
+    ``x = 2**25 + 2`` (``C = 1``).
+
+    ``inv_chunk`` a :class:`WidePositions` (the ``wide`` kernels, ``Lk + C < 2**29``):
+    two quotients. For ``x < 2**30`` the first one's relative error is at most ``3 *
+    2**-24`` (``x`` rounded to float32, the rounded reciprocal, the product), so it is off
+    by at most ``1 + 192 / C`` and its remainder ``y`` lies in ``[-192, C + 192]`` with
+    ``y = x (mod C)``, no int32 product past ``2 * 2**29``; the second quotient, of ``y``,
+    is off by less than one past its truncation, so ``y - q' * C`` lies in ``(-2C, 2C)``,
+    a multiple of ``C`` exactly when it is ``-C``, ``0`` or ``C``.
+    ``tests/test_tilelang_cpu.py`` runs both forms of this macro on TileLang's C target
+    over millions of positions up to ``2**29``.
     """
     x = kpos + 1
-    rem = x - T.Cast("int32", T.Cast("float32", x) * inv_chunk) * chunk_size
+    if isinstance(inv_chunk, WidePositions):
+        rem = _float_rem(_float_rem(x, chunk_size, inv_chunk.inv), chunk_size, inv_chunk.inv)
+    else:
+        rem = _float_rem(x, chunk_size, inv_chunk)
     return T.Or(T.Or(rem == 0, rem == chunk_size), rem == -chunk_size)
 
 
@@ -190,8 +234,10 @@ def visible(qpos, k_first, j, left, r, chunk_size, inv_chunk, mask_lmk, lmk_cols
     <= qpos``, never the answer: ``False`` two signed compares joined by a
     short-circuit ``&&``; ``True`` one unsigned compare ``uint32(kpos - left)
     <= uint32(qpos - left)``. The same predicate because ``left <= qpos``
-    always (``left`` is at most ``qpos - window_size + 1``, floored) and every
-    relative position is below ``2**23`` (no int32 overflow): a ``kpos`` left
+    always (``left`` is at most ``qpos - window_size + 1``, floored) and no
+    difference overflows int32: the launcher keeps ``Lk + C < 2**29``
+    (``launch.MAX_POSITIONS_WIDE``, ``C`` the kernel-frame chunk, the window clamped to
+    ``Lk + C``), so ``kpos < 2**29 + block_N`` and ``left > -2**30``; a ``kpos`` left
     of ``left`` wraps to at least ``2**31``, above any ``qpos - left``.
     """
     kpos = r + k_first + j
