@@ -385,6 +385,20 @@ def _long_build(base: Case, row: dict) -> Case:
                    kv_start=row["kv_start"], dtype=row["dtype"], nan_slots=True)
 
 
+#: ``long4m``: a cache past 2**22 keys (Lk + C passes TileLang's ``launch.MAX_POSITIONS``).
+LONG4M_LK = (1 << 22) + 1003
+
+
+def _long4m_build(base: Case, row: dict) -> Case:
+    cuda = base.device.startswith("cuda")
+    Lq = {"decode": 1, "chunk": 200 if cuda else 40}[row["shape"]]
+    D = 128 if cuda else 32
+    return replace(base, B=1, Hq=4 if cuda else 2, Hkv=1, Lq=Lq, Lk=LONG4M_LK, Dqk=D, Dv=D,
+                   window=512, chunk=row["chunk"],
+                   expand=row["expand"], kv_start=row["kv_start"], dtype=row["dtype"],
+                   nan_slots=True)
+
+
 def _gqa_build(base: Case, row: dict) -> Case:
     Hq, Hkv = row["heads"]
     if not base.device.startswith("cuda"):
@@ -581,6 +595,17 @@ def _categories() -> list[Category]:
                       "layout": ["bhld", "bthd", "padt"], "shape": ["train", "infer"],
                       "heads": [(8, 8), (12, 4)], "W": [200, 512]},
         _chunk_view_build, cuda_only=True))
+    C.append(Category(
+        "long4m", "a cache of 2^22 + 1003 keys, where TileLang's kernels test landmarks with "
+        "two float quotients (built wide): decode and a 200-query chunk (40 on the CPU) at "
+        "kv_start 0 and 10^6+3, chunks 7 (the per-element float test) and 64 (landmark "
+        "columns, V's landmark rows), both expand_to_chunk, window 512, NaN in every unseen "
+        "slot; 4 query heads on one key/value head at D = 128 on the GPU (the decode rows reach "
+        "TileLang's split-KV kernel), 2 at D = 32 on the CPU",
+        lambda cuda: {"shape": ["decode", "chunk"], "chunk": [7, 64], "expand": [True, False],
+                      "kv_start": [0, 10**6 + 3],
+                      "dtype": ["bf16", "fp32"] if cuda else ["fp16", "fp32"]},
+        _long4m_build))
     C.append(Category(
         "long", "long keys on the GPU: decode and prefill against caches up to 128K",
         lambda cuda: {"L": [(1, 131072), (64, 131072), (2048, 131072), (16384, 16384), (4096, 65536)],

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import reference
-from conformance.cases import (CATEGORIES, ERROR_RULES, Case, case_seed, generate, invisible_slots,
-                               make_inputs, pairwise, poison_unseen)
+from conformance.cases import (CATEGORIES, ERROR_RULES, LONG4M_LK, Case, case_seed, generate,
+                               invisible_slots, make_inputs, pairwise, poison_unseen)
 
 QUICK_CPU = generate("quick", "cpu")
 FULL_CPU = generate("full", "cpu")
@@ -97,11 +97,34 @@ def test_coverage_of_the_issue(cases):
 
 
 def test_cuda_tier_adds_long_keys():
-    assert max(c.Lk for c in FULL_CUDA) == 131072
+    assert max(c.Lk for c in FULL_CUDA if c.category != "long4m") == 131072
     assert {1000, 2080} <= {c.Lk for c in FULL_CUDA}
     assert "mixed_device" in {c.error for c in FULL_CUDA}
     assert all(c.category != "long" for c in FULL_CPU)
-    assert max(c.Lk for c in QUICK_CPU) <= 333  # the Triton interpreter budget
+    # the Triton interpreter budget; long4m's cost on the CPU is its allocation, below
+    assert max(c.Lk for c in QUICK_CPU if c.category != "long4m") <= 333
+
+
+def test_long4m_puts_positions_past_tilelang_s_single_quotient_on_both_tiers():
+    """``long4m``: every case's kernel frame reaches launch.MAX_POSITIONS (TileLang builds its
+    kernels ``wide``), on the CPU tier too, where it stays cheap for the Triton interpreter
+    (one key/value head of D = 32, at most 40 queries, 2 query heads: the interpreter runs
+    the window's key blocks only; the inputs, 2 x 512 MiB in fp32, are the cost)."""
+    from reference import check_inputs
+    from tilelang_impl import launch
+
+    for cases in (FULL_CPU, FULL_CUDA, QUICK_CPU):
+        long4m = [c for c in cases if c.category == "long4m"]
+        assert long4m and all(c.Lk == LONG4M_LK for c in long4m)
+        for c in long4m:
+            k = torch.empty(c.B, c.Hkv, c.Lk, c.Dqk, device="meta")
+            p = check_inputs(torch.empty(c.B, c.Hq, c.Lq, c.Dqk, device="meta"), k,
+                             torch.empty(c.B, c.Hkv, c.Lk, c.Dv, device="meta"), **c.kwargs())
+            assert launch.wide_positions(p, launch.frame(p)[2]), c.id
+    for c in QUICK_CPU + FULL_CPU:
+        if c.category == "long4m":
+            assert c.Lq <= 40 and c.B * c.Hq <= 2 and c.Dqk == c.Dv == 32 and c.Hkv == 1, c.id
+    assert {c.Lq for c in FULL_CUDA if c.category == "long4m"} == {1, 200}
 
 
 @pytest.mark.parametrize("category, dims, dtypes", [
@@ -122,9 +145,11 @@ def test_nan_and_decode_reach_the_split_head_dims_on_cuda(category, dims, dtypes
 
 
 def test_cpu_quick_cases_stay_small():
-    """Triton interpreter cost grows with programs x loop steps: keep CPU cases small."""
+    """Triton interpreter cost grows with programs x loop steps: keep CPU cases small
+    (``long4m``'s long cache apart: its test above)."""
     for c in QUICK_CPU:
-        assert c.Lq <= 333 and c.Lk <= 333 and c.B * c.Hq <= 48, c.id
+        if c.category != "long4m":
+            assert c.Lq <= 333 and c.Lk <= 333 and c.B * c.Hq <= 48, c.id
 
 
 def test_empty_rows_category_has_empty_rows():

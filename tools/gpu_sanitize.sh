@@ -2,7 +2,8 @@
 # The GPU kernels under NVIDIA compute-sanitizer (see README, "GPU runs").
 #   bash tools/gpu_sanitize.sh          (device tool: carry [".device"], $OUT set)
 # Runs the conformance suite's CUDA cases (quick tier, every category but `long`,
-# whose 128K caches would take the sanitizer minutes per case) once per backend
+# whose 128K caches would take the sanitizer minutes per case; `long4m`'s 4M-key cache is
+# in: its kernels read only the window, 1-2 GB into the cache) once per backend
 # under each tool, in parallel processes without xdist, and leaves one log per
 # (tool, backend) and a summary under $OUT:
 #   memcheck   out-of-bounds and misaligned global / shared accesses, every backend
@@ -39,7 +40,7 @@ if [ "${TL_UNPACK:-1}" != 0 ] && [ -f .device/tl_site.tar.xz ]; then bash tools/
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 SAN=${SANITIZER:-compute-sanitizer}
 command -v "$SAN" > /dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,inf_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack,chunk_view"
+ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,inf_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack,chunk_view,long4m"
 # racecheck / synccheck: small cases only. chunk_view (about 100 heads x 2048 queries a case)
 # is not among them; TileLang's view kernels were raced on the small cases of
 # tests/test_tilelang_view_gpu.py instead (session 25: 0 hazards, 0 errors).
