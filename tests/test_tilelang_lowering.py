@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("tilelang", reason="tilelang is not installed")
 
+from conformance.cases import LONG4M_LK  # noqa: E402
 from tilelang_impl import launch  # noqa: E402
 from tools import tl_lower  # noqa: E402
 
@@ -32,6 +33,34 @@ def test_the_tier_reaches_every_kind_of_kernel():
     pack = launch._KNOBS_AT + launch._KNOB["pack"]
     assert {a[pack] for a in tc if len(a) > pack} >= {2, 3, 4, 8}  # GQA-packed, every G
     assert any(a[5] or a[6] for a in tc)  # BLHD views
+
+
+def test_widened_kernels_are_the_same_kernels_built_wide():
+    """``--wide`` (tl_lower.widened): every landmark-testing kernel of the tier once more,
+    with only the knob ``wide`` on (after the knobs it had, their defaults filled in), the
+    kernel a call past 2**22 positions takes; the combine left out. The tier's ``long4m``
+    cases (a cache of 2**22 + 1003 keys) ask for wide kernels themselves: those map to
+    themselves."""
+    at = launch._KNOBS_AT + launch._KNOB["wide"]
+    defaults = tuple(d for _, d in launch.TC_KNOBS)
+    for job, cases in WANTED.items():
+        kind, args = job
+        wide = tl_lower.widened({job: cases})
+        if kind == "combine":
+            assert wide == {}
+            continue
+        ((wkind, wargs), wcases), = wide.items()
+        assert wkind == kind and wcases == cases
+        if kind == "fwd_tc":
+            n = len(args) - launch._KNOBS_AT
+            assert wargs[:min(len(args), at)] == args[:at]  # the knobs it had, kept
+            assert wargs[len(args):at] == defaults[n:-1] and wargs[at] is True
+            assert len(wargs) == at + 1
+        else:
+            assert wargs == args[:6] + launch.FP32_TILE + (True,)
+        if f"k{LONG4M_LK}-" in " ".join(cases):
+            assert wargs == args  # built wide already
+    assert any(f"k{LONG4M_LK}-" in " ".join(c) for c in WANTED.values())
 
 
 def test_the_tier_asks_for_kernels_with_its_categories():

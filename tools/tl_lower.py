@@ -97,6 +97,28 @@ def fold_dtypes(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     return out
 
 
+def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
+    """``wanted`` with each kernel that tests landmarks replaced by its twin built ``wide``
+    (``kernels.fwd_tc`` / ``fwd_fp32``'s knob, two float quotients in the landmark test):
+    the kernels the same calls would take with a cache past 2**22 keys
+    (``launch.wide_positions``); the combine, which has no landmark test, is left out.
+    ``--wide`` lowers these (session 31: all of the full tier's lower)."""
+    from tilelang_impl import launch
+
+    out: dict[tuple, list[str]] = {}
+    for (kind, args), cases in wanted.items():
+        if kind == "fwd_tc":
+            knobs = args[launch._KNOBS_AT:]
+            knobs += tuple(d for _, d in launch.TC_KNOBS[len(knobs):])
+            args = args[:launch._KNOBS_AT] + knobs[:-1] + (True,)
+        elif kind == "fwd_fp32":
+            args = args[:6] + launch.FP32_TILE + (True,)
+        else:
+            continue
+        out.setdefault((kind, args), []).extend(cases)
+    return out
+
+
 def lower_one(job: tuple) -> str | None:
     """Lower one ``(kind, args)`` for its target; None, or the error's first line."""
     import tilelang
@@ -134,11 +156,16 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated categories")
     ap.add_argument("--fold-dtypes", action="store_true",
                     help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what gpu_all.sh runs)")
+    ap.add_argument("--wide", action="store_true",
+                    help="lower each kernel's twin built wide instead (widened: what the same "
+                         "calls take past 2**22 positions)")
     a = ap.parse_args(argv)
     t0 = time.time()
     wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None)
     if a.fold_dtypes:
         wanted = fold_dtypes(wanted)
+    if a.wide:
+        wanted = widened(wanted)
     jobs = list(wanted)
     kinds = sorted({k for k, _ in jobs})
     print(f"{len(jobs)} TileLang kernels ({', '.join(kinds)}) for the {a.tier} GPU tier "
