@@ -63,6 +63,19 @@ def test_widened_kernels_are_the_same_kernels_built_wide():
     assert any(f"k{LONG4M_LK}-" in " ".join(c) for c in WANTED.values())
 
 
+def test_a_widened_kernel_without_trailing_knobs_lowers():
+    """The knobs a kernel's arguments left out at their defaults come back as the launcher
+    bakes them (``pack`` the int 0, which the factory needs: the first ``--wide`` sweep
+    filled in ``TC_KNOBS``' ``False`` and 10 of 199 kernels failed, D > 128 and the split
+    kernels without expand_to_chunk). One of those, lowered."""
+    job = ("fwd_tc", (192, 192, "bfloat16", True, True, False, False, 64, 64, 2, 128, False,
+                      "tile"))
+    ((kind, args), _), = tl_lower.widened({job: ["x"]}).items()
+    pk = launch._KNOBS_AT + launch._KNOB["pack"]
+    assert type(args[pk]) is int and args[-1] is True
+    assert tl_lower.lower_one((kind, args)) is None
+
+
 def test_the_tier_asks_for_kernels_with_its_categories():
     """``--only`` narrows the sweep to the categories a GPU call runs (gpu_all.sh's
     ``ONLY``): the kernels of two categories are among the tier's, and their cases are
