@@ -213,34 +213,69 @@ def test_landmark_test_single_quotient_below_2_24_two_up_to_2_29():
     assert wrong[False, False] > 0, wrong  # the single quotient is not enough up there
 
 
+#: A cache whose kernel frame reaches past 2**25, where the single float quotient names
+#: wrong keys landmarks for small chunks, and the tail of it that is written.
+WIDE_LK, WIDE_TAIL = (1 << 26) + 1003, 4096
+
+
 @pytest.fixture(scope="module")
-def cache_past_2_22():
-    """``k``, ``v`` of 2**22 + 1003 keys (one head, D = 32, fp32: 512 MiB each)."""
+def cache_past_2_26():
+    """``k``, ``v`` of ``WIDE_LK`` keys (one head, D = 32, fp32: 8 GiB each of address space)
+    of which only the last ``WIDE_TAIL`` are written: the rest stays unbacked (the kernels
+    read the keys a query can see, all in the tail), so resident memory stays small."""
     g = torch.Generator().manual_seed(31)
-    Lk = (1 << 22) + 1003
-    return (torch.randn(1, 1, Lk, 32, generator=g), torch.randn(1, 1, Lk, 32, generator=g))
+    k, v = torch.empty(1, 1, WIDE_LK, 32), torch.empty(1, 1, WIDE_LK, 32)
+    k[:, :, -WIDE_TAIL:] = torch.randn(1, 1, WIDE_TAIL, 32, generator=g)
+    v[:, :, -WIDE_TAIL:] = torch.randn(1, 1, WIDE_TAIL, 32, generator=g)
+    return k, v
 
 
-@pytest.mark.parametrize("Lq, W, C, kv_start, flags", [
-    (1, 100, 16, 0, (True, True)),             # decode; one landmark column per 16-key tile
-    (40, 70, 7, 3, (True, True)),              # C = 7: the general float test, r = 3
-    (40, 70, 64, 2 ** 40 + 12345, (True, False)),
-    (17, 300, 3, 5, (False, True)),
-    (40, 70, 1 << 22, 5, (True, True)),        # a chunk longer than the cache: C = Lk + 1
-])
-def test_caches_past_2_22_keys_run_the_wide_kernel(cache_past_2_22, Lq, W, C, kv_start, flags):
-    """A cache of 2**22 + 1003 keys puts the kernel frame's positions past
-    launch.MAX_POSITIONS: the CPU kernel is built ``wide`` (launch.wide_positions; refused
-    as unsupported until session 31) and matches the reference (the suite's verdict)."""
-    k, v = cache_past_2_22
+WIDE_CASES = [  # (Lq, W, C, kv_start, flags)
+    (33, 512, 3, 1, (True, True)),             # C = 3: the general float test per score
+    (1, 300, 7, 10**6 + 3, (True, False)),     # decode
+    (40, 512, 5, 2, (False, True)),            # no landmarks: the window alone
+    (40, 70, 64, 2 ** 40 + 12345, (True, True)),
+    (40, 70, 2 ** 40, 2 ** 40 - 50, (True, False)),  # the chunk's boundary inside the cache
+]
+
+
+def _wide_call(cache, Lq, W, C, kv_start, flags):
+    k, v = cache
     q = torch.randn(1, 2, Lq, 32, generator=torch.Generator().manual_seed(Lq + W))
     kw = dict(window_size=W, chunk_size=C, kv_start=kv_start, mask_lmk=flags[0],
               expand_to_chunk=flags[1])
+    seen = reference.seen_keys(Lq, WIDE_LK, **kw)
+    assert not bool(seen[:WIDE_LK - WIDE_TAIL].any())  # every key a query sees is written
+    tail = (k[:, :, -WIDE_TAIL:], v[:, :, -WIDE_TAIL:],
+            dict(kw, kv_start=kv_start + WIDE_LK - WIDE_TAIL))  # the same visibility
+    return q, kw, tail
+
+
+@pytest.mark.parametrize("Lq, W, C, kv_start, flags", WIDE_CASES)
+def test_caches_past_2_26_keys_run_the_wide_kernel(cache_past_2_26, Lq, W, C, kv_start, flags):
+    """A cache of 2**26 + 1003 keys puts the kernel frame's positions past
+    launch.MAX_POSITIONS: the CPU kernel is built ``wide`` (launch.wide_positions; refused
+    as unsupported until session 31) and matches the reference run on the written tail
+    (the suite's verdict)."""
+    q, kw, (kt, vt, tkw) = _wide_call(cache_past_2_26, Lq, W, C, kv_start, flags)
+    k, v = cache_past_2_26
     p = check_inputs(q, k, v, **kw)
     assert launch.wide_positions(p, launch.frame(p)[2])
     assert launch.describe(p).endswith("[wide]")
     o, lse = swa(q, k, v, **kw)
-    verdict.assert_pass(o, lse, q, k, v, kw)
+    verdict.assert_pass(o, lse, q, kt, vt, tkw)
+
+
+def test_the_wide_cases_need_the_knob(cache_past_2_26, monkeypatch):
+    """The same call on the kernel without ``wide`` (launch.wide_positions forced off, so
+    run_cpu builds the single-quotient kernel) fails the verdict: the cases above test
+    the knob and its way through run_cpu (session 31's review: at 2**22 + 1003 keys both
+    kernels passed)."""
+    q, kw, (kt, vt, tkw) = _wide_call(cache_past_2_26, *WIDE_CASES[0])
+    k, v = cache_past_2_26
+    monkeypatch.setattr(launch, "wide_positions", lambda p, C: False)
+    o, lse = swa(q, k, v, **kw)
+    assert verdict.judge(o, lse, verdict.expected(q, kt, vt, tkw)).status == verdict.FAIL
 
 
 def test_positions_past_2_29_are_refused():
@@ -248,7 +283,7 @@ def test_positions_past_2_29_are_refused():
     UnsupportedConfig before anything is copied or built (a stride-0 cache of 2**28 keys)."""
     q = torch.randn(1, 2, 1, 32)
     kk = torch.randn(1, 1, 1, 32).expand(1, 1, 1 << 28, 32)
-    with pytest.raises(UnsupportedConfig, match="2\\*\\*29"):  # the frame's C: Lk + 1
+    with pytest.raises(UnsupportedConfig, match="2\\*\\*29"):  # the frame's C: the chunk, Lk
         swa(q, kk, kk, window_size=2, chunk_size=1 << 28, kv_start=5)
     k1 = kk[:, :, 1:]  # one key less: Lk + C = 2**29 - 1, served by the wide kernels
     p = check_inputs(q, k1, k1, window_size=2, chunk_size=1 << 28, kv_start=5)

@@ -795,7 +795,9 @@ def _c_key(C: int) -> int:
 def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None):
     """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
     the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
-    chunk ``C`` (through :func:`_c_key`), whether ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
+    chunk ``C`` (through :func:`_c_key`), whether the kernels are built wide
+    (:func:`wide_positions`, which the saturated ``Lk`` and ``C`` do not decide), whether
+    ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
     ``force_split``, the device's SM count and whether the call admits the chunk view of
     ``v`` (:func:`v_chunk_call`: ``kv_start`` and ``Lk`` multiples of the chunk, which
     the saturated ``Lk`` alone does not decide). The tables and functions it consults

@@ -105,7 +105,8 @@ def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     """``wanted`` with each kernel that tests landmarks replaced by its twin built ``wide``
     (``kernels.fwd_tc`` / ``fwd_fp32``'s knob, two float quotients in the landmark test):
     the kernels the same calls would take with a cache past 2**22 keys
-    (``launch.wide_positions``); the combine, which has no landmark test, is left out.
+    (``launch.wide_positions``); the combine, which has no landmark test, and any other
+    kind are left out.
     ``--wide`` lowers these (session 31: all 199 of the full tier's, fp16 folded)."""
     from tilelang_impl import launch
 
