@@ -225,14 +225,44 @@ def _documented(v: Verdict, dev, value, st: "CaseState") -> Verdict:
                    details=dict(deviation=dev.why))
 
 
+def state_bytes(st: CaseState) -> int:
+    """Bytes a cached case state holds in its inputs and their snapshot (the outputs and
+    the ground truth are of the outputs' size, small beside a long cache)."""
+    ts = [t for t in (st.q, st.k, st.v) if isinstance(t, torch.Tensor)]
+    ts += [t for t in (st.snap or ()) if isinstance(t, torch.Tensor)]
+    return sum(t.untyped_storage().nbytes() for t in ts)
+
+
+#: The most bytes of inputs (with their snapshots) a runner keeps for case states other
+#: than the current one (:meth:`Runner._state`). Session 31: the ``long4m`` cases hold
+#: 4-9 GB each (a cache of 4M keys at D = 128, and the snapshot); three of them kept per
+#: worker, 14 workers on one H200 ran it out of memory (9eae254).
+KEEP_BYTES = 1 << 30
+
+
 class Runner:
-    """Per-process executor with a small LRU of case states."""
+    """Per-process executor with a small LRU of case states: at most ``keep`` of them, and
+    past the current one at most :data:`KEEP_BYTES` of inputs (a state evicted for its size
+    returns its CUDA memory to the device, where other workers allocate)."""
 
     def __init__(self, backends: dict[str, Backend], run_seed: int, keep: int = 3):
         self.backends = backends
         self.run_seed = run_seed
         self.keep = keep
         self._cache: OrderedDict[str, CaseState] = OrderedDict()
+
+    def _evict(self) -> None:
+        sizes = {cid: state_bytes(s) for cid, s in self._cache.items()}
+        freed_cuda = False
+        while len(self._cache) > 1 and (len(self._cache) > self.keep
+                                        or sum(sizes.values()) - sizes[next(reversed(self._cache))]
+                                        > KEEP_BYTES):
+            cid, old = self._cache.popitem(last=False)
+            freed_cuda |= (sizes.pop(cid) > KEEP_BYTES and isinstance(old.q, torch.Tensor)
+                           and old.q.is_cuda)
+            del old  # its tensors go now, before the cache is emptied
+        if freed_cuda:
+            torch.cuda.empty_cache()
 
     def _state(self, case: Case) -> CaseState:
         st = self._cache.get(case.id)
@@ -243,8 +273,7 @@ class Runner:
                 st.exp = expected(st.q, st.k, st.v, st.kw)
                 st.snap = input_snapshot(st.q, st.k, st.v)
             self._cache[case.id] = st
-            while len(self._cache) > self.keep:
-                self._cache.popitem(last=False)
+            self._evict()
         else:
             self._cache.move_to_end(case.id)
         return st

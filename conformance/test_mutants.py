@@ -143,3 +143,28 @@ def test_unsupported_from_a_default_backend_is_a_failure_on_the_cpu():
         v = Runner({"refuser": be}, run_seed=0, keep=1).run(Check(case, ("refuser",))).verdict
         assert v.status == status, (complete, v.status)
         assert (v.kinds == ["unsupported"]) is complete
+
+
+def test_runner_keeps_case_states_within_a_byte_budget(monkeypatch):
+    """The runner's LRU keeps up to ``keep`` case states, and past the current one at most
+    ``runner.KEEP_BYTES`` of inputs and snapshots (session 31: three ``long4m`` states of
+    4-9 GB per worker ran an H200 shared by 14 workers out of memory): a state over the
+    budget is dropped as soon as another case starts; small ones stay."""
+    from conformance import runner as R
+    from conformance.cases import Case
+
+    small = [Case(category="x", Lq=8 + i, Lk=16, dtype="fp32", B=1, Hq=2, Hkv=1) for i in range(4)]
+    run = Runner({}, run_seed=0, keep=3)
+    for c in small:
+        run._state(c)
+    assert list(run._cache) == [c.id for c in small[1:]]  # keep = 3, oldest out
+    one = R.state_bytes(run._cache[small[-1].id])
+    assert one > 0
+    monkeypatch.setattr(R, "KEEP_BYTES", one + 1)  # room for one state beside the current
+    big = Case(category="x", Lq=8, Lk=4096, dtype="fp32", B=1, Hq=2, Hkv=1)
+    run._state(big)
+    assert list(run._cache) == [small[-1].id, big.id]
+    run._state(small[0])  # the big state is over the budget: dropped, with the oldest small
+    assert list(run._cache) == [small[0].id]
+    run._state(small[1])
+    assert list(run._cache) == [small[0].id, small[1].id]

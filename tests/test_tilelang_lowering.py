@@ -89,6 +89,23 @@ def test_the_tier_asks_for_kernels_with_its_categories():
     assert 0 < len(part) < len(WANTED)
 
 
+def test_the_sweep_takes_conform_s_only_names_globs_included():
+    """gpu_all.sh passes its ``ONLY`` to both conform and the pre-flight: case-id globs
+    must select there as they do in conform (session 31's device call passed
+    ``*kv9223372036854775813*,...,errors,long4m``; the pre-flight raised "unknown
+    categories" and kept the tier from starting)."""
+    from conformance.cases import generate
+    names = ["*kv9223372036854775813*", "long4m"]
+    part = tl_lower.tier_kernels("full", categories=names)
+    theirs = {c.id for c in generate("full", "cuda") if c.category == "long4m"
+              or "kv9223372036854775813" in c.id}
+    assert part and {c for cases in part.values() for c in cases} <= theirs
+    assert any("kv9223372036854775813" in c for cases in part.values() for c in cases)
+    assert any(f"k{LONG4M_LK}-" in c for cases in part.values() for c in cases)
+    with pytest.raises(ValueError, match="matches no case"):
+        tl_lower.tier_kernels("full", categories=["*no-such-case*"])
+
+
 def test_the_check_catches_a_kernel_that_does_not_lower(monkeypatch, capsys):
     """With launch.pack_lowers' exclusion undone, the gqa_pack cases ask for the packed
     G = 2 kernel TileLang 0.1.15 refuses (what the GPU tier found at 0e82bb5 as four

@@ -56,10 +56,12 @@ def _plan_config(p, q_blhd, kv_blhd):
     return S, cfg
 
 
-def run(out: str, reps: int) -> dict:
+def run(out: str, reps: int, only: list[str] | None = None) -> dict:
     timer = Timer("cuda", reps)
     rows = []
     for name, dt, B, Hq, Hkv, Lq, Lk, D, kw in SHAPES:
+        if only and not any(o in name for o in only):
+            continue
         g = torch.Generator(device="cuda").manual_seed(31)
         q = torch.randn(B, Hq, Lq, D, device="cuda", generator=g).to(dt) * 0.3
         k = torch.randn(B, Hkv, Lk, D, device="cuda", generator=g).to(dt)
@@ -106,8 +108,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--only", default="", help="comma-separated parts of shape names")
     a = ap.parse_args(argv)
-    res = run(a.out, a.reps)
+    res = run(a.out, a.reps, [o for o in a.only.split(",") if o] or None)
     return 0 if all(r["bit_identical"] for r in res["rows"]) else 1
 
 

@@ -44,10 +44,12 @@ import torch
 def tier_kernels(tier: str = "full", sms: int = 132,
                  categories=None) -> dict[tuple, list[str]]:
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
-    ``tier`` (``categories``: those only) build, every kernel a call requests (the
-    split kernel and its combine), with the default backend ``tilelang`` and the
+    ``tier`` (``categories``: those ``--only`` selects with these names, categories, case
+    ids or id globs: ``conformance.plugin.select``) build, every kernel a call requests
+    (the split kernel and its combine), with the default backend ``tilelang`` and the
     optional ``tilelang-split`` (split-KV forced where a split variant exists)."""
     from conformance.cases import _store, generate, input_layouts
+    from conformance.plugin import select
     from reference.errors import UnsupportedConfig
     from tilelang_impl import api, launch
 
@@ -61,7 +63,8 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     saved = launch._kernel, launch.sm_count
     launch._kernel, launch.sm_count = record, (lambda device: sms)
     try:
-        for case in generate(tier, "cuda", categories):
+        cases = generate(tier, "cuda")
+        for case in (cases if categories is None else select(cases, list(categories))):
             if case.error is not None:
                 continue
             dt = case.torch_dtype
@@ -160,7 +163,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tier", default="full", choices=("quick", "full"))
     ap.add_argument("--sms", type=int, default=132, help="SM count of the GPU the tier runs on")
     ap.add_argument("-j", "--workers", type=int, default=min(8, os.cpu_count() or 1))
-    ap.add_argument("--only", default="", help="comma-separated categories")
+    ap.add_argument("--only", default="",
+                    help="comma-separated categories, case ids or id globs (conform's --only; "
+                         "gpu_all.sh passes its ONLY)")
     ap.add_argument("--fold-dtypes", action="store_true",
                     help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what gpu_all.sh runs)")
     ap.add_argument("--wide", action="store_true",
