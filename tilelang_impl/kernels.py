@@ -30,7 +30,7 @@ import tilelang.language as T
 from tvm.target import Target
 
 from . import macros as M
-from .launch import V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
+from .launch import FP32_TILE, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -800,7 +800,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
 
 @tilelang.jit
 def fwd_fp32(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
-             kv_blhd: bool, block_M: int = 128, block_N: int = 16, wide: bool = False):
+             kv_blhd: bool, block_M: int = FP32_TILE[0], block_N: int = FP32_TILE[1],
+             wide: bool = False):
     """fp32 forward on the GPU: one thread per query, scalar FMA (fp32 accuracy).
 
     Baked in: head dims, the two flags, the input layouts, ``block_M`` queries

@@ -330,7 +330,8 @@ def prefill_config(p) -> tuple:
 #: ``wide`` (session 31: the landmark test for kernel-frame positions up to 2**29,
 #: ``macros.is_landmark``) is a property of the call, not of a config: :func:`call_knobs`
 #: sets it where :func:`wide_positions`; a config may only force it on (a lab timing it).
-#: It follows ``v_chunk`` and put the optional ``ws`` after itself, at item 17.
+#: It follows ``v_chunk`` and puts the optional ``ws`` after itself (index 17 of a config):
+#: a config written for the layout before it would have its ``ws`` read as ``wide``.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -873,7 +874,8 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     return text + (" [" + " ".join(knobs) + "]" if knobs else "")
 
 
-#: ``kernels.fwd_fp32``'s tile (its defaults), written out where ``wide`` follows it.
+#: ``kernels.fwd_fp32``'s tile (its defaults, which take it from here), written out in the
+#: factory arguments where ``wide`` follows it.
 FP32_TILE = (128, 16)
 
 
@@ -881,7 +883,7 @@ def fp32_args(p, q_blhd: bool, kv_blhd: bool, C: int) -> tuple:
     """Factory arguments of the fp32 GPU kernel of a call (kernel-frame chunk ``C``):
     those it always had, and its tile and ``wide`` where :func:`wide_positions`."""
     args = (p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
-    return args + FP32_TILE + (True,) if wide_positions(p, C) else args
+    return (args + FP32_TILE + (True,)) if wide_positions(p, C) else args
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,

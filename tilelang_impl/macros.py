@@ -138,14 +138,15 @@ def is_landmark(kpos, chunk_size, inv_chunk):
     ``x = 2**25 + 2`` (``C = 1``).
 
     ``inv_chunk`` a :class:`WidePositions` (the ``wide`` kernels, ``Lk + C < 2**29``):
-    two quotients. For ``x < 2**30`` the first one's relative error is at most ``3 *
-    2**-24`` (``x`` rounded to float32, the rounded reciprocal, the product), so it is off
-    by at most ``1 + 192 / C`` and its remainder ``y`` lies in ``[-192, C + 192]`` with
-    ``y = x (mod C)``, no int32 product past ``2 * 2**29``; the second quotient, of ``y``,
-    is off by less than one past its truncation, so ``y - q' * C`` lies in ``(-2C, 2C)``,
-    a multiple of ``C`` exactly when it is ``-C``, ``0`` or ``C``.
+    two quotients. For ``x < 2**30`` the first one's relative error is, to first order, at
+    most ``3 * 2**-24`` (``x`` rounded to float32, the rounded reciprocal, the product),
+    so it is off by at most ``1 + 192 / C`` and its remainder ``y`` lies in ``[-192, C +
+    192]`` with ``y = x (mod C)``, no int32 product past ``2 * 2**29``; the second
+    quotient, of ``y``, is off by less than one past its truncation, so ``y - q' * C``
+    lies in ``(-2C, 2C)``, a multiple of ``C`` exactly when it is ``-C``, ``0`` or ``C``.
     ``tests/test_tilelang_cpu.py`` runs both forms of this macro on TileLang's C target
-    over millions of positions up to ``2**29``.
+    over millions of positions up to ``2**29`` (a review emulated float32 exhaustively
+    below ``2**29 + 512`` for nine chunks: no error).
     """
     x = kpos + 1
     if isinstance(inv_chunk, WidePositions):
