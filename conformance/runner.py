@@ -225,12 +225,21 @@ def _documented(v: Verdict, dev, value, st: "CaseState") -> Verdict:
                    details=dict(deviation=dev.why))
 
 
+def _storage_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s storage (a view's whole buffer); 0 for tensors without one that
+    can be read (the error cases' sparse and nested inputs, a few bytes each)."""
+    try:
+        return t.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):
+        return 0
+
+
 def state_bytes(st: CaseState) -> int:
     """Bytes a cached case state holds in its inputs and their snapshot (the outputs and
     the ground truth are of the outputs' size, small beside a long cache)."""
     ts = [t for t in (st.q, st.k, st.v) if isinstance(t, torch.Tensor)]
     ts += [t for t in (st.snap or ()) if isinstance(t, torch.Tensor)]
-    return sum(t.untyped_storage().nbytes() for t in ts)
+    return sum(_storage_bytes(t) for t in ts)
 
 
 #: The most bytes of inputs (with their snapshots) a runner keeps for case states other

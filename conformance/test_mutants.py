@@ -168,3 +168,9 @@ def test_runner_keeps_case_states_within_a_byte_budget(monkeypatch):
     assert list(run._cache) == [small[0].id]
     run._state(small[1])
     assert list(run._cache) == [small[0].id, small[1].id]
+    # error cases' inputs may have no readable storage (a sparse k, a nested v): counted as
+    # 0 bytes, never an exception (the first version raised for every later case)
+    for rule in ("k_sparse", "v_nested"):
+        run._state(Case(category="errors", error=rule, Lq=8, Lk=16, B=1, Hq=2, Hkv=1))
+    run._state(small[2])
+    assert list(run._cache)[-1] == small[2].id
