@@ -600,9 +600,9 @@ def _categories() -> list[Category]:
         "two float quotients (built wide): decode and a 200-query chunk (40 on the CPU) at "
         "kv_start 0 and 10^6+3, chunks 7 (the per-element float test) and 64 (landmark "
         "columns, V's landmark rows), both expand_to_chunk, window 512, bf16 / fp16 (fp16 / "
-        "fp32 on the CPU), NaN in every unseen "
-        "slot; 4 query heads on one key/value head at D = 128 on the GPU (16 programs or "
-        "fewer: TileLang's split-KV kernel), 2 at D = 32 on the CPU",
+        "fp32 on the CPU), NaN in every unseen slot; 4 query heads on one key/value head at "
+        "D = 128 on the GPU (16 programs or fewer: TileLang's split-KV kernel), 2 at D = 32 "
+        "on the CPU",
         lambda cuda: {"shape": ["decode", "chunk"], "chunk": [7, 64], "expand": [True, False],
                       "kv_start": [0, 10**6 + 3],
                       "dtype": ["bf16", "fp16"] if cuda else ["fp16", "fp32"]},
