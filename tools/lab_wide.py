@@ -11,7 +11,10 @@ bit-identical to the shipped kernel's: checked first), and the two kernels are t
 interleaved, kernel only (``tools.bench.Timer.graph``: CUDA-graph replay, L2 flushed before
 each), rounds alternating which goes first.
 
-Predicted before the run (sm_90a SASS, CPU, session 31): D = 128 at C = 64 (landmark
+Measured on the H200 (session 31, ``bench_results/lab-wide-h200-9eae254-91da81f.json``):
+bit-identical on all five shapes; C = 64 unchanged (prefill 222.2 / 222.1 us, GQA 162.4 /
+162.3, decode 13.73 / 13.74), C = 16 slower (GQA 377.0 -> 426.1 us, +13%; chunked 38.6 ->
+40.9, +5.8%). Predicted before the run (sm_90a SASS, CPU, session 31): D = 128 at C = 64 (landmark
 columns and V's landmark rows from the tile's first column: no float test in the loop; the
 split kernel's V rows take one) unchanged within noise; D = 64 at C = 16 (the float test
 per score on edge tiles: 3232 -> 3488 instructions in the whole kernel) a few percent
@@ -48,9 +51,9 @@ SHAPES = [
 ]
 
 
-def _plan_config(p, q_blhd, kv_blhd):
-    """The config the launcher picks for the call (its split count and factory arguments
-    from ``launch._tc_choice``) and the shipped config those came from."""
+def _plan_config(p):
+    """``(S, config)``: the split count the launcher picks for the call and the shipped
+    config it runs (``launch.split_plan``, ``launch.prefill_config``)."""
     S, split_cfg = launch.split_plan(p)
     cfg = split_cfg if S > 1 else launch.prefill_config(p)
     return S, cfg
@@ -68,7 +71,7 @@ def run(out: str, reps: int, only: list[str] | None = None) -> dict:
         v = torch.randn(B, Hkv, Lk, D, device="cuda", generator=g).to(dt)
         p = check_inputs(q, k, v, **kw)
         (q_, k_, v_), qb, kb = _views(q, k, v)
-        S, cfg = _plan_config(p, qb, kb)
+        S, cfg = _plan_config(p)
         force = S if S > 1 else None
         outs = {}
         calls = {}
