@@ -697,6 +697,18 @@ def invisible_slots(case: Case, device=None, block: int = 4096) -> torch.Tensor:
     return ~seen_keys(case.Lq, case.Lk, device=device, block=block, **case.rule())
 
 
+def seen_tail(k: torch.Tensor, v: torch.Tensor, Lq: int, kw: dict, n: int):
+    """``(k_tail, v_tail, kw_tail)``: the last ``n`` keys of a call's cache and its
+    arguments with ``kv_start`` moved by the keys left out, the same visibility for a call
+    whose every seen key lies in that tail (checked with ``reference.mask.seen_keys``;
+    ``ValueError`` otherwise). The reference of a call on a long cache of which only the tail
+    is written (tests of TileLang's wide kernels)."""
+    Lk = k.shape[2]
+    if bool(seen_keys(Lq, Lk, **rule_kwargs(kw))[:Lk - n].any()):
+        raise ValueError(f"a query of the call sees a key left of the last {n} of {Lk}")
+    return k[:, :, Lk - n:], v[:, :, Lk - n:], dict(kw, kv_start=kw.get("kv_start", 0) + Lk - n)
+
+
 def poison_unseen(k: torch.Tensor, v: torch.Tensor, Lq: int, kw: dict) -> torch.Tensor:
     """NaN into the ``k`` and ``v`` rows of every key slot no query of the call sees,
     **in place** (clone first to keep the clean inputs). ``k`` and ``v`` are the call's

@@ -16,7 +16,7 @@ pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 import reference  # noqa: E402
 from conformance import verdict  # noqa: E402
-from conformance.cases import poison_unseen  # noqa: E402
+from conformance.cases import poison_unseen, seen_tail  # noqa: E402
 from reference import UnsupportedConfig, check_inputs  # noqa: E402
 import tilelang_impl  # noqa: E402
 from tilelang_impl import launch, sliding_window_attention as swa  # noqa: E402
@@ -165,10 +165,10 @@ def _landmark_probe(wide: bool):
 
     @tilelang.jit(target="c", execution_backend="cython")
     def probe(wide: bool):
-        N = T.dynamic("N")
+        N, i32 = T.dynamic("N"), "int32"
 
         @T.prim_func
-        def main(X: T.Tensor((N,), "int32"), Y: T.Tensor((N,), "int32"), C: T.int32,
+        def main(X: T.Tensor((N,), i32), Y: T.Tensor((N,), i32), C: T.int32,
                  inv_c: T.float32):
             with T.Kernel(1, threads=1):
                 for i in T.serial(N):
@@ -244,11 +244,7 @@ def _wide_call(cache, Lq, W, C, kv_start, flags):
     q = torch.randn(1, 2, Lq, 32, generator=torch.Generator().manual_seed(Lq + W))
     kw = dict(window_size=W, chunk_size=C, kv_start=kv_start, mask_lmk=flags[0],
               expand_to_chunk=flags[1])
-    seen = reference.seen_keys(Lq, WIDE_LK, **kw)
-    assert not bool(seen[:WIDE_LK - WIDE_TAIL].any())  # every key a query sees is written
-    tail = (k[:, :, -WIDE_TAIL:], v[:, :, -WIDE_TAIL:],
-            dict(kw, kv_start=kv_start + WIDE_LK - WIDE_TAIL))  # the same visibility
-    return q, kw, tail
+    return q, kw, seen_tail(k, v, Lq, kw, WIDE_TAIL)  # every key a query sees is written
 
 
 @pytest.mark.parametrize("Lq, W, C, kv_start, flags", WIDE_CASES)

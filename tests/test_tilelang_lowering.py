@@ -64,9 +64,9 @@ def test_widened_kernels_are_the_same_kernels_built_wide():
 
 
 def test_a_widened_kernel_without_trailing_knobs_lowers():
-    """The knobs a kernel's arguments left out at their defaults come back as the launcher
-    bakes them (``pack`` the int 0, which the factory needs: the first ``--wide`` sweep
-    filled in ``TC_KNOBS``' ``False`` and 10 of 199 kernels failed, D > 128 and the split
+    """The knobs a kernel's arguments left out come back at ``TC_KNOBS``' defaults, which
+    the factory takes (``pack`` the int 0: the first ``--wide`` sweep filled in the bool
+    ``False`` that TC_KNOBS then held, and 10 of 199 kernels failed, D > 128 and the split
     kernels without expand_to_chunk). One of those, lowered."""
     job = ("fwd_tc", (192, 192, "bfloat16", True, True, False, False, 64, 64, 2, 128, False,
                       "tile"))

@@ -18,10 +18,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
 from conformance import verdict
+from conformance.cases import seen_tail
 from conformance.runner import poisoned_empty
-from reference.mask import rule_kwargs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 pytest.importorskip("tilelang", reason="tilelang is not installed")
@@ -71,10 +70,7 @@ def test_wide_kernels_serve_positions_past_the_single_quotient(case, monkeypatch
     assert launch.wide_positions(p, launch.frame(p)[2])
     text = describe_call(q, k, v, **kw)
     assert path in text and "wide" in text, text
-    seen = reference.seen_keys(Lq, LK, **rule_kwargs(kw))
-    assert not bool(seen[:LK - TAIL].any())  # every key some query sees lies in the tail
-    tail = dict(kw, kv_start=kw["kv_start"] + LK - TAIL)
-    kt, vt = k[:, :, -TAIL:], v[:, :, -TAIL:]
+    kt, vt, tail = seen_tail(k, v, Lq, kw, TAIL)  # every key some query sees lies in the tail
     o, lse = _call(q, k, v, kw)
     verdict.assert_pass(o, lse, q, kt, vt, tail)
     # the kernel without the knob, on the same call: wrong (so this call tests the knob)

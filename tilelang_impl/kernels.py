@@ -25,6 +25,8 @@ The rule and the softmax come from :mod:`tilelang_impl.macros` in every kernel.
 """
 
 
+import functools
+
 import tilelang
 import tilelang.language as T
 from tvm.target import Target
@@ -280,13 +282,6 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
             raise ValueError(f"{name}={value!r}: a bool")
 
 
-def _divisor(wide: bool):
-    """``inv_c -> inv_chunk`` of the macros in a kernel built with ``wide`` or not
-    (``macros.landmark_divisor``): the ``inv_c`` argument itself when not wide, so those
-    kernels' IR is what it was before the knob."""
-    return lambda inv_c: M.landmark_divisor(inv_c, wide)
-
-
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
@@ -354,7 +349,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
-    divisor = _divisor(wide)
+    divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
         # writer of V_s after its copy ("multiple writes to overlapping regions")
@@ -665,7 +660,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
     _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
                  lmk_rows_j0=lmk_rows_j0, wide=wide)
-    divisor = _divisor(wide)
+    divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     accum = "float32"

@@ -334,7 +334,7 @@ def prefill_config(p) -> tuple:
 #: a config written for the layout before it would have its ``ws`` read as ``wide``.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
-            ("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
+            ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 

@@ -100,10 +100,6 @@ def fold_dtypes(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     return out
 
 
-#: Knobs whose ``TC_KNOBS`` default (``False``) ``launch.call_knobs`` bakes as ``0``.
-_BAKED_OFF = {"pack": 0, "v_chunk": 0}
-
-
 def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     """``wanted`` with each kernel that tests landmarks replaced by its twin built ``wide``
     (``kernels.fwd_tc`` / ``fwd_fp32``'s knob, two float quotients in the landmark test):
@@ -117,9 +113,7 @@ def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     for (kind, args), cases in wanted.items():
         if kind == "fwd_tc":
             knobs = args[launch._KNOBS_AT:]
-            # the knobs left out at their defaults, as launch.call_knobs bakes them (``pack``
-            # and ``v_chunk`` as the int 0: the factory refuses a bool pack)
-            knobs += tuple(_BAKED_OFF.get(name, d) for name, d in launch.TC_KNOBS[len(knobs):])
+            knobs += tuple(d for _, d in launch.TC_KNOBS[len(knobs):])  # left out: defaults
             args = args[:launch._KNOBS_AT] + knobs[:-1] + (True,)
         elif kind == "fwd_fp32":
             args = args[:6] + launch.FP32_TILE + (True,)
