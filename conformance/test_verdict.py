@@ -374,59 +374,99 @@ def test_documented_deviation_covers_exactly_its_bug():
     assert verdict(good, exp.lse.float()).status != DEVIATES  # a pass stays a pass
 
 
-def _fp16_overflowing_scores(q_scale, k_scale, sm_scale, seed=0):
+def _overflowing_scores(q_scale, k_scale, sm_scale, dtype=torch.float16, seed=0):
     g = torch.Generator().manual_seed(seed)
-    q = (torch.randn(1, 1, 8, 64, generator=g) * q_scale).clamp(-60000, 60000).half()
-    k = (torch.randn(1, 1, 8, 64, generator=g) * k_scale).half()
-    v = torch.randn(1, 1, 8, 64, generator=g).half()
+    fmax = torch.finfo(dtype).max
+    q = (torch.randn(1, 1, 8, 64, generator=g) * q_scale).clamp(-fmax, fmax).to(dtype)
+    k = (torch.randn(1, 1, 8, 64, generator=g) * k_scale).to(dtype)
+    v = torch.randn(1, 1, 8, 64, generator=g).to(dtype)
     return q, k, v, dict(window_size=4, chunk_size=16, mask_lmk=False, sm_scale=sm_scale)
 
 
-def test_fp16_yardstick_overflow_never_passes_by_a_nan_bound():
+@pytest.mark.parametrize("seed", [0, 10])
+def test_fp16_raw_products_past_65504_keep_a_finite_tight_yardstick(seed):
     """fp16 raw dot products past 65504 with a small explicit scale (logits of std ~1.1,
-    ground truth finite): ``same_dtype`` rounds ``q @ k^T`` to fp16, its scores were
-    infinite, and the bound NaN or infinite, so ``o = 1 - golden`` passed (a fuzzer,
-    session 29). The yardstick is now taken with the scale folded into q: finite bounds,
-    the wrong output fails, the exact one passes."""
-    q, k, v, kw = _fp16_overflowing_scores(15000, 1, 1e-5)
-    raw_o, raw_lse = reference.same_dtype(q, k, v, **kw)
-    assert not bool(torch.isfinite(raw_lse).all())  # the case still overflows the plain yardstick
+    ground truth finite). Until session 32 ``same_dtype`` rounded ``q @ k^T`` to fp16: its
+    scores were infinite and the bound NaN or infinite, so ``o = 1 - golden`` passed (seed
+    0, a fuzzer, session 29), or, past -65504 only, finite but loose: the key dropped out
+    of the yardstick's row, whose error made a bound ~70x the right one, under which the
+    ``low_precision_accumulation`` mutant passed (seed 10, a review's draw). Its scores are
+    fp32 now, like a kernel's: finite, no fold of the scale needed, and the bound tight."""
+    from conformance.mutants import MUTANTS
+
+    q, k, v, kw = _overflowing_scores(15000 if seed == 0 else 4000, 1, 1e-5, seed=seed)
+    raw = (q.double() @ k.double().transpose(-1, -2))[0, 0]
+    vis = reference.visibility_mask(8, 8, **{n: kw[n] for n in ("window_size", "chunk_size", "mask_lmk")})
+    assert bool((raw.abs() > 65504)[vis].any())  # the case the old yardstick overflowed on
+    o_s, l_s = reference.same_dtype(q, k, v, **kw)
+    assert bool(torch.isfinite(l_s).all()) and bool(torch.isfinite(o_s).all())
     exp = V.expected(q, k, v, kw)
-    assert bool(torch.isfinite(exp.lse).all())
     for s in (exp.o_same, exp.lse_same):
         assert math.isfinite(s.max_bound) and math.isfinite(s.mean_bound)
-    assert exp.o_bound < 0.05 and exp.lse_bound < 0.01
+    assert exp.o_bound < 0.02 and exp.lse_bound < 1e-4
     o, lse = reference.sliding_window_attention(q, k, v, **kw)
     assert V.judge(o, lse, exp).status == "pass"
     bad = V.judge((1 - exp.o).half(), (exp.lse + 100).float(), exp)
     assert bad.status == "fail" and {"output", "lse"} <= set(bad.kinds)
+    o, lse = MUTANTS["low_precision_accumulation"][0].fn(q.clone(), k.clone(), v.clone(), **kw)
+    assert V.judge(o, lse, exp).status == "fail"
+
+
+def test_bf16_scores_past_fp32_take_the_scale_folded_into_q():
+    """bf16 values near 1e19: raw dot products pass fp32's range, where the yardstick
+    computes them, while ``sm_scale`` brings the logits to std ~1. The yardstick is taken
+    with the scale folded into q: finite bounds, the exact output passes, a wrong one fails."""
+    q, k, v, kw = _overflowing_scores(4e19, 1e19, 2e-39, dtype=torch.bfloat16)
+    raw = (q.double() @ k.double().transpose(-1, -2))[0, 0]
+    assert float(raw.abs().max()) > torch.finfo(torch.float32).max
+    assert not bool(torch.isfinite(reference.same_dtype(q, k, v, **kw)[1]).all())
+    exp = V.expected(q, k, v, kw)
+    assert bool(torch.isfinite(exp.lse).all())
+    for s in (exp.o_same, exp.lse_same):
+        assert math.isfinite(s.max_bound) and math.isfinite(s.mean_bound)
+    o, lse = reference.sliding_window_attention(q, k, v, **kw)
+    assert V.judge(o, lse, exp).status == "pass"
+    bad = V.judge((1 - exp.o).to(torch.bfloat16), (exp.lse + 100).float(), exp)
+    assert bad.status == "fail" and {"output", "lse"} <= set(bad.kinds)
 
 
 def test_yardstick_that_overflows_both_ways_refuses_to_judge():
-    q, k, v, kw = _fp16_overflowing_scores(60000, 2, 2.0)  # q * 2 overflows fp16 too
+    q, k, v, kw = _overflowing_scores(4e19, 1e19, 2.0, dtype=torch.bfloat16)  # q * 2: no help
     with pytest.raises(V.YardstickOverflow, match="no tolerance can be formed"):
         V.expected(q, k, v, kw)
 
 
-def test_fp16_scores_overflowing_to_minus_inf_do_not_inflate_the_bound():
-    """Raw products past -65504 on visible keys and none past +65504 (seed 10 of a review's
-    draw): ``same_dtype`` stays finite but drops those keys, and its error made a bound ~70x
-    the scale-folded one, under which the ``low_precision_accumulation`` mutant passed. A
-    possible overflow (Cauchy-Schwarz on the rows) now takes the folded yardstick too."""
-    from conformance.mutants import MUTANTS
-
-    g = torch.Generator().manual_seed(10)
-    q = (torch.randn(1, 1, 8, 64, generator=g) * 4000).half()
-    k = torch.randn(1, 1, 8, 64, generator=g).half()
-    v = torch.randn(1, 1, 8, 64, generator=g).half()
-    kw = dict(window_size=4, chunk_size=16, mask_lmk=False, expand_to_chunk=False, sm_scale=1e-5)
-    raw = (q.double() @ k.double().transpose(-1, -2))[0, 0]
-    vis = reference.visibility_mask(8, 8, window_size=4, chunk_size=16, mask_lmk=False, expand_to_chunk=False)
-    assert bool(((raw < -65504) & vis).any()) and not bool(((raw > 65504) & vis).any())
-    assert bool(torch.isfinite(reference.same_dtype(q, k, v, **kw)[1]).all())  # the silent case
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_bound_does_not_grow_with_the_scores(dtype):
+    """q and k scaled by 10 (scores of std ~10): until session 32 the yardstick rounded its
+    scores to the input dtype, and the bf16 bound passed a row missing a key of probability
+    up to 0.23 (a fuzzing helper, session 30). With fp32 scores, as kernels hold them, a key
+    of probability 1e-2 missing from one row fails, and so does an lse off by 1e-3; the
+    exact outputs pass. The yardstick's own lse error stays at fp32's scale."""
+    g = torch.Generator().manual_seed(5)
+    q = (torch.randn(1, 2, 64, 64, generator=g) * 10).to(dtype)
+    k = (torch.randn(1, 2, 64, 64, generator=g) * 10).to(dtype)
+    v = torch.randn(1, 2, 64, 64, generator=g).to(dtype)
+    kw = dict(window_size=32, chunk_size=16)
     exp = V.expected(q, k, v, kw)
-    assert exp.o_bound < 0.02
-    o, lse = MUTANTS["low_precision_accumulation"][0].fn(q.clone(), k.clone(), v.clone(), **kw)
-    assert V.judge(o, lse, exp).status == "fail"
+    o_s, l_s = reference.same_dtype(q, k, v, **kw)
+    assert float((l_s.double() - exp.lse).abs().max()) < 1e-3 * float(exp.lse.abs().max()) * 2**-7
     o, lse = reference.sliding_window_attention(q, k, v, **kw)
     assert V.judge(o, lse, exp).status == "pass"
+    # one row without one key: o' = (o - p_j v_j) / (1 - p_j), for the visible key of the
+    # smallest probability at least 1e-2 over all rows
+    s = (q.double() @ k.double().transpose(-1, -2)) * 64 ** -0.5
+    vis = reference.visibility_mask(64, 64, **kw)
+    prob = torch.where(vis, torch.exp(s - exp.lse[..., None]), 0.0)
+    cand = torch.where(prob >= 1e-2, prob, 2.0)
+    flat = int(cand.flatten().argmin())
+    b, h, i, j = V._idx(flat, prob.shape)
+    pj = float(prob[b, h, i, j])
+    assert 1e-2 <= pj < 0.05
+    lost = exp.o.clone()
+    lost[b, h, i] = (exp.o[b, h, i] - pj * v[b, h, j].double()) / (1 - pj)
+    lost_lse = exp.lse.clone()
+    lost_lse[b, h, i] += math.log1p(-pj)
+    assert V.judge(lost.to(dtype), exp.lse.float(), exp).status == "fail"
+    assert V.judge(exp.o.to(dtype), lost_lse.float(), exp).status == "fail"
+    assert V.judge(exp.o.to(dtype), (exp.lse * (1 + 1e-3)).float(), exp).status == "fail"

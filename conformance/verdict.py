@@ -6,8 +6,9 @@ Tolerance (FlashAttention-style, see docs/conformance.md)::
     mean|out - golden| <= 2 * mean|same_dtype - golden| + mean_floor_share(n) * floor(dtype)
 
 where ``golden`` is ``reference.golden`` (float64 math on the same inputs),
-``same_dtype`` is ``reference.same_dtype`` (plain PyTorch in the input dtype,
-fp32 softmax; for fp32 inputs run on the CPU, :func:`same_dtype_device`) and ``floor(dtype)`` is
+``same_dtype`` is ``reference.same_dtype`` (what a kernel computes from inputs in their
+dtype: fp32 scores, softmax and sums, the weights rounded to the input dtype before ``P @ V``;
+for fp32 inputs run on the CPU, :func:`same_dtype_device`) and ``floor(dtype)`` is
 :func:`o_floor_ulps` ulps of the dtype (``FLOOR_ULPS``, ``FLOOR_ULPS_FP32`` for fp32) at the
 largest output magnitude (widened by ``sqrt(Dqk / 64)`` above Dqk = 64, see
 :func:`dot_length_factor`), and at least ``FLOOR_ULPS_O_SCORES`` fp32 ulps at the
@@ -241,8 +242,8 @@ def same_dtype_device(dtype: torch.dtype, device: torch.device) -> torch.device:
     error did not depend on the other rows (a scratch run over the probe's shapes, 12 seeds
     each, on the CI-class machine), so an fp32 case's bound no longer depends on its number of queries. It still
     depends on the CPU and torch build (two machines put it 3x apart on one case): the fp32 floor,
-    ``FLOOR_ULPS_FP32``, is sized for that. bf16 / fp16: on the inputs' device (their error
-    is the dtype's rounding of products and probabilities, not the summation order)."""
+    ``FLOOR_ULPS_FP32``, is sized for that. bf16 / fp16: on the inputs' device (their ``o``
+    error is the dtype's rounding of the probabilities and of ``o``, not the summation order)."""
     return torch.device("cpu") if dtype == torch.float32 else device
 
 
@@ -276,13 +277,15 @@ def _row_norms(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64)
 
 
-def _scores_may_overflow(q: torch.Tensor, dot_bound: float) -> bool:
-    """Whether some ``<q_i, k_j>`` may pass the input dtype's largest value (``dot_bound``:
-    ``max |q_i| * max |k_j|`` over every finite row, Cauchy-Schwarz). ``same_dtype`` rounds
-    ``q @ k^T`` to the dtype, and an overflow to ``-inf`` (or, with a negative scale, to
-    ``+inf``) leaves its outputs finite: the key drops out of the row, the yardstick's error
-    grows and the bound with it, silently (50-270x on fp16 calls a review drew, session 29)."""
-    return dot_bound > torch.finfo(q.dtype).max
+def _scores_may_overflow(dot_bound: float) -> bool:
+    """Whether some ``<q_i, k_j>`` may pass fp32's largest value, the precision of
+    ``same_dtype``'s scores (``dot_bound``: ``max |q_i| * max |k_j|`` over every finite row,
+    Cauchy-Schwarz; only bf16 and fp32 inputs reach it). An overflow to ``-inf`` (or, with a
+    negative scale, to ``+inf``) leaves the yardstick's outputs finite: the key drops out of
+    the row, the yardstick's error grows and the bound with it, silently (50-270x on fp16
+    calls a review drew in session 29, when the yardstick still rounded its scores to the
+    input dtype and fp16's 65504 was the limit)."""
+    return dot_bound > torch.finfo(torch.float32).max
 
 
 def _score_scale(qn: torch.Tensor, kn: torch.Tensor, v: torch.Tensor, lmask: torch.Tensor,
@@ -322,15 +325,15 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     (``same_dtype`` where :func:`same_dtype_device` says; its outputs come back to
     the inputs' device).
 
-    ``same_dtype`` rounds ``q @ k^T`` to the input dtype before scaling, so fp16 inputs
-    whose raw dot products pass 65504 (a small explicit ``sm_scale`` with a large ``q``;
-    kernels keep scores in fp32 and are finite there) gave a non-finite yardstick, hence a
-    NaN or infinite bound that no error exceeds: any finite output passed (session 29, a
-    fuzzer's ``o = 1 - golden``), and an overflow to ``-inf`` left it finite and loose. Where
-    the yardstick is not finite on an element the ground truth has finite, or a raw product
-    may pass the dtype's range (:func:`_scores_may_overflow`), it is taken with the scale
-    folded into ``q`` first (``q * sm_scale`` rounded to the dtype, ``sm_scale = 1``:
-    FlashAttention's order); if that is not finite where the truth is,
+    ``same_dtype`` computes ``q @ k^T`` in fp32 before scaling, so inputs whose raw dot
+    products pass fp32's range (bf16 or fp32 values near 1e19 with a small explicit
+    ``sm_scale``) give a non-finite yardstick, hence a NaN or infinite bound that no error
+    exceeds (session 29, a fuzzer's ``o = 1 - golden`` passed so, at fp16's 65504 while the
+    yardstick rounded its scores to the input dtype), and an overflow to ``-inf`` leaves it
+    finite and loose. Where the yardstick is not finite on an element the ground truth has
+    finite, or a raw product may pass fp32's range (:func:`_scores_may_overflow`), it is
+    taken with the scale folded into ``q`` first (``q * sm_scale`` rounded to the dtype,
+    ``sm_scale = 1``: FlashAttention's order); if that is not finite where the truth is,
     :class:`YardstickOverflow`."""
     og, lg = reference.golden(q, k, v, **kw)
     empty = torch.isneginf(lg)
@@ -340,7 +343,7 @@ def expected(q, k, v, kw: dict[str, Any]) -> Expected:
     scale = reference.check_inputs(q, k, v, dtypes=reference.CANONICAL_DTYPES + (torch.float64,),
                                    **kw).sm_scale  # resolved by the rule's one implementation
     qn, kn = _row_norms(q), _row_norms(k)
-    if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(q, _max_finite(qn) * _max_finite(kn)):
+    if _overflows(os_, ls, omask, lmask) or _scores_may_overflow(_max_finite(qn) * _max_finite(kn)):
         qs = (q.to(torch.float32) * scale).to(q.dtype)  # one rounding of the scaled q to the dtype
         os_, ls = _yardstick(qs, k, v, dict(kw, sm_scale=1.0))
         if _overflows(os_, ls, omask, lmask):
