@@ -11,7 +11,8 @@ per-call values are scalar kernel arguments:
                        or Lk + 1 for a chunk longer than the cache)
     r          int32   kv_start modulo the chunk (the relative frame of macros.py)
     inv_c      float32 1 / C (exact landmark test without a division; the kernels built
-               ``wide`` take its quotient twice, macros.is_landmark)
+               ``wide`` take its quotient twice, macros.is_landmark, the first one per
+               tile, macros.tile_divisor)
     scale_log2 float32 sm_scale * log2(e) (with ``scale_fold`` a positive normal
                        float32, which the launcher guarantees)
 
@@ -564,7 +565,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     admits with that ``C``, which the launcher checks per call, ``launch.call_knobs``)
     and ``wide`` (the landmark test's float quotient taken twice, exact for the kernel
     frame's positions up to ``2**29`` where the single one is exact below ``2**24``,
-    ``macros.is_landmark``; baked per call by the launcher for ``Lk + C >= 2**22``,
+    ``macros.is_landmark``; the first one once per tile where a tile tests its positions
+    one by one, ``macros.tile_divisor``; baked per call by the launcher for ``Lk + C >= 2**22``,
     ``launch.wide_positions``; off, a kernel's IR is what it was before the knob).
     The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every

@@ -19,7 +19,9 @@ the absolute one while every integer stays small (no int32 overflow for any
 
 Landmark test. :func:`is_landmark` tests a position with a float quotient (about 9
 instructions; exact below 2**24, used below 2**22) or two (up to 2**29, in the kernels
-built ``wide``, whose ``inv_chunk`` is a :class:`WidePositions`); :func:`tile_landmark`
+built ``wide``, whose ``inv_chunk`` is a :class:`WidePositions`; where a tile tests its
+positions one by one, the first quotient is taken once per tile, :func:`tile_divisor`);
+:func:`tile_landmark`
 is what the score masks and the V-row tests call: with ``lmk_cols = K`` baked in it
 compares the tile column with the tile's first ``K`` landmark columns instead (``K``
 integer compares, one floor modulo per tile), which is the same predicate whenever
@@ -101,13 +103,20 @@ class WidePositions:
     """The landmark divisor of a kernel built for positions up to 2**29 (``wide``, baked
     in): ``inv`` is the kernel's ``float32(1 / C)`` argument, and :func:`is_landmark` takes
     a second float quotient of the first one's remainder. Made by
-    :func:`landmark_divisor`; passed where the macros take ``inv_chunk``, so only
-    :func:`is_landmark` looks at it (a trace-time Python object, never in the IR)."""
+    :func:`landmark_divisor`; passed where the macros take ``inv_chunk``, so only the
+    landmark tests look at it (a trace-time Python object, never in the IR).
 
-    __slots__ = ("inv",)
+    ``base``, ``k_first``: set by :func:`tile_divisor` for one tile, ``base`` the int32
+    register holding the first quotient's remainder of the tile's first position ``r +
+    k_first`` (congruent to it modulo ``C``, in ``[-192, C + 192]``); the tile's tests
+    then take one quotient of ``base + j`` (:func:`_tile_is_landmark`)."""
 
-    def __init__(self, inv):
+    __slots__ = ("inv", "base", "k_first")
+
+    def __init__(self, inv, base=None, k_first=None):
         self.inv = inv
+        self.base = base
+        self.k_first = k_first
 
 
 def landmark_divisor(inv_c, wide: bool):
@@ -147,6 +156,11 @@ def is_landmark(kpos, chunk_size, inv_chunk):
     ``tests/test_tilelang_cpu.py`` runs both forms of this macro on TileLang's C target
     over millions of positions up to ``2**29`` (a review emulated float32 exhaustively
     below ``2**29 + 512`` for nine chunks: no error).
+
+    A negative ``kpos`` (the tile tests of the ``wide`` kernels, :func:`_tile_is_landmark`:
+    ``x`` down to ``-191``) takes the single form, exact there too: for ``|x| / C`` below
+    ``2**20`` the quotient is within ``2**-2`` of ``x / C``, so its truncation is within
+    ``2`` of it and ``rem`` lies in ``(-2C, 2C)``, congruent to ``x`` modulo ``C``.
     """
     x = kpos + 1
     if isinstance(inv_chunk, WidePositions):
@@ -154,6 +168,40 @@ def is_landmark(kpos, chunk_size, inv_chunk):
     else:
         rem = _float_rem(x, chunk_size, inv_chunk)
     return T.Or(T.Or(rem == 0, rem == chunk_size), rem == -chunk_size)
+
+
+@T.macro
+def tile_divisor(inv_chunk, k_first, r, chunk_size, needed=True):
+    """``inv_chunk`` for the landmark tests of the tile whose column 0 is key index
+    ``k_first``: itself, except a :class:`WidePositions` (the ``wide`` kernels) where
+    ``needed`` (the tile tests positions one by one: ``mask_lmk`` with ``lmk_cols = 0``),
+    which gets the tile's reduced first position, ``_float_rem(r + k_first)`` in an int32
+    register computed once per tile. Its tests then cost what the single-quotient test
+    costs per element (one quotient of ``base + j``, :func:`_tile_is_landmark`), where two
+    quotients per element made the ``wide`` kernels 6-13% slower at ``C = 16`` (session
+    31, ``tools/lab_wide.py``). The kernels without ``wide`` get ``inv_chunk`` unchanged:
+    their IR does not change."""
+    d = inv_chunk
+    if needed and isinstance(inv_chunk, WidePositions) and inv_chunk.base is None:
+        d = WidePositions(inv_chunk.inv,
+                          T.alloc_var("int32", init=_float_rem(r + k_first, chunk_size, inv_chunk.inv)),
+                          k_first)
+    return d
+
+
+def _tile_is_landmark(k_first, j, r, chunk_size, inv_chunk):
+    """:func:`is_landmark` of ``r + k_first + j`` (``j`` a tile column or row), through the
+    tile's register when ``inv_chunk`` is a :class:`WidePositions` from :func:`tile_divisor`
+    for this ``k_first``: ``base + j`` is congruent to ``r + k_first + j`` modulo ``C`` and
+    lies in ``[-192, C + 192 + 2 * block_N]``, where one quotient is exact
+    (:func:`is_landmark`: ``|x| / C <= 706``, its error below ``2**-14``)."""
+    if isinstance(inv_chunk, WidePositions) and inv_chunk.base is not None:
+        if inv_chunk.k_first is not k_first:  # trace time: a register is one tile's
+            raise ValueError("tile_divisor: a tile's landmark register used for another tile")
+        lmk = is_landmark(inv_chunk.base[0] + j, chunk_size, inv_chunk.inv)
+    else:
+        lmk = is_landmark(r + k_first + j, chunk_size, inv_chunk)
+    return lmk
 
 
 @T.macro
@@ -220,7 +268,7 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
     if lmk_cols:
         lmk = _landmark_columns(j, j0, chunk_size, lmk_cols)
     else:
-        lmk = is_landmark(r + k_first + j, chunk_size, inv_chunk)
+        lmk = _tile_is_landmark(k_first, j, r, chunk_size, inv_chunk)
     return lmk
 
 
@@ -323,10 +371,11 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     """
     if j0 is None:
         j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
+    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, mask_lmk and not lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             visible(_row_pos(r, Lk, Lq, q_first, i, pack), k_first, j, left_row[i], r,
-                    chunk_size, inv_chunk, mask_lmk, lmk_cols, j0, win_u32),
+                    chunk_size, inv_t, mask_lmk, lmk_cols, j0, win_u32),
             _scaled(acc_s[i, j], scale_log2), -T.infinity("float32"))
 
 
@@ -363,9 +412,10 @@ def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, s
     """
     if j0 is None:
         j0 = tile_landmark_start(k_first, r, chunk_size, True, lmk_cols)
+    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, not lmk_cols)
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
-            tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0),
+            tile_landmark(k_first, j, r, chunk_size, inv_t, lmk_cols, j0),
             -T.infinity("float32"), _scaled(acc_s[i, j], scale_log2))
 
 
@@ -451,12 +501,13 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
     if j0 is None:
         j0 = first_landmark(k_first, r, chunk_size)
         n = T.max(T.ceildiv(block_N - j0, chunk_size), 0)
+        inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size)
         for p in T.serial(T.ceildiv(n, R)):
             for u, d in _loop(gpu)(R, Dv):
                 if p * R + u < n:
                     V_s[j0 + (p * R + u) * chunk_size, d] = T.if_then_else(
-                        is_landmark(r + k_first + j0 + (p * R + u) * chunk_size, chunk_size,
-                                    inv_chunk),
+                        _tile_is_landmark(k_first, j0 + (p * R + u) * chunk_size, r, chunk_size,
+                                          inv_t),
                         T.Cast(dtype, 0), V_s[j0 + (p * R + u) * chunk_size, d])
     else:
         rows = -(-lmk_cols // R) * R
