@@ -4,7 +4,8 @@ The single source of truth of the project's semantics:
 
 - :func:`sliding_window_attention`: the canonical interface, computed exactly.
 - :func:`golden` / :func:`same_dtype`: the two precisions the conformance
-  tolerance is built from (float64 ground truth; plain PyTorch in the input dtype).
+  tolerance is built from (float64 ground truth; what a kernel computes from
+  inputs in their dtype: fp32 scores and sums, 16-bit probabilities into ``P @ V``).
 - :mod:`reference.mask`: the visibility rule, the only copy in the project.
 - :func:`check_inputs`: the one validation every backend runs first.
 """

@@ -6,7 +6,7 @@ runs the same either way. Kept lean: the interpreter costs ~0.1-1 s a call.
 
 Tolerance, per case, the conformance suite's own (``conformance.verdict``):
 the backend's max and mean error against ``reference.golden`` within twice
-those of ``reference.same_dtype`` (plain PyTorch in the input dtype) plus a
+those of ``reference.same_dtype`` (a kernel's precision in the input dtype) plus a
 floor of a few ulps of the dtype at the output's magnitude; empty rows, NaN
 and infinities exact. Calls through ``_run`` write into outputs poisoned with
 NaN, so an element the kernel never writes fails.

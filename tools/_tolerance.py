@@ -2,7 +2,7 @@
 conformance tolerance.
 
 The bound of a case comes from the conformance suite's policy
-(``conformance.verdict``): how far plain PyTorch in the input dtype
+(``conformance.verdict``): how far a kernel's computation in the input dtype
 (``reference.same_dtype``) lands from the float64 ground truth
 (``reference.golden``), times a factor, plus the dtype's rounding noise. It is
 computed once per case from the unmodified problem, and the same bound is then
