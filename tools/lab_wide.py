@@ -20,6 +20,12 @@ split kernel's V rows take one) unchanged within noise; D = 64 at C = 16 (the fl
 per score on edge tiles: 3232 -> 3488 instructions in the whole kernel) a few percent
 slower; the fp32 kernel (the test per score) slower by up to its instruction growth
 (4357 -> 4461).
+
+Session 32 took the first quotient once per tile (``macros.tile_divisor``); predicted: C = 16
+back within about 2% of the shipped kernels, C = 64 unchanged (``d64-general-wide`` 3488 ->
+3260 instructions, the narrow kernel 3232). Measured on the H200 at 9e1bbd9 (``--only C16``,
+``bench_results/lab-wide-h200-9e1bbd9.json``): bit-identical; GQA 376.1 -> 377.7 us (+0.4%),
+chunked 38.4 -> 38.8 (+1.0%).
 """
 
 from __future__ import annotations
