@@ -15,6 +15,7 @@ NaN, so an element the kernel never writes fails.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import torch
@@ -157,6 +158,30 @@ def test_empty_rows_are_zero_and_minus_inf(path):
     o, lse, _ = _run(q, k, v, path=path, window_size=4, chunk_size=1)
     assert torch.equal(o, torch.zeros_like(o))
     assert torch.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("path", ["prefill", "splitkv", "packed"])
+def test_bf16_outputs_round_to_nearest(path):
+    """``sm_scale = 0``: every visible score is 0, so with ``W = 2`` and no landmark mask
+    each row's ``o`` is the mean of two keys' ``v``, exact in fp32, and a bf16 output must
+    be that mean rounded to nearest, ties to even, element for element. Under the
+    interpreter, whose fp32-to-bf16 conversion truncates, about half the elements came out
+    one ulp low until the kernels rounded first (``kernels._bf16_rne``); on a GPU this
+    checks the hardware's conversion. ``packed`` writes the output from the split kernel
+    itself, ``splitkv`` through the combine."""
+    Hq, Lq = (4, 1) if path == "packed" else (2, 64 if path == "prefill" else 3)
+    q, k, v = _inputs(2, Hq, 2 if path != "packed" else 1, Lq, 64, 32, 64, torch.bfloat16)
+    kw = dict(window_size=2, chunk_size=16, mask_lmk=False, expand_to_chunk=False, sm_scale=0.0)
+    o, lse, taken = _run(q, k, v, path=path, **kw)
+    assert taken.startswith(path)
+    vf = v.float()
+    prev = torch.cat([vf[:, :, :1], vf[:, :, :-1]], dim=2)  # key 0 alone: the mean of v_0 twice
+    mean = ((prev + vf) / 2)[:, :, 64 - Lq:]  # row i sees keys 64 - Lq + i - 1 and 64 - Lq + i
+    want = mean.repeat_interleave(Hq // v.shape[1], dim=1).to(torch.bfloat16)
+    assert torch.equal(o, want)
+    seen = torch.full((Lq,), 2.0)
+    seen[0] = 1.0 if Lq == 64 else 2.0
+    assert torch.allclose(lse, seen.log().expand_as(lse).to(lse.device))
 
 
 def test_partly_empty_rows():

@@ -60,8 +60,9 @@ tiles come by TMA too and only landmark rows are zeroed, in registers.
 
 Under ``TRITON_INTERPRET=1`` the interpreter computes bf16 wrongly (loads,
 arithmetic and ``tl.dot``: triton-lang/triton#11584). The launcher then sets
-``UPCAST=True`` and every tile is converted to fp32 right after ``tl.load``;
-on a GPU ``UPCAST`` is False and the code is unchanged.
+``UPCAST=True`` and every tile is converted to fp32 right after ``tl.load``, and
+``P`` and the output are rounded to bf16 by :func:`_bf16_rne` before the interpreter's
+conversion (which truncates); on a GPU ``UPCAST`` is False and the code is unchanged.
 """
 
 from __future__ import annotations
@@ -284,6 +285,22 @@ def _load_tile(ptrs, rmask, cmask, HAS_R: tl.constexpr, HAS_C: tl.constexpr, UPC
 
 
 @triton.jit
+def _bf16_rne(x, UPCAST: tl.constexpr):
+    """``x`` (fp32) rounded to the nearest bf16 value, ties to even, kept in fp32, under
+    ``UPCAST`` (the interpreter's bf16 calls, whose tiles are fp32 after loading); ``x``
+    itself otherwise (on a GPU: no code). The interpreter converts fp32 to bf16 by
+    truncation (up to one ulp off; its bf16 defect, triton-lang/triton#11584), so under it
+    the probabilities fed to ``P @ V`` and the outputs are rounded here first, as the GPU's
+    conversion rounds them: the conversion of the rounded value is then exact. Infinities
+    and NaN stay what they are; a finite value past bf16's largest rounds to infinity."""
+    if UPCAST:
+        b = x.to(tl.uint32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        x = b.to(tl.float32, bitcast=True)
+    return x
+
+
+@triton.jit
 def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_start, C, ph, qk_scale,
             dk_ok, dv_ok,
             BLOCK_N: tl.constexpr, MASK_WINDOW: tl.constexpr, MASK_LMK: tl.constexpr,
@@ -319,6 +336,7 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, n0, j_lo, j_hi, qidx, span, kv_sta
         keep = in_range  # unused: no landmark test
     p, m_new, l_i, acc = _online_step(s, acc, m_i, l_i, qidx, n0, span, keep, qk_scale, BLOCK_N,
                                       MASK_WINDOW, MASK_LMK, FOLD)
+    p = _bf16_rne(p, UPCAST)  # interpreter: P as the GPU feeds it (bf16) to P @ V
     if IEEE:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
     else:
@@ -427,6 +445,7 @@ def _swa_fwd_kernel(
 
     o_ptrs = (O + b64 * sob + h.to(tl.int64) * soh + offs_m[:, None].to(tl.int64) * sol
               + offs_dv[None, :] * sod)
+    out = _bf16_rne(out, UPCAST)
     if PAD_DV:
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
     else:
@@ -685,6 +704,8 @@ def _swa_splitkv_kernel(
         part = pid_s.to(tl.int64) * rows_total + row
         lse_out = lse2
     op_ptrs = OP + part[:, None] * DV + offs_dv[None, :]
+    if DIRECT:  # OP is the bf16 output itself (packed rows); else fp32 partials, not rounded
+        out = _bf16_rne(out, UPCAST)
     if PAD_DV:
         tl.store(op_ptrs, out.to(OP.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
     else:
@@ -696,7 +717,7 @@ def _swa_splitkv_kernel(
 def _swa_combine_kernel(
     OP, LP, O, LSE, rows_total, num_splits,
     DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, UPCAST: tl.constexpr = False,
 ):
     """``O[row] = sum_s w_s OP[s, row]``, ``w_s = 2^(LP[s,row] - lse2)``; ``O`` is the
     contiguous canonical output, so its row ``(b*Hq + h)*Lq + i`` is at ``row * DV``.
@@ -725,5 +746,5 @@ def _swa_combine_kernel(
             d_safe = tl.where(empty, 1.0, denom)
             out = tl.sum(op * w[:, None], 0) / d_safe
             lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(d_safe)) * 0.6931471805599453)
-            tl.store(O + row * DV + offs_d, out.to(O.dtype.element_ty), mask=d_ok)
+            tl.store(O + row * DV + offs_d, _bf16_rne(out, UPCAST).to(O.dtype.element_ty), mask=d_ok)
             tl.store(LSE + row, lse)

@@ -1009,7 +1009,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
         plan.combine_grid = (_cdiv(rows_total, COMBINE_ROWS),)
         plan.combine_ints = (rows_total, num_splits)
         plan.combine_constexprs = dict(DV=p.Dv, BLOCK_DV=bdv, BLOCK_S=max(2, _pow2(num_splits)),
-                                       ROWS=COMBINE_ROWS, PDL=pdl_on)
+                                       ROWS=COMBINE_ROWS, PDL=pdl_on, UPCAST=flags["UPCAST"])
         plan.combine_static = static_key(plan.combine_constexprs, COMBINE_WARPS, 1, pdl_on)
     return plan
 
