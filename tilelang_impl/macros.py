@@ -180,7 +180,9 @@ def tile_divisor(inv_chunk, k_first, r, chunk_size, needed=True):
     costs per element (one quotient of ``base + j``, :func:`_tile_is_landmark`), where two
     quotients per element made the ``wide`` kernels 6-13% slower at ``C = 16`` (session
     31, ``tools/lab_wide.py``). The kernels without ``wide`` get ``inv_chunk`` unchanged:
-    their IR does not change."""
+    their IR does not change. Called by :func:`mask_scores`, :func:`mask_landmarks` and
+    :func:`zero_landmark_rows`; :func:`key_kept` (the element-wise ``V`` load of
+    ``lmk_zero="tile"`` and the CPU kernel's loads) keeps the two quotients per key."""
     d = inv_chunk
     if needed and isinstance(inv_chunk, WidePositions) and inv_chunk.base is None:
         d = WidePositions(inv_chunk.inv,

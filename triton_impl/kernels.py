@@ -292,11 +292,12 @@ def _bf16_rne(x, UPCAST: tl.constexpr):
     truncation (up to one ulp off; its bf16 defect, triton-lang/triton#11584), so under it
     the probabilities fed to ``P @ V`` and the outputs are rounded here first, as the GPU's
     conversion rounds them: the conversion of the rounded value is then exact. Infinities
-    and NaN stay what they are; a finite value past bf16's largest rounds to infinity."""
+    stay infinite and NaN is passed through untouched (the carry of a NaN whose low bits are
+    set could reach the exponent); a finite value past bf16's largest rounds to infinity."""
     if UPCAST:
         b = x.to(tl.uint32, bitcast=True)
         b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-        x = b.to(tl.float32, bitcast=True)
+        x = tl.where(x != x, x, b.to(tl.float32, bitcast=True))
     return x
 
 
