@@ -291,9 +291,13 @@ def _bf16_rne(x, UPCAST: tl.constexpr):
     itself otherwise (on a GPU: no code). The interpreter converts fp32 to bf16 by
     truncation (up to one ulp off; its bf16 defect, triton-lang/triton#11584), so under it
     the probabilities fed to ``P @ V`` and the outputs are rounded here first, as the GPU's
-    conversion rounds them: the conversion of the rounded value is then exact. Infinities
-    stay infinite and NaN is passed through untouched (the carry of a NaN whose low bits are
-    set could reach the exponent); a finite value past bf16's largest rounds to infinity."""
+    conversion rounds them: the interpreter's conversion of the rounded value is then exact
+    for every normal value. Infinities stay infinite; a finite value past bf16's largest
+    rounds to infinity; NaN is passed through untouched (the carry of a NaN whose low bits
+    are set could reach the exponent). Left to the interpreter's conversion, as before:
+    a NaN with only its low 16 bits set truncates to infinity there (the NaN of
+    arithmetic and of any bf16 input has upper bits set), and it garbles bf16 subnormals
+    (below 1.2e-38) whatever this rounding does (a review's 2**20 random bit patterns)."""
     if UPCAST:
         b = x.to(tl.uint32, bitcast=True)
         b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
