@@ -108,7 +108,7 @@ def _attention(q, k, v, p: Problem, mode: str) -> tuple[torch.Tensor, torch.Tens
             blk_l = e.sum(dim=-1)
             w = e / torch.where(blk_l > 0, blk_l, 1)[..., None]
             if rnd is not None:
-                w = w.to(rnd).to(acc)  # P as a 16-bit kernel feeds it to P @ V
+                w = w.to(rnd)  # P as a 16-bit kernel feeds it to P @ V (then read in fp32)
             blk_o = _weighted_sum(w.to(prod), vis, vb).to(acc)
             if m_run is None:
                 m_run = (blk_m, blk_l, blk_o)

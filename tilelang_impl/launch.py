@@ -879,11 +879,18 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
 FP32_TILE = (128, 16)
 
 
+def fp32_wide_args(args: tuple) -> tuple:
+    """The fp32 GPU kernel's factory arguments built ``wide``, from its first six (the
+    head dims, flags and layouts): its tile written out, then ``wide``."""
+    return args[:6] + FP32_TILE + (True,)
+
+
 def fp32_args(p, q_blhd: bool, kv_blhd: bool, C: int) -> tuple:
     """Factory arguments of the fp32 GPU kernel of a call (kernel-frame chunk ``C``):
-    those it always had, and its tile and ``wide`` where :func:`wide_positions`."""
+    those it always had, and its tile and ``wide`` where :func:`wide_positions`
+    (:func:`fp32_wide_args`)."""
     args = (p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
-    return (args + FP32_TILE + (True,)) if wide_positions(p, C) else args
+    return fp32_wide_args(args) if wide_positions(p, C) else args
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,

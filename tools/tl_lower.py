@@ -116,7 +116,7 @@ def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
             knobs += tuple(d for _, d in launch.TC_KNOBS[len(knobs):])  # left out: defaults
             args = args[:launch._KNOBS_AT] + knobs[:-1] + (True,)
         elif kind == "fwd_fp32":
-            args = args[:6] + launch.FP32_TILE + (True,)
+            args = launch.fp32_wide_args(args)
         else:
             continue
         out.setdefault((kind, args), []).extend(cases)
