@@ -35,7 +35,7 @@ __all__ = ["Case", "CATEGORIES", "ERROR_RULES", "generate", "make_inputs", "case
            "invisible_slots", "poison_unseen", "pairwise", "DTYPES"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-LAYOUTS = ("bhld", "bthd", "pad", "padt", "pad16", "mix")
+LAYOUTS = ("bhld", "bthd", "pad", "padt", "pad16", "mix", "cache")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Case:
     expand: bool = True
     kv_start: int = 0
     sm_scale: float | None = None
-    layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix
+    layout: str = "bhld"  # bhld | bthd (BLHD storage, transposed view) | pad | padt | pad16 | mix | cache
     nan_slots: bool = False  # NaN in every key slot no query can see
     nan_seen: bool = False  # NaN in the k row of one key that some queries see (see seen_slot)
     inf_seen: bool = False  # +inf in column 0 of that k row: scores +inf or -inf by q's sign
@@ -445,6 +445,82 @@ def _errors_build(base: Case, row: dict) -> Case | None:
 _F4 = [(True, True), (True, False), (False, True), (False, False)]
 
 
+#: ``reach``: calls that take a kernel branch no other category takes on the GPU. Session
+#: 33's coverage audit planned every full-tier CUDA case with both launchers (a 132-SM
+#: Hopper device, no kernel run) and listed what the launchers can plan for valid calls but
+#: no case reached; each row is the smallest call found for one such branch, with the branch
+#: it is for (``conformance/test_cases.py`` checks each still plans it). Fields override the
+#: CUDA base case (2 x 4/2 heads, 129 x 129, D 64, W 32, C 16, bf16).
+REACH: dict[str, tuple[dict, str]] = {
+    # q BHLD, k / v a BLHD cache read in place: TileLang bakes q's and k/v's orders apart
+    "cache-decode-G4": (dict(B=1, Hq=8, Lq=1, Lk=300, window=256, chunk=64, layout="cache",
+                             nan_slots=True), "TileLang's packed decode tile (G = 4) on a BLHD cache"),
+    "cache-decode-G3": (dict(B=1, Hq=6, Lq=1, Lk=300, window=256, chunk=64, layout="cache",
+                             dtype="fp16"), "the same at G = 3, fp16"),
+    "cache-pack-G8": (dict(B=9, Hq=16, Lq=8, Lk=300, window=100, chunk=64, kv_start=5,
+                           layout="cache", nan_slots=True),
+                      "TileLang's G = 8 packed tile on its prefill grid, BLHD cache"),
+    "cache-chunk-D128": (dict(B=1, Hq=8, Lq=129, Lk=1000, Dqk=128, Dv=128, window=256, chunk=64,
+                              kv_start=64, layout="cache", nan_slots=True),
+                         "a 129-query chunk at D = 128 against a BLHD cache"),
+    # Triton's kernel frames past 2**31: int64 positions, no register cap
+    "int64-split": (dict(window=40, chunk=2**40, kv_start=2**40 - 60, nan_slots=True),
+                    "Triton's split-KV kernel on an int64 frame"),
+    "int64-decode": (dict(Lq=1, Lk=2048, window=512, chunk=2**40, kv_start=2**40 - 60),
+                     "Triton's split-KV decode on an int64 frame (the chunk expands the window "
+                     "to key 60)"),
+    "int64-prefill": (dict(Lq=70, window=40, chunk=2**40, kv_start=2**40 - 60, nan_slots=True),
+                      "Triton's pointer prefill kernel on an int64 frame"),
+    "int64-moved": (dict(Lq=70, window=40, chunk=2**30, kv_start=2**30 - 60),
+                    "Triton's frame moved past 2**31 (launch._frame's shift branch)"),
+    "int64-tma": (dict(B=1, Hq=32, Hkv=32, Lq=2048, Lk=2048, Dqk=128, Dv=128, window=512,
+                       chunk=2**40, kv_start=2**40 - 1000),
+                  "Triton's TMA prefill kernel on an int64 frame"),
+    # Triton's 16-bit split-KV tiles the other categories leave out
+    "split-D32": (dict(B=1, Lq=1, Lk=300, Dqk=32, Dv=32, window=256, chunk=64),
+                  "Triton's D = 32 split tile (16 x 32)"),
+    "split-D32-B8": (dict(B=8, Hq=32, Hkv=4, Lq=1, Lk=4096, Dqk=32, Dv=32, window=512, chunk=64),
+                     "Triton's D = 32 narrow split tile (16 x 128)"),
+    "split-D64-B8": (dict(B=8, Hq=32, Hkv=4, Lq=1, Lk=4096, window=512, chunk=64, nan_slots=True),
+                     "Triton's D = 64 narrow split tile (16 x 128): the bench's GQA decode"),
+    # head dims 33..63 that are not powers of two: padded tiles
+    "D48-prefill": (dict(Dqk=48, Dv=48), "Triton's pointer prefill with phases and padded head dims"),
+    "D48-tma": (dict(B=1, Hq=32, Hkv=32, Lq=2048, Lk=2048, Dqk=48, Dv=48, window=512, chunk=64,
+                     nan_slots=True), "Triton's TMA kernel at D = 48 (register cap, chunk view of v)"),
+    # fp32 prefill rows
+    "fp32-D96-prefill": (dict(dtype="fp32", Hq=32, Hkv=32, Dqk=96, Dv=96),
+                         "Triton's fp32 prefill with padded head dims"),
+    "fp32-D256-prefill": (dict(dtype="fp32", Hq=32, Hkv=32, Dqk=256, Dv=256),
+                          "Triton's fp32 D = 256 prefill row (32 x 16 w8 s2)"),
+    "fp32-scale-prefill": (dict(dtype="fp32", Hq=32, Hkv=32, sm_scale=0.3),
+                           "an explicit scale on Triton's fp32 prefill"),
+    # flag pairs other than (True, True) at head dims past 128 and at 32
+    "D256-lmk-one": (dict(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, Dqk=256, Dv=256, window=512,
+                          chunk=64), "Triton's D = 256 pointer prefill with the one-landmark test"),
+    "D256-no-lmk": (dict(B=1, Lq=65, Lk=65, Dqk=256, Dv=256, mask_lmk=False),
+                    "D = 256 kernels without the landmark mask"),
+    "D192-no-expand": (dict(B=1, Lq=65, Lk=65, Dqk=192, Dv=192, expand=False),
+                       "D = 192 kernels without the chunk expansion"),
+    "D32-no-flags": (dict(Dqk=32, Dv=32, mask_lmk=False, expand=False, kv_start=7),
+                     "D = 32 kernels with neither flag"),
+    # TileLang's 128 x 64 split tile (mask_lmk without expansion) beyond lmk_cols 0 / 1
+    "noexp-split-C32": (dict(B=1, Lq=1, Lk=300, Dqk=128, Dv=128, window=100, chunk=32, expand=False,
+                             nan_slots=True), "TileLang's 128 x 64 split tile with two landmark columns"),
+    "noexp-split-DqkDv": (dict(B=1, Lq=1, Lk=300, Dqk=64, Dv=128, window=100, chunk=64,
+                               expand=False, layout="bthd"),
+                          "that tile with Dqk != Dv on BLHD views"),
+    # explicit scales on the split-KV kernels
+    "scale-split-neg": (dict(B=1, Lq=1, Lk=1024, Dqk=128, Dv=128, window=512, chunk=64, sm_scale=-0.3),
+                        "a negative scale on both split-KV paths (TileLang's kernel without scale_fold)"),
+    "scale-split-zero": (dict(B=1, Lq=1, Lk=1024, window=512, chunk=64, sm_scale=0.0),
+                         "a zero scale on a split-KV decode"),
+}
+
+
+def _reach_build(base: Case, row: dict) -> Case:
+    return replace(base, **REACH[row["call"]][0])
+
+
 def _categories() -> list[Category]:
     C = []
     C.append(Category(
@@ -607,6 +683,14 @@ def _categories() -> list[Category]:
                       "kv_start": [0, 10**6 + 3],
                       "dtype": ["bf16", "fp16"] if cuda else ["fp16", "fp32"]},
         _long4m_build))
+    C.append(Category(
+        "reach", "CUDA only (session 33): calls that take a kernel branch no other category "
+        "takes on the GPU (a coverage audit: REACH names each call's branch): BLHD caches beside "
+        "a BHLD q, Triton's int64 frames, split tiles at D = 32 and the narrow 16 x 128, D = 48, "
+        "fp32 prefill rows, flag pairs at D = 32 / 192 / 256, TileLang's 128 x 64 split tile, "
+        "explicit scales on split-KV",
+        lambda cuda: {"call": list(REACH)},
+        _reach_build, cuda_only=True))
     C.append(Category(
         "long", "long keys on the GPU: decode and prefill against caches up to 128K",
         lambda cuda: {"L": [(1, 131072), (64, 131072), (2048, 131072), (16384, 16384), (4096, 65536)],
@@ -832,8 +916,12 @@ def make_inputs(case: Case, run_seed: int, device=None):
 
 def input_layouts(case: Case) -> tuple[str, str, str]:
     """The input forms (:func:`_store`) of a case's q, k and v: its layout for all three,
-    or for ``"mix"`` one form each."""
-    return {"mix": ("bthd", "padt", "bhld")}.get(case.layout, (case.layout,) * 3)
+    or for ``"mix"`` one form each, and for ``"cache"`` a contiguous BHLD ``q`` beside
+    ``k`` and ``v`` stored BLHD and passed transposed (a decode step's fresh queries against
+    a BLHD key/value cache, read in place: each order is baked into TileLang's kernels on
+    its own)."""
+    return {"mix": ("bthd", "padt", "bhld"),
+            "cache": ("bhld", "bthd", "bthd")}.get(case.layout, (case.layout,) * 3)
 
 
 def _break(case: Case, q, k, v, kw):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import reference
-from conformance.cases import (CATEGORIES, ERROR_RULES, LONG4M_LK, Case, case_seed, generate,
-                               invisible_slots, make_inputs, pairwise, poison_unseen)
+from conformance.cases import (CATEGORIES, ERROR_RULES, LONG4M_LK, REACH, Case, case_seed, generate,
+                               input_layouts, invisible_slots, make_inputs, pairwise, poison_unseen)
 
 QUICK_CPU = generate("quick", "cpu")
 FULL_CPU = generate("full", "cpu")
@@ -90,7 +90,7 @@ def test_coverage_of_the_issue(cases):
     assert any(W > C and W % C == 0 for W, C, _, _ in w) and any(W > C and W % C for W, C, _, _ in w)
     assert any(W >= L + k for W, _, L, k in w)
     assert any(c.sm_scale is not None for c in cases)
-    assert {"bhld", "bthd", "pad", "padt", "pad16", "mix"} <= _values(cases, "layout")
+    assert {"bhld", "bthd", "pad", "padt", "pad16", "mix", "cache"} <= _values(cases, "layout")
     assert any(c.nan_slots for c in cases)
     assert {c.error for c in cases if c.error} >= set(ERROR_RULES) - {"mixed_device"}
     assert any(c.B == 0 for c in cases) and any(c.Lq == 0 for c in cases)
@@ -144,6 +144,92 @@ def test_nan_and_decode_reach_the_split_head_dims_on_cuda(category, dims, dtypes
     for d in dims:
         assert {c.dtype for c in cuda if c.Dv == d} == dtypes, d
     assert {c.Dv for c in FULL_CPU if c.category == category} == {64}
+
+
+#: What each ``reach`` call must plan on a 132-SM Hopper device: a pattern of Triton's and
+#: of TileLang's ``describe`` (None: any plan that serves it), and a check of the problem.
+_I32 = 2 ** 31
+_REACH_PLANS = {
+    "cache-decode-G4": (None, r"pack=4\b", None),
+    "cache-decode-G3": (None, r"pack=3\b", None),
+    "cache-pack-G8": (None, r"^fwd_tc .*pack=8\b", None),
+    "cache-chunk-D128": (None, r"^fwd_tc ", None),
+    "int64-split": (r"^splitkv ", None, "int64"),
+    "int64-decode": (r"^splitkv ", None, "int64"),
+    "int64-prefill": (r"^prefill \d", None, "int64"),
+    "int64-moved": (r"^prefill \d", None, "moved"),
+    "int64-tma": (r"^prefill_tma ", None, "int64"),
+    "split-D32": (r"^splitkv 16x32 ", None, None),
+    "split-D32-B8": (r"^splitkv 16x128 ", None, None),
+    "split-D64-B8": (r"^splitkv 16x128 ", None, None),
+    "D48-prefill": (r"^prefill \d+x\d+ .*phases", None, None),
+    "D48-tma": (r"^prefill_tma .* r128 .*v-chunk", None, None),
+    "fp32-D96-prefill": (r"^prefill 32x16 w8 s3", r"^fwd_fp32", None),
+    "fp32-D256-prefill": (r"^prefill 32x16 w8 s2", r"^fwd_fp32", None),
+    "fp32-scale-prefill": (r"^prefill \d", r"^fwd_fp32", None),
+    "D256-lmk-one": (r"^prefill 64x32 ", r"^fwd_tc ", "lmk_one"),
+    "D256-no-lmk": (r"^(prefill|splitkv) ", r"^fwd_tc ", None),
+    "D192-no-expand": (r"^(prefill|splitkv) ", r"^fwd_tc ", None),
+    "D32-no-flags": (r"^(prefill|splitkv) ", r"^fwd_tc ", None),
+    "noexp-split-C32": (None, r"^fwd_tc 128x64 .*S=\d+ .*lmk_cols=2", None),
+    "noexp-split-DqkDv": (None, r"^fwd_tc 128x64 .*S=\d+", None),
+    "scale-split-neg": (r"^splitkv ", r"^fwd_tc (?!.*scale_fold).*S=\d+", None),
+    "scale-split-zero": (r"^splitkv ", None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(REACH))
+def test_reach_calls_plan_the_branch_they_are_for(name, monkeypatch):
+    """Each ``reach`` call (CUDA only) still takes the kernel branch it was chosen for when
+    both launchers plan it for an H200 (132 SMs, sm_90; meta tensors, no kernel built): a
+    change of a launch table or rule that moves one off its branch fails here, not silently
+    on the GPU tier. The BLHD-cache calls must reach TileLang with ``q`` BHLD and ``k`` /
+    ``v`` BLHD, read in place."""
+    import dataclasses
+    import re
+
+    import tilelang_impl.api as lapi
+    import tilelang_impl.launch as LL
+    import triton_impl.launch as TL
+    from reference.validation import LOG2E, check_inputs
+    from conformance.cases import _store
+
+    for mod in (TL, LL):
+        monkeypatch.setattr(mod, "sm_count", lambda d: 132)
+        monkeypatch.setattr(mod, "capability", lambda d: (9, 0))
+        monkeypatch.setattr(mod, "_PLANS", {})
+    monkeypatch.setattr(TL, "_INTERPRETED", False)  # plan the GPU's kernels, not the interpreter's
+    monkeypatch.setattr(TL, "_STRIDES_FIT", {})
+    c = [c for c in FULL_CUDA if c.category == "reach"][list(REACH).index(name)]
+    shapes = ((c.B, c.Hq, c.Lq, c.Dqk), (c.B, c.Hkv, c.Lk, c.Dqk), (c.B, c.Hkv, c.Lk, c.Dv))
+    q, k, v = (_store(torch.empty(s, dtype=c.torch_dtype, device="meta"), lay)
+               for s, lay in zip(shapes, input_layouts(c)))
+    p = dataclasses.replace(check_inputs(q, k, v, **c.kwargs()), device=torch.device("cuda", 0))
+    t_want, l_want, check = _REACH_PLANS[name]
+    t_text = TL.describe(p, q, k, v)
+    LL.check_limits(p)
+    l_text = lapi._describe(p, q, k, v)
+    if t_want:
+        assert re.search(t_want, t_text), f"{name}: triton plans {t_text!r}"
+    if l_want:
+        assert re.search(l_want, l_text), f"{name}: tilelang plans {l_text!r}"
+    if c.layout == "cache":
+        (_, q_blhd, kv_blhd) = lapi._views(q, k, v)
+        assert (q_blhd, kv_blhd) == (False, True) and "copies" not in l_text, (name, l_text)
+    if check == "int64":
+        assert max(TL._frame(p)) >= _I32, name
+    elif check == "moved":
+        assert p.kernel_frame()[0] < _I32 <= TL._frame(p)[0], name
+    elif check == "lmk_one":
+        r, _, chunk = TL._frame(p)
+        cx, _ = TL._plan(p).pick(chunk, p.sm_scale * LOG2E)
+        assert cx["LMK_ONE"] and cx["MASK_LMK"], (name, cx)
+
+
+def test_reach_rows_are_all_planned_and_cuda_only():
+    assert set(_REACH_PLANS) == set(REACH)
+    assert not [c for c in FULL_CPU if c.category == "reach"]
+    assert len([c for c in FULL_CUDA if c.category == "reach"]) == len(REACH)
 
 
 def test_cpu_quick_cases_stay_small():
@@ -209,7 +295,7 @@ def test_logits_are_informative():
         assert 0.8 < float(s.std()) < 3.0, scale
 
 
-@pytest.mark.parametrize("layout", ["bhld", "bthd", "pad", "padt", "pad16", "mix"])
+@pytest.mark.parametrize("layout", ["bhld", "bthd", "pad", "padt", "pad16", "mix", "cache"])
 def test_layouts(layout):
     c = Case(category="x", layout=layout, Lq=10, Lk=20, dtype="fp32")
     q, k, v, _ = make_inputs(c, 1)
@@ -228,6 +314,9 @@ def test_layouts(layout):
                 assert all((s * es) % 16 == 0 for s in t.stride()[:-1])
     if layout == "bthd":
         assert q.transpose(1, 2).is_contiguous() and not q.is_contiguous()
+    if layout == "cache":  # fresh BHLD queries, a BLHD key/value cache read in place
+        assert q.is_contiguous()
+        assert all(t.transpose(1, 2).is_contiguous() and not t.is_contiguous() for t in (k, v))
 
 
 def test_nan_slots_inputs():

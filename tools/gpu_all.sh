@@ -27,10 +27,11 @@ export PYTHONUNBUFFERED=1
 # in exactly one shard, tests/test_tools_scripts.py): session 28 at e41b767 with the default
 # backends, -n 14: shard 1 had not finished at its 330 s cap (717 of 903 cases), shard 2
 # 286 s; chunk_view (288 cases of about 100 heads x 2048 queries) alone, as session 25 ran it. Session 27's split by hand had left it out.
-# long4m (session 31, 32 cases of a 4M-key cache, never run on a GPU yet) joins chunk_view.
+# long4m (session 31, 32 cases of a 4M-key cache) and reach (session 33, 25 calls for branches
+# no other category takes) join chunk_view.
 SHARD_1="headdim,dtype,basic,gqa,lengths,window,chunk,long,empty_rows,errors,empty_dims,scale,kv_start"
 SHARD_2="layout,gqa_pack,tile_chunk,flags,decode,nan_v_seen,nan_seen,nan_slots,inf_seen"
-SHARD_3="chunk_view,long4m"
+SHARD_3="chunk_view,long4m,reach"
 case "${SHARD:-}" in
   "") ;;
   1|2|3) [ -n "${ONLY:-}" ] && { echo "SHARD and ONLY together: give one" >&2; exit 2; }

@@ -40,7 +40,7 @@ if [ "${TL_UNPACK:-1}" != 0 ] && [ -f .device/tl_site.tar.xz ]; then bash tools/
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 SAN=${SANITIZER:-compute-sanitizer}
 command -v "$SAN" > /dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
-ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,inf_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack,chunk_view,long4m"
+ALL_CATS="basic,dtype,headdim,gqa,lengths,window,chunk,tile_chunk,kv_start,flags,scale,empty_rows,layout,nan_slots,nan_seen,inf_seen,nan_v_seen,errors,empty_dims,decode,gqa_pack,chunk_view,long4m,reach"
 # racecheck / synccheck: small cases only. chunk_view (about 100 heads x 2048 queries a case)
 # is not among them; TileLang's view kernels were raced on the small cases of
 # tests/test_tilelang_view_gpu.py instead (session 25: 0 hazards, 0 errors).
