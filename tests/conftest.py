@@ -19,3 +19,37 @@ def _fresh_tilelang_plans():
     mod = sys.modules.get("tilelang_impl.launch")
     if mod is not None:
         mod.clear_plans()
+
+
+@pytest.fixture
+def gpu_memory_lock():
+    """For GPU tests that hold tens of GB (caches past 2**31 elements or 2**26 keys): at most
+    one of them runs at a time per GPU, however many xdist workers share it, and each gives
+    its memory back to the device (``torch.cuda.empty_cache``) before the next starts.
+    Session 33: ``pytest -m gpu -n 8`` on an 80 GB H100 ran three of TileLang's wide tests
+    (32 GB each) and Triton's int64-offset test at once and four failed out of memory; run
+    one at a time they passed. An exclusive ``flock`` on a file named by the worker's
+    ``CUDA_VISIBLE_DEVICES`` (``conformance.pinning`` gives each worker of a multi-GPU host
+    its own GPU; on one GPU every worker shares the lock). Yields the lock file's path."""
+    import os
+    import tempfile
+
+    import torch
+
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no CUDA host this suite runs on
+        fcntl = None
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
+    path = os.path.join(tempfile.gettempdir(), f"hils-swa-gpu-memory-{gpus}.lock")
+    with open(path, "a") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_UN)

@@ -22,7 +22,8 @@ from conformance.cases import poison_unseen
 from conformance.runner import poisoned_empty
 from reference.device import GRID_YZ_MAX
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+              pytest.mark.usefixtures("gpu_memory_lock")]  # float64 truth of 65600 batches
 
 B = GRID_YZ_MAX + 65  # TileLang: 2 launches (z); Triton: B * Hq = 131200, 3 launches (y)
 HQ, HKV, LQ, LK, D = 2, 1, 3, 96, 64

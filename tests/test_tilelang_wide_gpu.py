@@ -22,7 +22,8 @@ from conformance import verdict
 from conformance.cases import seen_tail
 from conformance.runner import poisoned_empty
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+              pytest.mark.usefixtures("gpu_memory_lock")]  # 32 GB a test (tests/conftest.py)
 pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 from reference import check_inputs  # noqa: E402
