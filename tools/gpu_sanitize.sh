@@ -5,7 +5,8 @@
 # whose 128K caches would take the sanitizer minutes per case; `long4m`'s 4M-key cache is
 # in: its kernels read only the window, 1-2 GB into the cache) once per backend
 # under each tool, in parallel processes without xdist, and leaves one log per
-# (tool, backend) and a summary under $OUT:
+# (tool, backend) and a summary under $OUT (for a run that fails, its first sanitizer lines and
+# its failures copied into the summary):
 #   memcheck   out-of-bounds and misaligned global / shared accesses, every backend
 #   racecheck  shared-memory hazards, TileLang (TileLang places its own barriers,
 #              tools/tl_lower.py) on three small categories
@@ -94,5 +95,11 @@ for rcf in "${rcs[@]}"; do
   # check, a crash, a timeout (124) or sanitizer errors (99) all count
   [ "$rc" = 0 ] || status=1
   grep -q "$clean" "$log" || status=1
+  # what went wrong, in summary.txt itself: the device tool brings back a few files only
+  # (session 33: a run's 14 files came back as 8, and the logs of two failing runs stayed behind)
+  if [ "$rc" != 0 ] || ! grep -q "$clean" "$log"; then
+    { grep -m 40 -E '^========= ' "$log"; grep -A 12 -E '^(failures|errors outside the checks) \(' "$log"; } \
+      | cut -c1-300 | sed 's/^/    /' >> "$OUTDIR/summary.txt"
+  fi
 done
 exit $status
