@@ -25,13 +25,17 @@ def _fresh_tilelang_plans():
 def gpu_memory_lock():
     """For GPU tests that hold tens of GB (caches past 2**31 elements or 2**26 keys): at most
     one of them runs at a time per GPU, however many xdist workers share it, and each gives
-    its memory back to the device (``torch.cuda.empty_cache``) before the next starts.
-    Session 33: ``pytest -m gpu -n 8`` on an 80 GB H100 ran three of TileLang's wide tests
-    (32 GB each) and Triton's int64-offset test at once and four failed out of memory; run
-    one at a time they passed. An exclusive ``flock`` on a file named by the worker's
-    ``CUDA_VISIBLE_DEVICES`` (``conformance.pinning`` gives each worker of a multi-GPU host
-    its own GPU; on one GPU every worker shares the lock). Yields the lock file's path."""
+    its memory back to the device (``torch.cuda.empty_cache``) before the next starts, a
+    failed test's too (pytest keeps a failure's traceback, and with it the test's tensors,
+    in ``sys.last_traceback``: dropped first). Session 33: ``pytest -m gpu -n 8`` on an 80 GB
+    H100 ran three of TileLang's wide tests (32 GB each) and Triton's int64-offset test at
+    once and four failed out of memory; run one at a time they passed. An exclusive
+    ``flock`` on a file named by the worker's ``CUDA_VISIBLE_DEVICES`` (``conformance.pinning``
+    gives each worker of a multi-GPU host its own GPU; on one GPU every worker shares the
+    lock). Yields the lock file's path."""
+    import gc
     import os
+    import re
     import tempfile
 
     import torch
@@ -40,16 +44,19 @@ def gpu_memory_lock():
         import fcntl
     except ImportError:  # not POSIX: no CUDA host this suite runs on
         fcntl = None
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
+    gpus = re.sub(r"[^\w.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "all")) or "none"
     path = os.path.join(tempfile.gettempdir(), f"hils-swa-gpu-memory-{gpus}.lock")
-    with open(path, "a") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+    try:
         if fcntl is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield path
-        finally:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-            if fcntl is not None:
-                fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                setattr(sys, name, None)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        os.close(fd)  # releases the flock

@@ -1,15 +1,18 @@
 """Batches past a launch grid's y / z bound, at the real bound (GPU tier).
 
 CUDA grids hold at most 65535 programs on y and z (``reference.device.GRID_YZ_MAX``).
-Triton puts batch x heads on y, so ``B * Hq`` past the bound runs as launches over slices of
-the batch; TileLang puts the batch on z, so ``B`` past it does. The CPU tests reach the
-slicing only with the bound lowered (``tests/test_triton_swa.py``,
+Triton puts batch x heads on y (``B * Hq`` programs on its prefill grids, ``B * Hkv`` on the
+split and packed ones), so a call whose ``B * Hq`` passes the bound runs as launches over
+slices of the batch; TileLang puts the batch on z, so ``B`` past it does. The CPU tests reach
+the slicing only with the bound lowered (``tests/test_triton_swa.py``,
 ``tests/test_tilelang_cpu.py``); here the bound is the hardware's, and a launch whose grid
 passed it would fail to launch or leave rows unwritten (the outputs are poisoned: NaN).
 
-One set of inputs (fresh random, bf16 and fp32, the key slots no query sees NaN) serves
-every backend and path: each call must pass the suite's verdict against the float64
-reference, and every pair of them must agree within the sum of their bounds.
+One set of inputs per dtype (fresh random, the key slots no query sees NaN). Triton: the
+default call and each of its paths (the TMA and the pointer prefill kernels, split-KV, the
+GQA-packed split kernel); TileLang: its default plan (the packed tile in bf16, the fp32
+kernel). Each call must pass the suite's verdict against the float64 reference and agree
+with every other within the sum of their bounds.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ B = GRID_YZ_MAX + 65  # TileLang: 2 launches (z); Triton: B * Hq = 131200, 3 lau
 HQ, HKV, LQ, LK, D = 2, 1, 3, 96, 64
 RULE = dict(window_size=40, chunk_size=16, kv_start=5)
 DEVICE = "cuda"
+DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 
 
 def _inputs(dtype, seed):
@@ -39,42 +43,62 @@ def _inputs(dtype, seed):
     return q, k, v
 
 
-def _calls():
-    """(name, call, describe, slices): every backend path that serves these calls."""
+def _triton_calls(dtype):
+    """(name, call, describe, launches, plan prefix) of Triton's default call and each path."""
     import triton_impl
+
+    def forced(path, tma=None):
+        knobs = dict(path=path) if tma is None else dict(path=path, tma=tma)
+        return (lambda q, k, v: triton_impl.sliding_window_attention(
+                    q, k, v, **{f"_{'force_path' if n == 'path' else n}": x for n, x in knobs.items()}, **RULE),
+                lambda q, k, v, **kw: triton_impl.describe_call(q, k, v, **knobs, **kw))
+
     out = [("triton", lambda q, k, v: triton_impl.sliding_window_attention(q, k, v, **RULE),
-            triton_impl.describe_call, 3)]
-    for path in ("prefill", "splitkv", "packed"):
-        out.append((f"triton-{path}",
-                    lambda q, k, v, path=path: triton_impl.sliding_window_attention(
-                        q, k, v, _force_path=path, **RULE),
-                    lambda q, k, v, path=path, **kw: triton_impl.describe_call(
-                        q, k, v, path=path, **kw), 3))
-    try:
-        import tilelang_impl
-    except ImportError:  # the suite's TileLang tests skip the same way
-        return out
-    out.append(("tilelang", lambda q, k, v: tilelang_impl.sliding_window_attention(q, k, v, **RULE),
-                tilelang_impl.describe_call, 2))
+            triton_impl.describe_call, 3, "")]
+    if dtype != torch.float32:  # the TMA kernel serves 16-bit inputs
+        out.append(("triton-tma", *forced("prefill", "v_ptr"), 3, "prefill_tma "))
+    out.append(("triton-pointer", *forced("prefill", False), 3, "prefill "))
+    for path in ("splitkv", "packed"):
+        out.append((f"triton-{path}", *forced(path), 3, path + " "))
     return out
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_batches_past_the_grid_bound_run_in_slices(dtype):
-    q, k, v = _inputs(dtype, seed=7 if dtype == torch.bfloat16 else 8)
-    exp = verdict.expected(q, k, v, RULE)
+def _run(calls, q, k, v, exp):
+    """Each call with its outputs poisoned, judged; then every pair compared."""
     got = {}
-    for name, call, describe, slices in _calls():
+    for name, call, describe, launches, plan in calls:
         text = describe(q, k, v, **RULE)
-        assert text.endswith(f"{slices} launches)"), f"{name}: {text}"
+        assert text.startswith(plan) and text.endswith(f"{launches} launches)"), f"{name}: {text}"
         with poisoned_empty():
             o, lse = call(q, k, v)
         vd = verdict.judge(o, lse, exp)
         assert vd.status == verdict.PASS, f"{name} ({text}): " + "; ".join(vd.problems)
         got[name] = (o, lse, vd)
-    assert "triton" in got and len(got) >= 3
     names = sorted(got)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             pv = verdict.judge_pair(got[a][2], got[b][2], got[a][:2], got[b][:2], exp, a, b)
             assert pv.status == verdict.PASS, f"{a} vs {b}: " + "; ".join(pv.problems)
+    return got
+
+
+@DTYPES
+def test_triton_batches_past_the_grid_bound_run_in_slices(dtype):
+    q, k, v = _inputs(dtype, seed=7 if dtype == torch.bfloat16 else 8)
+    calls = _triton_calls(dtype)
+    got = _run(calls, q, k, v, verdict.expected(q, k, v, RULE))
+    assert len(got) == len(calls) >= 4
+
+
+@DTYPES
+def test_tilelang_batches_past_the_grid_bound_run_in_slices(dtype):
+    pytest.importorskip("tilelang", reason="tilelang is not installed")
+    import tilelang_impl
+    import triton_impl
+
+    q, k, v = _inputs(dtype, seed=9 if dtype == torch.bfloat16 else 10)
+    calls = [("tilelang", lambda q, k, v: tilelang_impl.sliding_window_attention(q, k, v, **RULE),
+              tilelang_impl.describe_call, 2, "fwd_fp32 " if dtype == torch.float32 else "fwd_tc "),
+             ("triton", lambda q, k, v: triton_impl.sliding_window_attention(q, k, v, **RULE),
+              triton_impl.describe_call, 3, "")]
+    assert len(_run(calls, q, k, v, verdict.expected(q, k, v, RULE))) == 2
