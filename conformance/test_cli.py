@@ -142,7 +142,7 @@ def test_only_names_that_select_nothing_are_refused():
     r = _run("--list", "--only", "basic,fp32-*", "--device", "cpu")
     assert r.returncode == 0 and "cases (quick tier, cpu)" in r.stdout
     # what the device leaves out is said, with the reason
-    assert "left out on cpu: categories gqa_pack, chunk_view, long: CUDA only" in r.stdout
+    assert "left out on cpu: categories gqa_pack, chunk_view, reach, long: CUDA only" in r.stdout
 
 
 def test_cuda_without_a_device_is_one_line_and_exit_2(monkeypatch, capsys):
