@@ -206,24 +206,25 @@ def test_reach_calls_plan_the_branch_they_are_for(name, monkeypatch):
                for s, lay in zip(shapes, input_layouts(c)))
     p = dataclasses.replace(check_inputs(q, k, v, **c.kwargs()), device=torch.device("cuda", 0))
     t_want, l_want, check = _REACH_PLANS[name]
+    what = f"{name} (for {REACH[name][1]})"
     t_text = TL.describe(p, q, k, v)
     LL.check_limits(p)
     l_text = lapi._describe(p, q, k, v)
     if t_want:
-        assert re.search(t_want, t_text), f"{name}: triton plans {t_text!r}"
+        assert re.search(t_want, t_text), f"{what}: triton plans {t_text!r}"
     if l_want:
-        assert re.search(l_want, l_text), f"{name}: tilelang plans {l_text!r}"
+        assert re.search(l_want, l_text), f"{what}: tilelang plans {l_text!r}"
     if c.layout == "cache":
         (_, q_blhd, kv_blhd) = lapi._views(q, k, v)
-        assert (q_blhd, kv_blhd) == (False, True) and "copies" not in l_text, (name, l_text)
+        assert (q_blhd, kv_blhd) == (False, True) and "copies" not in l_text, (what, l_text)
     if check == "int64":
-        assert max(TL._frame(p)) >= _I32, name
+        assert max(TL._frame(p)) >= _I32, what
     elif check == "moved":
-        assert p.kernel_frame()[0] < _I32 <= TL._frame(p)[0], name
+        assert p.kernel_frame()[0] < _I32 <= TL._frame(p)[0], what
     elif check == "lmk_one":
-        r, _, chunk = TL._frame(p)
+        chunk = TL._frame(p)[2]
         cx, _ = TL._plan(p).pick(chunk, p.sm_scale * LOG2E)
-        assert cx["LMK_ONE"] and cx["MASK_LMK"], (name, cx)
+        assert cx["LMK_ONE"] and cx["MASK_LMK"], (what, cx)
 
 
 def test_reach_rows_are_all_planned_and_cuda_only():
