@@ -85,6 +85,10 @@ CASES = [
     (1, 4, 2, 9, 160, 64, 32, 45, 16, torch.bfloat16, {}, "splitkv", None),
     # GQA-packed prefill (split kernel writing o directly), G = 4
     (1, 8, 2, 60, 90, 32, 32, 25, 8, torch.float16, dict(kv_start=2), "packed", None),
+    # fp32 prefill rows no conformance case of the CPU tier reaches (session 33's audit):
+    # D = 256 (32 x 16 w8 s2) and D = 96 (padded to 128), an explicit scale on the latter
+    (1, 2, 1, 40, 40, 256, 256, 16, 8, torch.float32, {}, "prefill", None),
+    (1, 2, 1, 45, 60, 96, 96, 20, 8, torch.float32, dict(sm_scale=0.3, kv_start=3), "prefill", None),
 ]
 
 
