@@ -89,6 +89,10 @@ CASES = [
     # D = 256 (32 x 16 w8 s2) and D = 96 (padded to 128), an explicit scale on the latter
     (1, 2, 1, 40, 40, 256, 256, 16, 8, torch.float32, {}, "prefill", None),
     (1, 2, 1, 45, 60, 96, 96, 20, 8, torch.float32, dict(sm_scale=0.3, kv_start=3), "prefill", None),
+    # 16-bit pointer prefill at D = 256 with the one-landmark column test (C >= BLOCK_N), and
+    # at D = 48 in phases with head dims padded to 64 (the same audit)
+    (1, 2, 1, 130, 130, 256, 256, 64, 64, torch.float16, {}, "prefill", None),
+    (2, 4, 2, 129, 129, 48, 48, 32, 16, torch.float16, {}, "prefill", None),
 ]
 
 
