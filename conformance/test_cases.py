@@ -148,7 +148,6 @@ def test_nan_and_decode_reach_the_split_head_dims_on_cuda(category, dims, dtypes
 
 #: What each ``reach`` call must plan on a 132-SM Hopper device: a pattern of Triton's and
 #: of TileLang's ``describe`` (None: any plan that serves it), and a check of the problem.
-_I32 = 2 ** 31
 _REACH_PLANS = {
     "cache-decode-G4": (None, r"pack=4\b", None),
     "cache-decode-G3": (None, r"pack=3\b", None),
@@ -218,9 +217,9 @@ def test_reach_calls_plan_the_branch_they_are_for(name, monkeypatch):
         (_, q_blhd, kv_blhd) = lapi._views(q, k, v)
         assert (q_blhd, kv_blhd) == (False, True) and "copies" not in l_text, (what, l_text)
     if check == "int64":
-        assert max(TL._frame(p)) >= _I32, what
+        assert max(TL._frame(p)) >= TL._I32, what
     elif check == "moved":
-        assert p.kernel_frame()[0] < _I32 <= TL._frame(p)[0], what
+        assert p.kernel_frame()[0] < TL._I32 <= TL._frame(p)[0], what
     elif check == "lmk_one":
         chunk = TL._frame(p)[2]
         cx, _ = TL._plan(p).pick(chunk, p.sm_scale * LOG2E)

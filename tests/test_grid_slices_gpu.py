@@ -47,17 +47,16 @@ def _triton_calls(dtype):
     """(name, call, describe, launches, plan prefix) of Triton's default call and each path."""
     import triton_impl
 
-    def forced(path, tma=None):
-        knobs = dict(path=path) if tma is None else dict(path=path, tma=tma)
+    def forced(path, **knobs):
         return (lambda q, k, v: triton_impl.sliding_window_attention(
-                    q, k, v, **{f"_{'force_path' if n == 'path' else n}": x for n, x in knobs.items()}, **RULE),
-                lambda q, k, v, **kw: triton_impl.describe_call(q, k, v, **knobs, **kw))
+                    q, k, v, _force_path=path, **{f"_{n}": x for n, x in knobs.items()}, **RULE),
+                lambda q, k, v, **kw: triton_impl.describe_call(q, k, v, path=path, **knobs, **kw))
 
     out = [("triton", lambda q, k, v: triton_impl.sliding_window_attention(q, k, v, **RULE),
             triton_impl.describe_call, 3, "")]
     if dtype != torch.float32:  # the TMA kernel serves 16-bit inputs
-        out.append(("triton-tma", *forced("prefill", "v_ptr"), 3, "prefill_tma "))
-    out.append(("triton-pointer", *forced("prefill", False), 3, "prefill "))
+        out.append(("triton-tma", *forced("prefill", tma="v_ptr"), 3, "prefill_tma "))
+    out.append(("triton-pointer", *forced("prefill", tma=False), 3, "prefill "))
     for path in ("splitkv", "packed"):
         out.append((f"triton-{path}", *forced(path), 3, path + " "))
     return out
