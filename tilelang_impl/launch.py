@@ -853,15 +853,14 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     off left out); ``force_split`` as in :func:`run_cuda`; a call run over batch slices
     is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
+    wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
     if device_type(p.device) != "cuda":
-        wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide
     if p.B > GRID_YZ_MAX:
         cuts = batch_slices(p.B, GRID_YZ_MAX)
         return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split)
                 + f" (batch slices of {cuts[0].stop} or fewer: {len(cuts)} launches)")
     if p.dtype == torch.float32:
-        wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
         return "fwd_fp32 (one row per thread, CUDA cores)" + wide
     _, C, _, _, sl2 = scalars(p)
     S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
