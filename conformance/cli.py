@@ -10,6 +10,7 @@ Examples::
 
     hils-swa conform                                   # quick tier, default device and backends
     hils-swa conform --backend triton --only window,chunk --device cpu
+    hils-swa conform --device cpu --exclude long4m       # leave out the 4M-key caches
     hils-swa conform --device cuda --tier full -n 8 --json conformance/results/h200.json
     hils-swa conform --backend mutant:lse_base2       # watch the suite catch a bug
 """
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(repeatable; default: the registry's default backends)")
     p.add_argument("--only", action="append", metavar="NAMES",
                    help="comma-separated categories, case ids or id globs (repeatable)")
+    p.add_argument("--exclude", action="append", metavar="NAMES",
+                   help="comma-separated categories, case ids or id globs to leave out (repeatable; "
+                        "after --only), e.g. --exclude long4m on a machine short of memory")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="device of the cases (default: cuda when available, else cpu)")
     p.add_argument("--tier", choices=("quick", "full"), default="quick")
@@ -62,6 +66,8 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
         args += ["--backend", spec]
     for names in a.only or []:
         args += ["--only", names]
+    for names in a.exclude or []:
+        args += ["--exclude", names]
     if a.json:
         args += ["--conform-json", os.path.abspath(a.json)]
     if a.seed is not None:
@@ -95,8 +101,9 @@ def _list(a: argparse.Namespace) -> int:
     device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
     only = [n for spec in (a.only or []) for n in spec.split(",") if n]
+    exclude = [n for spec in (a.exclude or []) for n in spec.split(",") if n]
     try:
-        cases = select(generate(a.tier, device), only, f" of the {a.tier} tier on {device}")
+        cases = select(generate(a.tier, device), only, f" of the {a.tier} tier on {device}", exclude)
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2

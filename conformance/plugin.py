@@ -50,6 +50,9 @@ def pytest_addoption(parser):
                      "mutant:NAME); repeatable; default: the registry's defaults")
     g.addoption("--only", action="append", dest="conform_only", default=None, metavar="NAMES",
                 help="comma-separated categories, case ids or id globs to run (repeatable)")
+    g.addoption("--exclude", action="append", dest="conform_exclude", default=None, metavar="NAMES",
+                help="comma-separated categories, case ids or id globs to leave out (repeatable; "
+                     "applied after --only)")
     g.addoption("--device", dest="conform_device", default="auto", choices=("auto", "cpu", "cuda"),
                 help="device of the cases: cuda when available, else cpu (default auto)")
     g.addoption("--tier", dest="conform_tier", default="quick", choices=("quick", "full"),
@@ -136,17 +139,37 @@ def _selected(case, only: list[str] | None) -> bool:
     return not only or any(_matches(case, name) for name in only)
 
 
-def select(cases: list, only: list[str] | None, where: str = "") -> list:
-    """The cases that ``--only``'s names (categories, case ids, id globs) select. Raises
-    ``ValueError`` naming every name that selects nothing (a typo must not shrink a run
-    silently); ``where`` says which tier and device were searched."""
-    if not only:
-        return list(cases)
-    dead = [n for n in only if not any(_matches(c, n) for c in cases)]
-    if dead:
-        cats = sorted({c.category for c in cases})
-        raise ValueError(f"--only: {', '.join(dead)} matches no case{where}; categories: {', '.join(cats)}")
-    return [c for c in cases if _selected(c, only)]
+def select(cases: list, only: list[str] | None, where: str = "", exclude: list[str] | None = None) -> list:
+    """The cases that ``--only``'s names (categories, case ids, id globs) select, less those
+    ``--exclude``'s names match. Raises ``ValueError`` naming every name of either that
+    matches nothing (a typo must not change a run silently); ``where`` says which tier and
+    device were searched."""
+    cases = list(cases)
+    for flag, names in (("--only", only), ("--exclude", exclude)):
+        dead = [n for n in names or [] if not any(_matches(c, n) for c in cases)]
+        if dead:
+            cats = sorted({c.category for c in cases})
+            raise ValueError(f"{flag}: {', '.join(dead)} matches no case{where}; categories: {', '.join(cats)}")
+    return [c for c in cases if _selected(c, only) and not any(_matches(c, n) for n in exclude or [])]
+
+
+def names_of(config, dest: str) -> list[str]:
+    """The comma-separated names of a repeatable option (``--only``, ``--exclude``)."""
+    return [n for spec in (config.getoption(dest) or []) for n in spec.split(",") if n]
+
+
+def diff_hints(fails: list[dict], device: str, most: int = 4) -> list[str]:
+    """What to run next on failures: ``hils-swa diff`` names the SPEC rule a backend breaks.
+    Each backend that fails alone is diffed against the reference; where only pairs fail
+    (every backend conforms alone, two disagree within tolerance of the truth), the pair."""
+    singles = sorted({r["who"] for r in fails if not r["pair"]} - {"reference"})
+    pairs = sorted({r["who"] for r in fails if r["pair"]})
+    cmds = ([f"hils-swa diff reference {who} --device {device}" for who in singles] if singles else
+            [f"hils-swa diff {' '.join(who.split('~'))} --device {device}" for who in pairs])
+    if not cmds:
+        return []
+    more = f" (and {len(cmds) - most} more)" if len(cmds) > most else ""
+    return ["which SPEC rule differs:"] + [f"  {c}" for c in cmds[:most]] + ([f"  ...{more}"] if more else [])
 
 
 def plan(config) -> list:
@@ -155,9 +178,9 @@ def plan(config) -> list:
     from .runner import Check
 
     st = _state(config)
-    only = [n for spec in (config.getoption("conform_only") or []) for n in spec.split(",") if n]
     try:
-        cases = select(generate(st["tier"], st["device"]), only, f" of the {st['tier']} tier on {st['device']}")
+        cases = select(generate(st["tier"], st["device"]), names_of(config, "conform_only"),
+                       f" of the {st['tier']} tier on {st['device']}", names_of(config, "conform_exclude"))
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
     names = list(backends(config))
@@ -509,6 +532,8 @@ class Collector:
                           f"{' singles' if singles else ''}):")
             for r in shown[:40]:
                 tr.write_line(r["message"])
+        for line in diff_hints(fails, st["device"]):
+            tr.write_line(line)
         if self.errors:
             tr.write_line(f"errors outside the checks ({len(self.errors)}):")
             for e in self.errors[:20]:

@@ -39,6 +39,8 @@ def test_passing_run_writes_matrix_and_json(tmp_path):
     assert p.returncode == 1, text  # the mutant fails
     assert "run seed 5" in text and "category" in text and "reference~mutant:output_dtype_fp32" in text
     assert "FAIL (dtype)" in text
+    # the failures end with what to run next: diff names the broken rule
+    assert "hils-swa diff reference mutant:output_dtype_fp32 --device cpu" in text
     data = json.loads(out.read_text())
     assert data["run_seed"] == 5 and data["tier"] == "quick" and data["device"] == "cpu"
     cell = data["matrix"]["cells"]["basic|reference"]
@@ -65,6 +67,37 @@ def test_list_and_bad_usage():
     assert p.returncode == 2 and "unknown backend" in p.stderr
     p = _run("--backend", "reference", "--only", "nothing-matches", "--device", "cpu")
     assert p.returncode != 0 and "nothing-matches matches no case" in (p.stdout + p.stderr)
+
+
+def test_exclude_leaves_out_what_it_names_and_refuses_names_that_match_nothing():
+    from conformance.cases import generate
+    from conformance.plugin import select
+
+    cases = generate("quick", "cpu")
+    kept = select(cases, ["window", "long4m"], exclude=["long4m", "*-W18446744073709551619C*"])
+    assert kept and all(c.category == "window" and "W18446744073709551619C" not in c.id for c in kept)
+    assert len(kept) < len(select(cases, ["window"]))
+    assert not any(c.category == "long4m" for c in select(cases, None, exclude=["long4m"]))
+    p = _run("--list", "--exclude", "long4m,no-such-case", "--device", "cpu")
+    assert p.returncode == 2 and "--exclude: no-such-case matches no case" in p.stderr
+    p = _run("--list", "--only", "long4m,errors", "--exclude", "long4m", "--device", "cpu")
+    assert p.returncode == 0 and "long4m" not in p.stdout.split("cases (")[0] and "err-q_3d-bf16" in p.stdout
+    a = cli._parser().parse_args(["--exclude", "long4m", "--exclude", "errors"])
+    args = cli.pytest_args(a)
+    assert [args[i + 1] for i, x in enumerate(args) if x == "--exclude"] == ["long4m", "errors"]
+
+
+def test_diff_hints_name_the_next_command():
+    from conformance.plugin import diff_hints
+
+    fail = lambda who, pair=False: dict(who=who, pair=pair)  # noqa: E731
+    assert diff_hints([], "cpu") == []
+    assert diff_hints([fail("reference"), fail("triton"), fail("reference~triton", True)], "cuda") == [
+        "which SPEC rule differs:", "  hils-swa diff reference triton --device cuda"]
+    # every backend conforms alone, a pair disagrees: diff the pair
+    assert diff_hints([fail("triton~tilelang", True)], "cpu")[1] == "  hils-swa diff triton tilelang --device cpu"
+    many = diff_hints([fail(f"b{i}") for i in range(6)], "cpu", most=4)
+    assert len(many) == 6 and many[-1] == "  ... (and 2 more)"
 
 
 def test_default_seed_is_fixed_and_random_is_printed(tmp_path):
