@@ -178,6 +178,32 @@ def kv_start_ignored(q, k, v, **kw):
     return _ref(q, k, v, **kw)
 
 
+def _wrap64(x: int) -> int:
+    """``x`` as int64 arithmetic holds it: two's complement, modulo 2**64."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
+def positions_int64(q, k, v, **kw):
+    # kv_start, window_size and chunk_size put in int64 as they are: values past the range
+    # wrap (modulo 2**64), and so do the positions built on them; the rule itself is
+    # SPEC's (reference.mask.visible on the wrapped int64 tensors). A chunk that wraps to 0
+    # raises inside the "kernel", as an integer division by zero does.
+    p = _check(q, k, v, **kw)
+    kv, w, c = (_wrap64(x) for x in (p.kv_start, p.window_size, p.chunk_size))
+    if (kv, w, c) == (p.kv_start, p.window_size, p.chunk_size):
+        return _ref(q, k, v, **kw)
+    if c == 0:
+        raise RuntimeError("integer division by zero in the kernel (chunk_size wrapped to 0)")
+
+    def fn(p: Problem, i0: int, i1: int) -> torch.Tensor:
+        base = torch.tensor(kv, dtype=torch.int64, device=p.device)
+        qpos = base + (p.Lk - p.Lq) + torch.arange(i0, i1, device=p.device)
+        kpos = base + torch.arange(p.Lk, device=p.device)
+        return visible(qpos[:, None], kpos[None, :], **_rule(p, window_size=w, chunk_size=c))
+
+    return _attend(q, k, v, p, fn)
+
+
 def query_offset_ignored(q, k, v, **kw):
     # queries placed at the first Lq positions (qpos = kv_start + i), not the last
     p = _check(q, k, v, **kw)
@@ -341,6 +367,8 @@ _TABLE: dict[str, tuple[Callable, str]] = {
     "landmark_shifted": (landmark_shifted, "landmark rule kpos % C == 0 instead of (kpos + 1) % C == 0"),
     "landmark_from_index": (landmark_from_index, "landmark taken from the cache index j, not the position kv_start + j"),
     "kv_start_ignored": (kv_start_ignored, "kv_start ignored: positions start at 0"),
+    "positions_int64": (positions_int64, "kv_start, window_size and chunk_size taken as int64: values past "
+                        "2**63 wrap, and the positions with them"),
     "query_offset_ignored": (query_offset_ignored, "queries placed at the first Lq positions instead of the last (Lq < Lk)"),
     "gqa_modulo": (gqa_modulo, "GQA mapping h % Hkv instead of h // (Hq / Hkv)"),
     "scale_from_dv": (scale_from_dv, "default sm_scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)"),

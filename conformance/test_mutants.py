@@ -25,6 +25,7 @@ EXPECT = {
     "landmark_shifted": ("output", "flags"),
     "landmark_from_index": ("output", "kv_start"),
     "kv_start_ignored": ("output", "kv_start"),
+    "positions_int64": ("output", "kv_start"),
     "query_offset_ignored": ("output", "lengths"),
     "gqa_modulo": ("output", "gqa"),
     "scale_from_dv": ("output", "headdim"),

@@ -19,6 +19,7 @@ EXPECTED = {
     "landmark_shifted": "landmark_shifted",
     "landmark_from_index": "landmark_index",
     "kv_start_ignored": "kv_start",
+    "positions_int64": "positions",
     "query_offset_ignored": "query_offset",
     "gqa_modulo": "gqa",
     "scale_from_dv": "default_scale",

@@ -5,9 +5,10 @@
 Runs both backends on a small case set in which every case isolates one rule
 of SPEC.md (GQA on/off, Lq < Lk, kv_start off the chunk grid, Dqk != Dv, an
 explicit scale, rows with no visible key, NaN in slots no query sees, strided
-inputs, long rows, bf16, a query range longer than one 64-row tile, bad
-inputs), compares each with the float64 ground truth (``reference.golden``)
-under the conformance tolerance, and then tests one *hypothesis* per rule:
+inputs, long rows, bf16, a query range longer than one 64-row tile, positions,
+windows and chunks past int64, bad inputs), compares each with the float64
+ground truth (``reference.golden``) under the conformance tolerance, and then
+tests one *hypothesis* per rule:
 
 * exact hypotheses predict the whole output of a backend that breaks exactly
   that rule (the SPEC computed with ``window_size + 1``, with positions from 0,
@@ -32,7 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -40,7 +41,7 @@ import torch
 import reference
 from conformance import verdict
 from conformance.cases import poison_unseen
-from reference.mask import is_landmark, key_positions, query_positions, visible, visibility_mask
+from reference.mask import int64_frame, is_landmark, key_positions, query_positions, visible, visibility_mask
 from reference.validation import default_scale
 
 from . import _tolerance as tol
@@ -65,6 +66,9 @@ RULES: dict[str, str] = {
     "landmark_index": "landmark rule: landmarks from the position kv_start + j, not from the cache index j",
     "landmark_flag": "landmark rule: mask_lmk must switch landmark masking on and off",
     "kv_start": "kv_start ignored: keys sit at positions kv_start + j",
+    "positions": "positions past int64: kv_start, window_size and chunk_size are unbounded ints (SPEC bounds "
+                 "none); int64 arithmetic on them wraps or raises (compute on Problem.int64_framed() or "
+                 "kernel_frame(): the same visibility in small values)",
     "query_offset": "query offset ignored: queries are the LAST Lq key positions (qpos = kv_start + Lk - Lq + i)",
     "gqa": "GQA head mapping: query head h reads key/value head h // (Hq / Hkv)",
     "default_scale": "default scale: sm_scale=None means 1 / sqrt(Dqk)",
@@ -153,7 +157,14 @@ CASES: tuple[Case, ...] = (
     Case("bf16", "as base in bf16 (output dtype)", dtype=torch.bfloat16, seed=6),
     Case("tail", "Lq = 70: a query range longer than one 64-row tile", B=1, Hq=1, Hkv=1, Lq=70, Lk=80,
          window_size=8, chunk_size=8, kv_start=0, seed=7),
+    Case("past_i64", "kv_start = 2^63 + 5: positions past int64 (C = 3 does not divide 2^64)", B=1, Hq=2,
+         Hkv=1, Lq=10, Lk=16, window_size=5, chunk_size=3, kv_start=2**63 + 5, seed=10),
+    Case("huge_wc", "window 2^64 + 3, chunk 2^63 + 5: every key from the cache start", B=1, Hq=2, Hkv=1,
+         Lq=10, Lk=16, window_size=2**64 + 3, chunk_size=2**63 + 5, kv_start=7, seed=11),
 )
+
+#: a case whose rule values int64 cannot hold (``past_i64``, ``huge_wc``)
+_HUGE = 2**62
 
 #: probe configurations (masks recovered as a black box, drawn when they differ)
 PROBES: tuple[dict, ...] = (
@@ -240,10 +251,23 @@ def _dense_golden(q, k, v, mask: torch.Tensor, scale: float, head_map: torch.Ten
     return o, lse
 
 
+def _framed(case: Case) -> Case:
+    """The case itself, or where int64 positions cannot hold it the equivalent small call
+    (``reference.mask.int64_frame``: exactly the same visibility). The mask hypotheses build
+    position tensors, so they perturb the rule there, as the mutants do
+    (``conformance.mutants._true_mask``); a bug evaluated in the frame may differ from the
+    same bug on the real positions, and then that hypothesis does not explain the case."""
+    kv, w, c = int64_frame(case.Lk, case.window_size, case.chunk_size, case.kv_start)
+    if (kv, w, c) == (case.kv_start, case.window_size, case.chunk_size):
+        return case
+    return replace(case, kv_start=kv, window_size=w, chunk_size=c)
+
+
 def _mask_with(case: Case, *, qpos=None, kpos_lmk=None, **override) -> torch.Tensor:
     """The case's mask from :func:`reference.mask.visible` with perturbed inputs:
     ``override`` changes rule parameters, ``qpos`` the query positions,
-    ``kpos_lmk`` the positions the landmark rule is evaluated at."""
+    ``kpos_lmk`` the positions the landmark rule is evaluated at. ``case`` must be
+    :func:`_framed` (its positions int64 tensors)."""
     rule = dict(case.rule)
     rule.update(override)
     kv = rule.pop("kv_start")
@@ -288,6 +312,7 @@ def _v_param(name, value_fn):
 
 def _v_mask(mask_fn):
     def variant(case, q, k, v, g):
+        case = _framed(case)
         m = mask_fn(case)
         if m is None:
             return None
@@ -320,7 +345,7 @@ def _gqa_variant(head_map_fn):
         if case.Hq == case.Hkv:
             return None
         idx = head_map_fn(case).to(q.device)
-        return _dense_golden(q, k, v, _mask_with(case).to(q.device), _scale(case), head_map=idx)
+        return _dense_golden(q, k, v, _mask_with(_framed(case)).to(q.device), _scale(case), head_map=idx)
     return variant
 
 
@@ -779,6 +804,9 @@ HYPOTHESES: list[tuple[str, Callable[[Diagnosis], Finding | None]]] = [
     ("unwritten_rows", _sig_unwritten),
     ("empty_rows", _sig_empty_rows),
 ] + [(rule, (lambda rr: (lambda d: _exact(rr, d)))(rule)) for rule in EXACT] + [
+    ("positions", _sig_only("positions", lambda c: max(c.kv_start, c.window_size, c.chunk_size) >= _HUGE,
+                            "only the cases whose kv_start, window or chunk int64 cannot hold differ "
+                            "(or raise)")),
     ("strides", _sig_only("strides", lambda c: c.layout != "canonical",
                           "only strided inputs differ")),
     # nan_v_spread before nan_leak: a backend that only spreads a seen v's NaN over its
@@ -964,7 +992,8 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
     a, b = cmp.a, cmp.b
     w = max(12, len(a.name), len(b.name)) + 2
     lines = [f"hils-swa diff {a.name} {b.name}  ({device}, {len(a.results)} cases against reference.golden "
-             f"under the conformance tolerance, {len(BAD_INPUTS)} bad inputs)", ""]
+             f"under the conformance tolerance; rows errors and inputs: {len(BAD_INPUTS)} bad inputs, "
+             f"the inputs left unchanged)", ""]
     lines.append(f"{'case':<10} {'A: ' + a.name:<{w + 3}} {'B: ' + b.name:<{w + 3}} B~A  what it isolates")
     for case in CASES:
         name = case.name
@@ -1003,7 +1032,7 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
                      f"{len(CASES)} cases (all unsupported on {device})")
     elif cmp.equivalent:
         if a.conforms:
-            lines.append(f"result: EQUIVALENT: both conform to SPEC.md")
+            lines.append("result: EQUIVALENT: both conform to SPEC.md")
         else:
             lines.append(f"result: EQUIVALENT: {a.name} and {b.name} agree on every case (both deviate the same way)")
     else:
