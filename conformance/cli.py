@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--backend", action="append", metavar="SPEC",
-                   help="registered name, entry point, package.module:function or mutant:NAME "
+                   help="registered name, entry point, package.module:function (NAME=package.module:function "
+                        "names it), or mutant:NAME "
                         "(repeatable; default: the registry's default backends)")
     p.add_argument("--only", action="append", metavar="NAMES",
                    help="comma-separated categories, case ids or id globs (repeatable)")

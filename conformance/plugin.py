@@ -28,6 +28,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import secrets  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
@@ -158,14 +159,19 @@ def names_of(config, dest: str) -> list[str]:
     return [n for spec in (config.getoption(dest) or []) for n in spec.split(",") if n]
 
 
-def diff_hints(fails: list[dict], device: str, most: int = 4) -> list[str]:
+def diff_hints(fails: list[dict], device: str, most: int = 4, specs: dict | None = None) -> list[str]:
     """What to run next on failures: ``hils-swa diff`` names the SPEC rule a backend breaks.
     Each backend that fails alone is diffed against the reference; where only pairs fail
-    (every backend conforms alone, two disagree within tolerance of the truth), the pair."""
+    (every backend conforms alone, two disagree within tolerance of the truth), the pair.
+    ``specs``: backend name -> what ``--backend`` resolves (``registry.spec_of``)."""
+    def spec(name: str) -> str:
+        s = (specs or {}).get(name, name)
+        return shlex.quote(s)
+
     singles = sorted({r["who"] for r in fails if not r["pair"]} - {"reference"})
     pairs = sorted({r["who"] for r in fails if r["pair"]})
-    cmds = ([f"hils-swa diff reference {who} --device {device}" for who in singles] if singles else
-            [f"hils-swa diff {' '.join(who.split('~'))} --device {device}" for who in pairs])
+    cmds = ([f"hils-swa diff reference {spec(who)} --device {device}" for who in singles] if singles else
+            [f"hils-swa diff {' '.join(spec(w) for w in who.split('~'))} --device {device}" for who in pairs])
     if not cmds:
         return []
     more = f" (and {len(cmds) - most} more)" if len(cmds) > most else ""
@@ -532,7 +538,9 @@ class Collector:
                           f"{' singles' if singles else ''}):")
             for r in shown[:40]:
                 tr.write_line(r["message"])
-        for line in diff_hints(fails, st["device"]):
+        from .registry import spec_of
+        specs = {name: spec_of(b) for name, b in backends(self.config).items()}
+        for line in diff_hints(fails, st["device"], specs=specs):
             tr.write_line(line)
         if self.errors:
             tr.write_line(f"errors outside the checks ({len(self.errors)}):")

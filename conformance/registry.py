@@ -2,8 +2,8 @@
 
 A backend is a function with the canonical signature of SPEC.md plus a
 ``supports(case) -> (ok, reason)`` check. Built-in backends are registered by
-name here; external ones come from ``--backend package.module:function`` or the
-entry-point group ``hils_swa.backends`` and get exactly the same cases.
+name here; external ones come from ``--backend package.module:function`` (or
+``NAME=package.module:function``, the same under a short name) or the entry-point group ``hils_swa.backends`` and get exactly the same cases.
 
 A backend that cannot serve a case says so (``supports`` returns
 ``(False, reason)``, or the call raises ``reference.UnsupportedConfig``); the
@@ -13,7 +13,9 @@ backend.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -180,14 +182,37 @@ def _entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+_ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+def _aliased(spec: str) -> Backend:
+    """``NAME=package.module:function``: that function under a short name of its own."""
+    name, _, target = spec.partition("=")
+    if not _ALIAS.match(name) or ":" not in target:
+        raise ValueError(f"backend spec {spec!r}: expected NAME=package.module:function (NAME of letters, "
+                         "digits, '_', '.', '-', starting with a letter or '_')")
+    if name in _BUILTIN or name in _OPTIONAL or name in _entry_points():
+        raise ValueError(f"backend spec {spec!r}: {name!r} already names a backend; choose another name")
+    return dataclasses.replace(_from_module_spec(target), name=name, origin=spec)
+
+
+def spec_of(backend: Backend) -> str:
+    """The spec :func:`load_backend` resolves back to ``backend``: its name, or for a
+    ``NAME=package.module:function`` alias the whole spec (the name alone is not registered)."""
+    return backend.origin if "=" in backend.origin else backend.name
+
+
 def load_backend(spec: str) -> Backend:
     """Resolve one backend: a built-in name, an entry-point name,
-    ``package.module:function``, or ``mutant:NAME`` (a one-bug backend of
+    ``package.module:function``, ``NAME=package.module:function`` (the same under a short
+    name, for matrix columns and pairs), or ``mutant:NAME`` (a one-bug backend of
     :mod:`conformance.mutants`, for seeing the suite and the tools catch it)."""
     if spec.startswith("mutant:"):  # deliberately broken backends (conformance.mutants)
         from .mutants import mutant
 
         return mutant(spec)
+    if "=" in spec:
+        return _aliased(spec)
     if spec in _BUILTIN or spec in _OPTIONAL:
         module = _BUILTIN.get(spec) or _OPTIONAL[spec]
         return Backend(name=spec, fn=_lazy(module), origin="builtin", describe=_lazy_describe(module),

@@ -87,6 +87,30 @@ def test_exclude_leaves_out_what_it_names_and_refuses_names_that_match_nothing()
     assert [args[i + 1] for i, x in enumerate(args) if x == "--exclude"] == ["long4m", "errors"]
 
 
+def test_a_module_function_backend_takes_a_short_name(tmp_path):
+    from conformance.registry import load_backend, spec_of
+
+    b = load_backend("ref64=reference:sliding_window_attention")
+    assert b.name == "ref64" and spec_of(b) == "ref64=reference:sliding_window_attention"
+    assert spec_of(load_backend("reference:sliding_window_attention")) == "reference:sliding_window_attention"
+    for bad, says in (("triton=reference:sliding_window_attention", "already names a backend"),
+                      ("a~b=reference:sliding_window_attention", "expected NAME=package.module:function"),
+                      ("short=reference", "expected NAME=package.module:function")):
+        try:
+            load_backend(bad)
+        except ValueError as e:
+            assert says in str(e), e
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    out = tmp_path / "r.json"
+    p = _run("--backend", "reference", "--backend", "bug=conformance.mutants:lse_base2", "--only", "basic",
+             "--device", "cpu", "--json", str(out))
+    text = p.stdout + p.stderr
+    assert p.returncode == 1, text
+    assert "reference~bug" in text and "hils-swa diff reference bug=conformance.mutants:lse_base2" in text
+    assert "basic|bug" in json.loads(out.read_text())["matrix"]["cells"]
+
+
 def test_diff_hints_name_the_next_command():
     from conformance.plugin import diff_hints
 
