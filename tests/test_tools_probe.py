@@ -48,6 +48,19 @@ def test_probe_flags_landmark_mutant_cells():
     assert set(diff.any(dim=0).nonzero().flatten().tolist()) == {3, 6, 7}
 
 
+def test_probe_draws_l_only_on_the_references_landmarks():
+    """A key inside the window that the backend hides but that is no landmark is drawn
+    '.', not 'L' (the legend's L is the reference's landmark): landmark_shifted hides
+    position 8 (j = 3) and shows the landmark at 11 (j = 6)."""
+    kw = dict(Lq=4, Lk=10, window_size=3, chunk_size=4, mask_lmk=True, expand_to_chunk=True, kv_start=5)
+    res = probe.probe_mask(mutant("landmark_shifted").fn, kw["Lq"], kw["Lk"],
+                           **{k: v for k, v in kw.items() if k not in ("Lq", "Lk")})
+    text, ok = probe.format_report("m", res, device="cpu", **kw)
+    row0 = next(line for line in text.splitlines() if line.startswith("  0  "))
+    got, want = row0.split()[1:3]
+    assert not ok and want == "...###L..." and got == "....###...", row0
+
+
 def test_probe_reports_base2_lse():
     res = probe.probe_mask(mutant("lse_base2").fn, 8, 8, window_size=3, chunk_size=4)
     assert torch.equal(res.mask, visibility_mask(8, 8, window_size=3, chunk_size=4))
