@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from conformance.mutants import MUTANTS
 from tools import diff
@@ -162,3 +163,72 @@ def test_a_backend_that_serves_no_case_is_reported_as_such(capsys):
     last = out.strip().splitlines()[-1]
     assert last.startswith("result: NOTHING COMPARED: tilelang-split served none of the"), last
     assert "conforms to SPEC.md on all 0 cases" not in out
+
+
+# --------------------------------------------- bugs outside the mutants (a reviewer's exercise)
+
+def _capped_key_loop(q, k, v, **kw):
+    """A mask bug a precision signature could mistake: keys 256 or more positions back are
+    dropped (a key loop capped at 256), so only rows past 255 of the 300-key 'long' case
+    differ, by a small-looking amount."""
+    import reference
+    from conformance.mutants import _attend, _true_mask
+    from reference.mask import key_positions, query_positions
+
+    p = reference.check_inputs(q, k, v, **kw)
+
+    def capped(p, i0, i1):
+        f = p.int64_framed()
+        qpos = query_positions(f.Lq, f.Lk, f.kv_start)[i0:i1]
+        return _true_mask(p, i0, i1) & ((qpos[:, None] - key_positions(f.Lk, f.kv_start)[None, :]) < 256)
+
+    return _attend(q, k, v, p, capped)
+
+
+def test_a_capped_key_loop_is_a_mask_bug_not_low_precision():
+    """The failing case's own configuration is probed: its mask differs on rows 256-299,
+    so the precision signature does not claim it, and the report says where and how to
+    see it."""
+    d = diff.diagnose(_capped_key_loop)
+    assert d.explained_by is None or d.explained_by.rule != "low_precision", d.explained_by
+    assert d.failing() == ["long"]
+    assert int(d.case_probes["long"].any(dim=1).nonzero().min()) == 256
+    lines = "\n".join(diff._diag_lines(d))
+    assert "probe of case long" in lines and "rows 256-299" in lines
+    assert "hils-swa probe _capped_key_loop --lq 300 --lk 300 --window 256 --chunk 64" in lines
+
+
+def _gqa_modulo_above_two(q, k, v, **kw):
+    """GQA mapped h % Hkv, but only where the group is larger than 2."""
+    import reference
+    from conformance.mutants import gqa_modulo
+
+    G = q.shape[1] // max(k.shape[1], 1)
+    return (gqa_modulo if G > 2 else reference.sliding_window_attention)(q, k, v, **kw)
+
+
+def _fp16_accumulation(q, k, v, **kw):
+    """Accumulated in the input dtype, but only for fp16 inputs."""
+    import reference
+    from conformance.mutants import low_precision_accumulation
+
+    fn = low_precision_accumulation if q.dtype == torch.float16 else reference.sliding_window_attention
+    return fn(q, k, v, **kw)
+
+
+def test_bugs_past_a_group_of_two_or_in_fp16_only_are_not_equivalent():
+    """diff's cases include a group of four and an fp16 call: a GQA bug that needs G > 2 is
+    seen (its one failing case consistent with [gqa]), and an fp16-only accumulator bug is
+    named low_precision with the 16-bit evidence."""
+    d = diff.diagnose(_gqa_modulo_above_two)
+    assert not d.conforms and d.failing() == ["gqa4"] and "gqa" in d.per_case["gqa4"]
+    d = diff.diagnose(_fp16_accumulation)
+    assert d.failing() == ["fp16"]
+    assert d.explained_by is not None and d.explained_by.rule == "low_precision", d.explained_by
+    assert "only 16-bit cases fail" in d.explained_by.evidence
+
+
+def test_equivalent_says_what_it_covered(capsys):
+    assert diff.main(["reference", "reference", "--device", "cpu"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("result: EQUIVALENT") and "hils-swa conform" in last

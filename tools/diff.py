@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -157,6 +158,8 @@ CASES: tuple[Case, ...] = (
     Case("bf16", "as base in bf16 (output dtype)", dtype=torch.bfloat16, seed=6),
     Case("tail", "Lq = 70: a query range longer than one 64-row tile", B=1, Hq=1, Hkv=1, Lq=70, Lk=80,
          window_size=8, chunk_size=8, kv_start=0, seed=7),
+    Case("gqa4", "as base with GQA 8/2: four query heads per key/value head", Hq=8, Hkv=2, seed=12),
+    Case("fp16", "as base in fp16 (16-bit scores or accumulators)", dtype=torch.float16, seed=13),
     Case("past_i64", "kv_start = 2^63 + 5: positions past int64 (C = 3 does not divide 2^64)", B=1, Hq=2,
          Hkv=1, Lq=10, Lk=16, window_size=5, chunk_size=3, kv_start=2**63 + 5, seed=10),
     Case("huge_wc", "window 2^64 + 3, chunk 2^63 + 5: every key from the cache start", B=1, Hq=2, Hkv=1,
@@ -558,6 +561,10 @@ class Diagnosis:
     per_case: dict[str, list[str]] = field(default_factory=dict)  # failing case -> rules consistent with it
     probes: list = field(default_factory=list)   # (config, ProbeResult | Exception)
     documented: dict[str, str] = field(default_factory=dict)  # case -> why: a registry Deviation, undone
+    # failing case -> its own configuration probed (hils-swa probe): the (Lq, Lk) cells where the
+    # recovered mask differs from SPEC's, or the exception the probe raised
+    case_probes: dict[str, object] = field(default_factory=dict)
+    spec: str = ""  # what --backend resolves to this backend (registry.spec_of), for the commands shown
 
     @property
     def conforms(self) -> bool:
@@ -762,12 +769,14 @@ def _sig_only(rule: str, pick: Callable[[Case], bool], text: str, need_nan: bool
 
 
 def _sig_low_precision(d: Diagnosis) -> Finding | None:
-    """Small, NaN-free errors everywhere with the right mask, larger than the
-    fp32 tolerance: an accumulator narrower than fp32."""
+    """Small, NaN-free errors with the right mask (the failing cases' own configurations
+    probed), larger than the tolerance, where the 256-key fp32 'long' case fails or only
+    16-bit cases do: an accumulator, or scores, narrower than the SPEC's fp32."""
     if d.validation:
         return None
     worst = 0.0
     long_fails = False
+    failing = d.failing()
     for name, r in d.results.items():
         if r.meta or r.run.error is not None or r.cmp is None or not r.cmp.shape_ok:
             return None
@@ -783,10 +792,16 @@ def _sig_low_precision(d: Diagnosis) -> Finding | None:
         long_fails = long_fails or name == "long"
     masks_ok = all(not isinstance(p, BaseException) and bool(torch.equal(p.mask, _ref_probe_mask(cfg)))
                    for cfg, p in d.probes) if d.probes else True
-    if long_fails and masks_ok:
-        return Finding("low_precision", f"mask right (probe), no NaN, errors small but beyond tolerance "
-                                        f"(worst {worst:.2g} of the output scale), growing with the row length "
-                                        f"(the 256-key 'long' case fails)")
+    probed = [n for n, x in d.case_probes.items() if isinstance(x, torch.Tensor)]
+    if _case_probe_differs(d):
+        return None  # a failing case's own mask is wrong: not a precision bug
+    only16 = bool(failing) and all(d.results[n].case.dtype != torch.float32 for n in failing)
+    if (long_fails or only16) and masks_ok:
+        where = (f"the masks of {', '.join(probed)} probed right" if probed else "mask right (probe)")
+        which = ("the 256-key 'long' case fails" if long_fails else
+                 f"only 16-bit cases fail ({', '.join(failing)}), every fp32 case conforms")
+        return Finding("low_precision", f"{where}, no NaN, errors small but beyond tolerance "
+                                        f"(worst {worst:.2g} of the output scale); {which}")
     return None
 
 
@@ -833,6 +848,33 @@ def _consistent(rule: str, name: str, d: Diagnosis) -> bool:
     return False
 
 
+#: how many failing cases are probed with their own configuration, and the largest (Lq * Lk)
+_CASE_PROBES = 6
+_CASE_PROBE_CELLS = 320 * 320
+
+
+def _probe_failing_cases(fn, d: Diagnosis, device) -> None:
+    """Probe each failing case's own configuration (zero queries, one-hot values): a mask
+    bug the fixed probes cannot show (a window too short to reach a landmark, a cap on
+    the key loop) shows there, row by row."""
+    from .probe import probe_mask
+
+    for n in d.failing()[:_CASE_PROBES]:
+        c = d.results[n].case
+        if c.Lq * c.Lk > _CASE_PROBE_CELLS or d.results[n].run.error is not None:
+            continue
+        try:
+            got = probe_mask(fn, c.Lq, c.Lk, device=device, **c.rule).mask
+        except Exception as e:  # noqa: BLE001 -- reported with the probe, never hidden
+            d.case_probes[n] = e
+            continue
+        d.case_probes[n] = got != visibility_mask(c.Lq, c.Lk, **c.rule)
+
+
+def _case_probe_differs(d: Diagnosis) -> list[str]:
+    return [n for n, x in d.case_probes.items() if isinstance(x, torch.Tensor) and bool(x.any())]
+
+
 def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: bool = True) -> Diagnosis:
     """Run ``backend`` (a registry ``Backend`` or a canonical function) on the
     case set and explain its differences from SPEC.md."""
@@ -861,8 +903,11 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
             v = verdict.judge(run.o, run.lse, t.expected)
         results[case.name] = CaseResult(case, run, _cmp(run, t.golden, t.bound), _meta(run, case), v)
         truths[case.name] = t
+    from conformance.registry import Backend, spec_of
+
     d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device),
-                  unsupported=unsupported, documented=documented)
+                  unsupported=unsupported, documented=documented,
+                  spec=spec_of(backend) if isinstance(backend, Backend) else name)
     if probe_masks:
         from .probe import probe_mask
 
@@ -874,6 +919,8 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
                 d.probes.append((cfg, e))
     if d.conforms:
         return d
+    if probe_masks:
+        _probe_failing_cases(fn, d, device)
     found = []
     for rule, hyp in HYPOTHESES:
         f = hyp(d)
@@ -966,7 +1013,7 @@ def _diag_lines(d: Diagnosis) -> list[str]:
     out = []
     if d.explained_by is not None:
         f = d.explained_by
-        out.append(f"{d.name}: differs from SPEC.md in ONE rule: [{f.rule}] {RULES[f.rule]}")
+        out.append(f"{d.name}: differs from SPEC.md in ONE rule on diff's cases: [{f.rule}] {RULES[f.rule]}")
         out.append(f"    evidence: {f.evidence}")
         for g in d.also:
             out.append(f"    also consistent with [{g.rule}]: {g.evidence}")
@@ -985,6 +1032,29 @@ def _diag_lines(d: Diagnosis) -> list[str]:
             r = d.results[n]
             hint = f"consistent with {', '.join(rules)}" if rules else "no single-rule hypothesis predicts it"
             out.append(f"    {n}: {r.summary(d.truths[n].bound)} -- {hint}")
+    return out + _case_probe_lines(d)
+
+
+def _probe_command(name: str, c: Case) -> str:
+    flags = ("" if c.kv_start == 0 else f" --kv-start {c.kv_start}") + \
+            ("" if c.mask_lmk else " --no-mask-lmk") + ("" if c.expand_to_chunk else " --no-expand")
+    return f"hils-swa probe {name} --lq {c.Lq} --lk {c.Lk} --window {c.window_size} --chunk {c.chunk_size}{flags}"
+
+
+def _case_probe_lines(d: Diagnosis) -> list[str]:
+    """One line per failing case probed with its own configuration."""
+    out = []
+    for n, x in d.case_probes.items():
+        c = d.results[n].case
+        where = f"probe of case {n} (Lq={c.Lq} Lk={c.Lk} W={c.window_size} C={c.chunk_size} kv_start={c.kv_start})"
+        if isinstance(x, BaseException):
+            out.append(f"    {where}: could not recover a mask ({type(x).__name__}: {str(x).splitlines()[0][:80]})")
+        elif bool(x.any()):
+            rows = [int(i) for i in x.any(dim=1).nonzero().flatten()]
+            out.append(f"    {where}: the mask differs from SPEC's in {int(x.sum())} cells, rows "
+                       f"{_fmt_rows(rows)}; see it: {_probe_command(shlex.quote(d.spec or d.name), c)}")
+        else:
+            out.append(f"    {where}: the mask is SPEC's (the difference is in the values)")
     return out
 
 
@@ -1017,6 +1087,8 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
         lines += ["", "details:"]
         for d, n in failing:
             lines.append(f"  {d.name} / {n}: {d.results[n].summary(d.truths[n].bound)}")
+    elif failing:
+        lines += ["", f"details: {len(failing)} failing cases, not listed (-v lists them)"]
     for d in (a, b):
         for n, why in d.unsupported.items():
             lines.append(f"  {d.name} does not serve case {n}: {why}")
@@ -1031,10 +1103,13 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
         lines.append(f"result: NOTHING COMPARED: {' and '.join(idle)} served none of the "
                      f"{len(CASES)} cases (all unsupported on {device})")
     elif cmp.equivalent:
+        scope = (f"on diff's {len(a.results)} cases (small inputs, one rule each; `hils-swa conform` "
+                 f"runs the whole case set, and a bug outside these cases shows only there)")
         if a.conforms:
-            lines.append("result: EQUIVALENT: both conform to SPEC.md")
+            lines.append(f"result: EQUIVALENT: both conform to SPEC.md {scope}")
         else:
-            lines.append(f"result: EQUIVALENT: {a.name} and {b.name} agree on every case (both deviate the same way)")
+            lines.append(f"result: EQUIVALENT: {a.name} and {b.name} agree on every case (both deviate the "
+                         f"same way) {scope}")
     else:
         rules_a = {a.explained_by.rule} if a.explained_by else set()
         rules_b = {b.explained_by.rule} if b.explained_by else set()
@@ -1068,15 +1143,20 @@ def write_png(cmp: Comparison, path: str) -> None:
     axes = list(axes) if hasattr(axes, "__len__") else [axes]
     ax = axes[0]
     img = torch.full((n_cases, max_lq), float("nan"), dtype=torch.float64)
-    for i, e in enumerate(cmp.row_err.values()):
+    labels = []
+    for i, (n, e) in enumerate(cmp.row_err.items()):
         e = e.double().clone()
         e[torch.isinf(e)] = 1e6
-        e = e[:cap]
+        # a case longer than the cap: the cap's rows around its worst row, so a difference
+        # past row cap - 1 is drawn, not left out
+        start = max(0, min(int(torch.nan_to_num(e, nan=1e6).argmax()) - cap // 2, len(e) - cap))
+        labels.append(f"{n}{f' (rows {start}-{start + cap - 1} of {len(e)})' if len(e) > cap else ''}"
+                      f"{'' if cmp.case_agree[n] else ' (differs)'}")
+        e = e[start:start + cap]
         img[i, : len(e)] = torch.log10(torch.clamp(e, min=1e-3))
     im = ax.imshow(img.numpy(), aspect="auto", cmap="magma", vmin=-3, vmax=6, interpolation="nearest")
     ax.set_yticks(range(n_cases))
-    ax.set_yticklabels([f"{n}{f' (rows 0-{cap - 1} of {len(e)})' if len(e) > cap else ''}"
-                        f"{'' if cmp.case_agree[n] else ' (differs)'}" for n, e in cmp.row_err.items()])
+    ax.set_yticklabels(labels)
     ax.set_xlabel("query row i")
     ax.set_title(f"per-row max |o_B - o_A| / tolerance (log10; >0 = beyond)\nA = {cmp.a.name}, B = {cmp.b.name}")
     fig.colorbar(im, ax=ax, fraction=0.03)
