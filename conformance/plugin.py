@@ -33,6 +33,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from itertools import combinations  # noqa: E402
+from typing import Callable  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -157,6 +158,39 @@ def select(cases: list, only: list[str] | None, where: str = "", exclude: list[s
 def names_of(config, dest: str) -> list[str]:
     """The comma-separated names of a repeatable option (``--only``, ``--exclude``)."""
     return [n for spec in (config.getoption(dest) or []) for n in spec.split(",") if n]
+
+
+#: what a case is, axis by axis, to tell a backend's failing cases from its passing ones
+_AXES: tuple[tuple[str, Callable], ...] = (
+    ("category", lambda c: c.category),
+    ("dtype", lambda c: c.dtype),
+    ("Hq/Hkv", lambda c: c.Hq // c.Hkv if c.Hkv else "-"),
+    ("Dqk x Dv", lambda c: f"{c.Dqk}x{c.Dv}"),
+    ("Lq", lambda c: "1" if c.Lq == 1 else "Lk" if c.Lq == c.Lk else "< Lk"),
+    ("window", lambda c: c.window),
+    ("chunk", lambda c: c.chunk),
+    ("mask_lmk, expand", lambda c: f"{int(c.mask_lmk)}{int(c.expand)}"),
+    ("kv_start % chunk", lambda c: "0" if c.kv_start % c.chunk == 0 else "not 0"),
+    ("kv_start", lambda c: c.kv_start),
+    ("layout", lambda c: c.layout),
+    ("sm_scale", lambda c: "default" if c.sm_scale is None else "given"),
+    ("non-finite inputs", lambda c: "+".join(n for n in ("nan_slots", "nan_seen", "inf_seen", "nan_v")
+                                             if getattr(c, n)) or "none"),
+)
+
+
+def separating_axes(failing: list, passing: list, most: int = 3) -> list[str]:
+    """The axes on which no failing case shares a value with a passing one (cases of one
+    backend; error cases left out), fewest failing values first: "which inputs exactly"."""
+    failing = [c for c in failing if c.error is None]
+    passing = [c for c in passing if c.error is None]
+    found = []
+    for name, f in _AXES:
+        vf, vp = {f(c) for c in failing}, {f(c) for c in passing}
+        if vf and vp and not vf & vp:
+            shown = ", ".join(sorted(map(str, vf))[:6]) + (", ..." if len(vf) > 6 else "")
+            found.append((len(vf), f"{name} {shown}"))
+    return [text for _, text in sorted(found, key=lambda t: t[0])[:most]]
 
 
 def diff_hints(fails: list[dict], device: str, most: int = 4, specs: dict | None = None) -> list[str]:
@@ -538,10 +572,8 @@ class Collector:
                           f"{' singles' if singles else ''}):")
             for r in shown[:40]:
                 tr.write_line(r["message"])
-        from .registry import spec_of
-        specs = {name: spec_of(b) for name, b in backends(self.config).items()}
-        for line in diff_hints(fails, st["device"], specs=specs):
-            tr.write_line(line)
+        if fails:
+            self._failure_pointers(tr, fails, st["device"])
         if self.errors:
             tr.write_line(f"errors outside the checks ({len(self.errors)}):")
             for e in self.errors[:20]:
@@ -549,6 +581,27 @@ class Collector:
         for who, n in sorted(self.idle_backends().items()):
             tr.write_line(f"FAILED: {who} served none of its {n} cases (all unsupported): nothing "
                           "of it was checked")
+
+    def _failure_pointers(self, tr, fails: list[dict], device: str) -> None:
+        """After the failures: what each failing backend's failing cases share (axes no
+        passing case of it has), then the ``hils-swa diff`` command that names the rule."""
+        singles = [r for r in fails if not r["pair"]]
+        by_id = {(c.case.category, c.case.id): c.case for c in plan(self.config) if not c.is_pair}
+        for who in sorted({r["who"] for r in singles}):
+            mine = [r for r in self.results if r["who"] == who]
+            bad = [by_id[(r["category"], r["case"])] for r in mine if r["status"] == "fail"
+                   and (r["category"], r["case"]) in by_id]
+            good = [by_id[(r["category"], r["case"])] for r in mine if r["status"] == "pass"
+                    and (r["category"], r["case"]) in by_id]
+            axes = separating_axes(bad, good)
+            if bad and good:
+                tr.write_line(f"what {who}'s {len(bad)} failing cases share, that none of its {len(good)} "
+                              f"passing cases has: " + ("; ".join(axes) if axes else
+                                                        "no single parameter (several rules, or a combination)"))
+        from .registry import spec_of
+        specs = {name: spec_of(b) for name, b in backends(self.config).items()}
+        for line in diff_hints(fails, device, specs=specs):
+            tr.write_line(line)
 
     def pytest_sessionfinish(self, session, exitstatus):
         import shutil

@@ -24,7 +24,7 @@ from reference.errors import UnsupportedConfig
 
 from .cases import ERROR_RULES, Case, make_inputs
 from .registry import Backend
-from .verdict import DEVIATES, FAIL, PASS, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
+from .verdict import DEVIATES, FAIL, UNSUPPORTED, Expected, Verdict, expected, judge, judge_error, judge_pair
 
 __all__ = ["Check", "Result", "Runner", "resolve_backends"]
 
@@ -366,7 +366,9 @@ class Runner:
         a, b = check.backends
         oa, ob = self._run_one(st, a), self._run_one(st, b)
         va, vb = oa.verdict, ob.verdict
-        both_ok = va.status == PASS and vb.status == PASS and st.exp is not None
-        v = judge_pair(va, vb, oa.value if both_ok else None, ob.value if both_ok else None,
-                       st.exp if both_ok else None, a, b)
+        # outputs to compare wherever both calls returned (a failing member's pair still
+        # measures |a - b|); an error case's value is the exception
+        both = (isinstance(oa.value, tuple) and isinstance(ob.value, tuple) and st.exp is not None)
+        v = judge_pair(va, vb, oa.value if both else None, ob.value if both else None,
+                       st.exp if both else None, a, b)
         return Result(check, v, time.perf_counter() - t0)

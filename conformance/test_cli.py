@@ -41,6 +41,9 @@ def test_passing_run_writes_matrix_and_json(tmp_path):
     assert "FAIL (dtype)" in text
     # the failures end with what to run next: diff names the broken rule
     assert "hils-swa diff reference mutant:output_dtype_fp32 --device cpu" in text
+    # ... and what its failing cases share that its passing ones do not
+    assert ("what mutant:output_dtype_fp32's 4 failing cases share, that none of its 2 passing cases "
+            "has: dtype bf16, fp16") in text
     data = json.loads(out.read_text())
     assert data["run_seed"] == 5 and data["tier"] == "quick" and data["device"] == "cpu"
     cell = data["matrix"]["cells"]["basic|reference"]
@@ -109,6 +112,26 @@ def test_a_module_function_backend_takes_a_short_name(tmp_path):
     assert p.returncode == 1, text
     assert "reference~bug" in text and "hils-swa diff reference bug=conformance.mutants:lse_base2" in text
     assert "basic|bug" in json.loads(out.read_text())["matrix"]["cells"]
+
+
+def test_separating_axes_say_which_inputs_fail():
+    from dataclasses import replace
+
+    from conformance.cases import Case
+    from conformance.plugin import separating_axes
+
+    base = Case("basic")
+    cases = [replace(base, dtype=d, kv_start=kv, chunk=16, category=cat) for d in ("bf16", "fp16", "fp32")
+             for kv in (0, 5, 32) for cat in ("basic", "window")]
+    failing = [c for c in cases if c.dtype == "fp16" and c.kv_start % c.chunk == 0]
+    passing = [c for c in cases if c not in failing]
+    assert separating_axes(failing, passing) == []  # neither axis alone separates them
+    failing = [c for c in cases if c.dtype == "fp16"]
+    passing = [c for c in cases if c.dtype != "fp16"]
+    assert separating_axes(failing, passing) == ["dtype fp16"]
+    failing = [c for c in cases if c.kv_start % c.chunk == 0]
+    passing = [c for c in cases if c.kv_start % c.chunk]
+    assert separating_axes(failing, passing)[0] == "kv_start % chunk 0"
 
 
 def test_diff_hints_name_the_next_command():

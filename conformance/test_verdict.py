@@ -304,6 +304,14 @@ def test_pair_rule():
     failing.add("lse", "lse: x")
     r = V.judge_pair(va, failing, a, b, exp, "a", "b")
     assert r.status == V.FAIL and "b fails" in r.problems[0]
+    # a failing member fails the pair, whose ratio is still the measured |a - b|: two members
+    # that return the same read 0 (they share the bug), a far one its distance, a member
+    # that returned nothing or other shapes inf
+    assert V.judge_pair(failing, failing, a, a, exp, "a", "b").ratio == 0.0
+    r = V.judge_pair(va, failing, a, far, exp, "a", "b")
+    assert r.status == V.FAIL and r.kinds == ["member"] and 1.2 < r.ratio < 1.8, r.ratio
+    assert V.judge_pair(va, failing, a, None, exp, "a", "b").ratio == math.inf
+    assert V.judge_pair(va, failing, a, (a[0][..., :1], a[1]), exp, "a", "b").ratio == math.inf
     assert V.judge_pair(va, V.Verdict(V.UNSUPPORTED), a, b, exp, "a", "b").status == V.UNSUPPORTED
 
 

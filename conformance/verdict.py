@@ -527,7 +527,9 @@ def judge_error(exc: BaseException | None, rule: str, tokens: tuple[str, ...]) -
 
 def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: str, b: str) -> Verdict:
     """Two backends on one case: both pass and their mutual difference is within
-    the sum of their bounds (both bounds are the case's golden bound)."""
+    the sum of their bounds (both bounds are the case's golden bound). Where a member
+    fails, so does the pair; its ``ratio`` is then still the measured ``|a - b|`` over
+    that sum where both returned outputs of the same shapes (``inf`` where not)."""
     if UNSUPPORTED in (va.status, vb.status):
         who = [n for n, x in ((a, va), (b, vb)) if x.status == UNSUPPORTED]
         return Verdict(UNSUPPORTED, problems=[f"{', '.join(who)} unsupported"])
@@ -538,9 +540,15 @@ def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: 
     if v.status != FAIL and DEVIATES in (va.status, vb.status):  # a failing member comes first
         who = [n for n, x in ((a, va), (b, vb)) if x.status == DEVIATES]
         return Verdict(DEVIATES, problems=[f"{', '.join(who)} deviates (documented)"])
-    if v.status == FAIL or exp is None:
+    if exp is None:
         if v.status == FAIL:
             v.ratio = math.inf
+        return v
+    member_failed = v.status == FAIL
+    outs = (*out_a, *out_b) if out_a is not None and out_b is not None else ()
+    shapes = [tuple(x.shape) for x in outs] if outs and all(isinstance(x, torch.Tensor) for x in outs) else None
+    if shapes is None or shapes[:2] != shapes[2:]:
+        v.ratio = math.inf  # a member raised or returned other shapes: nothing to measure
         return v
     ratio = 0.0
     for name, kind, i, bound in (("o", "output", 0, exp.o_bound), ("lse", "lse", 1, exp.lse_bound)):
@@ -550,10 +558,12 @@ def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: 
         lim = 2 * bound
         if lim > 0:
             ratio = max(ratio, mx / lim)
-        if mx > lim:
+        if mx > lim and not member_failed:
             at = _idx(flat, tuple(xa.shape))
             v.add(kind, f"{kind}: max|{name}[{a}] - {name}[{b}]| = {_fmt(mx)} at {_where(at)}: "
                   f"{_fmt(float(xa[at]))} vs {_fmt(float(xb[at]))}; golden {_fmt(float(exp.o[at] if i == 0 else exp.lse[at]))}; "
                   f"bound {_fmt(lim)} = sum of both bounds")
-    v.ratio = ratio if v.status == PASS else max(ratio, 1.0)
+    # a failing member fails the pair; its ratio is still the pair's own measured |a - b|
+    # (two members failing alike read near 0: they share the bug)
+    v.ratio = ratio if v.status == PASS or member_failed else max(ratio, 1.0)
     return v
