@@ -193,6 +193,22 @@ def separating_axes(failing: list, passing: list, most: int = 3) -> list[str]:
     return [text for _, text in sorted(found, key=lambda t: t[0])[:most]]
 
 
+def shared_values(failing: list, passing: list, most: int = 3) -> list[str]:
+    """Where no axis separates (:func:`separating_axes`): the axes on which every failing
+    case has one value, with how many passing cases have it too, rarest first."""
+    failing = [c for c in failing if c.error is None]
+    passing = [c for c in passing if c.error is None]
+    found = []
+    for name, f in _AXES:
+        vf = {f(c) for c in failing}
+        if len(vf) == 1 and failing:
+            (val,) = vf
+            n = sum(f(c) == val for c in passing)
+            if n < len(passing):  # a value every case has says nothing
+                found.append((n, f"{name} {val} (as have {n} of the {len(passing)} passing)"))
+    return [text for _, text in sorted(found, key=lambda t: t[0])[:most]]
+
+
 def diff_hints(fails: list[dict], device: str, most: int = 4, specs: dict | None = None) -> list[str]:
     """What to run next on failures: ``hils-swa diff`` names the SPEC rule a backend breaks.
     Each backend that fails alone is diffed against the reference; where only pairs fail
@@ -594,10 +610,14 @@ class Collector:
             good = [by_id[(r["category"], r["case"])] for r in mine if r["status"] == "pass"
                     and (r["category"], r["case"]) in by_id]
             axes = separating_axes(bad, good)
-            if bad and good:
+            if bad and good and axes:
                 tr.write_line(f"what {who}'s {len(bad)} failing cases share, that none of its {len(good)} "
-                              f"passing cases has: " + ("; ".join(axes) if axes else
-                                                        "no single parameter (several rules, or a combination)"))
+                              f"passing cases has: " + "; ".join(axes))
+            elif bad and good:
+                common = shared_values(bad, good)
+                tr.write_line(f"no single parameter separates {who}'s {len(bad)} failing cases from its "
+                              f"{len(good)} passing ones" + (f"; every failing case has {'; '.join(common)}"
+                                                             if common else ""))
         from .registry import spec_of
         specs = {name: spec_of(b) for name, b in backends(self.config).items()}
         for line in diff_hints(fails, device, specs=specs):

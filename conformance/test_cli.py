@@ -118,7 +118,7 @@ def test_separating_axes_say_which_inputs_fail():
     from dataclasses import replace
 
     from conformance.cases import Case
-    from conformance.plugin import separating_axes
+    from conformance.plugin import separating_axes, shared_values
 
     base = Case("basic")
     cases = [replace(base, dtype=d, kv_start=kv, chunk=16, category=cat) for d in ("bf16", "fp16", "fp32")
@@ -126,6 +126,8 @@ def test_separating_axes_say_which_inputs_fail():
     failing = [c for c in cases if c.dtype == "fp16" and c.kv_start % c.chunk == 0]
     passing = [c for c in cases if c not in failing]
     assert separating_axes(failing, passing) == []  # neither axis alone separates them
+    assert shared_values(failing, passing)[:2] == ["kv_start % chunk 0 (as have 8 of the 14 passing)",
+                                                   "dtype fp16 (as have 2 of the 14 passing)"][::-1]
     failing = [c for c in cases if c.dtype == "fp16"]
     passing = [c for c in cases if c.dtype != "fp16"]
     assert separating_axes(failing, passing) == ["dtype fp16"]
