@@ -232,3 +232,15 @@ def test_equivalent_says_what_it_covered(capsys):
     assert diff.main(["reference", "reference", "--device", "cpu"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("result: EQUIVALENT") and "hils-swa conform" in last
+
+
+def _raises_bare(q, k, v, **kw):
+    raise RuntimeError()
+
+
+def test_an_exception_without_a_message_is_reported_not_a_crash():
+    """A backend that raises with an empty message (a bare ``assert`` in a kernel wrapper)
+    gets a report, not an IndexError from diff itself."""
+    cmp = diff.compare_backends(REF, _raises_bare, "cpu")
+    report = diff.format_report(cmp, "cpu")
+    assert "every case raised the same error" in report and "RuntimeError" in report

@@ -52,6 +52,11 @@ __all__ = ["RULES", "CASES", "Case", "Diagnosis", "diagnose", "compare_backends"
 
 _LN2 = math.log(2.0)
 
+
+def _first_line(e: BaseException) -> str:
+    """An exception's message, first line ("" for a bare ``raise RuntimeError()``)."""
+    return (str(e).splitlines() or [""])[0]
+
 #: rule key -> what SPEC.md says and how a backend usually breaks it.
 RULES: dict[str, str] = {
     "validation": "input validation: bad input must raise ValueError naming the argument, before any kernel runs",
@@ -166,7 +171,8 @@ CASES: tuple[Case, ...] = (
          Lq=10, Lk=16, window_size=2**64 + 3, chunk_size=2**63 + 5, kv_start=7, seed=11),
 )
 
-#: a case whose rule values int64 cannot hold (``past_i64``, ``huge_wc``)
+#: a case with a rule value this large (``past_i64``, ``huge_wc``: 2^63 + 5, 2^64 + 3) has
+#: positions or edges past int64, or intermediates that overflow it
 _HUGE = 2**62
 
 #: probe configurations (masks recovered as a black box, drawn when they differ)
@@ -505,7 +511,7 @@ class CaseResult:
 
     def summary(self, b: tol.Bound) -> str:
         if self.run.error is not None:
-            return f"raised {type(self.run.error).__name__}: {str(self.run.error).splitlines()[0][:80]}"
+            return f"raised {type(self.run.error).__name__}: {_first_line(self.run.error)[:80]}"
         c = self.cmp
         parts = []
         if not c.shape_ok:
@@ -520,7 +526,7 @@ class CaseResult:
                              f"(tol {b.o:.2g}), max|lse err| {le:.2g} (tol {b.lse:.2g})")
         parts += self.meta
         if not parts and self.verdict.status != "pass":
-            parts += [p.splitlines()[0][:160] for p in self.verdict.problems[:2]]
+            parts += [(p.splitlines() or [""])[0][:160] for p in self.verdict.problems[:2]]
         return "; ".join(parts) if parts else "ok"
 
 
@@ -565,6 +571,7 @@ class Diagnosis:
     # recovered mask differs from SPEC's, or the exception the probe raised
     case_probes: dict[str, object] = field(default_factory=dict)
     spec: str = ""  # what --backend resolves to this backend (registry.spec_of), for the commands shown
+    device: str = "cpu"
 
     @property
     def conforms(self) -> bool:
@@ -588,7 +595,7 @@ def _check_validation(fn, device) -> list[str]:
         except ValueError:
             continue
         except Exception as e:
-            bad.append(f"{what}: raised {type(e).__name__} ({str(e).splitlines()[0][:70]}), expected ValueError")
+            bad.append(f"{what}: raised {type(e).__name__} ({_first_line(e)[:70]}), expected ValueError")
             continue
         bad.append(f"{what}: accepted, expected ValueError")
     return bad
@@ -864,7 +871,7 @@ def _probe_failing_cases(fn, d: Diagnosis, device) -> None:
         if c.Lq * c.Lk > _CASE_PROBE_CELLS or d.results[n].run.error is not None:
             continue
         try:
-            got = probe_mask(fn, c.Lq, c.Lk, device=device, **c.rule).mask
+            got = probe_mask(fn, c.Lq, c.Lk, device=device, dtype=c.dtype, head_dim=c.Dqk, **c.rule).mask
         except Exception as e:  # noqa: BLE001 -- reported with the probe, never hidden
             d.case_probes[n] = e
             continue
@@ -886,7 +893,7 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
         t = truth(case, device)
         run = run_backend(fn, t)
         if isinstance(run.error, reference.UnsupportedConfig):
-            unsupported[case.name] = str(run.error).splitlines()[0]
+            unsupported[case.name] = _first_line(run.error)
             continue
         v = None if run.error is not None else verdict.judge(run.o, run.lse, t.expected)
         dev = deviation(case.as_conformance_case(device)) if deviation is not None and v is not None else None
@@ -907,7 +914,7 @@ def diagnose(backend, device="cpu", *, cases=CASES, probes=PROBES, probe_masks: 
 
     d = Diagnosis(name=name, results=results, truths=truths, validation=_check_validation(fn, device),
                   unsupported=unsupported, documented=documented,
-                  spec=spec_of(backend) if isinstance(backend, Backend) else name)
+                  spec=spec_of(backend) if isinstance(backend, Backend) else name, device=str(device))
     if probe_masks:
         from .probe import probe_mask
 
@@ -1020,7 +1027,7 @@ def _diag_lines(d: Diagnosis) -> list[str]:
         if d.validation and f.rule != "validation":
             out.append(f"    note: bad inputs not refused (may follow from the same bug): {'; '.join(d.validation[:3])}")
     else:
-        errs = {f"{type(r.run.error).__name__}: {str(r.run.error).splitlines()[0][:160] if str(r.run.error) else ''}"
+        errs = {f"{type(r.run.error).__name__}: {_first_line(r.run.error)[:160]}"
                 for r in d.results.values() if r.run.error is not None}
         if len(errs) == 1 and all(r.run.error is not None for r in d.results.values()):
             out.append(f"{d.name}: every case raised the same error, nothing to diagnose: {errs.pop()}")
@@ -1035,10 +1042,12 @@ def _diag_lines(d: Diagnosis) -> list[str]:
     return out + _case_probe_lines(d)
 
 
-def _probe_command(name: str, c: Case) -> str:
+def _probe_command(name: str, c: Case, device: str) -> str:
+    """The ``hils-swa probe`` command of a case's own configuration, as diff probed it."""
     flags = ("" if c.kv_start == 0 else f" --kv-start {c.kv_start}") + \
             ("" if c.mask_lmk else " --no-mask-lmk") + ("" if c.expand_to_chunk else " --no-expand")
-    return f"hils-swa probe {name} --lq {c.Lq} --lk {c.Lk} --window {c.window_size} --chunk {c.chunk_size}{flags}"
+    return (f"hils-swa probe {name} --lq {c.Lq} --lk {c.Lk} --window {c.window_size} --chunk {c.chunk_size}"
+            f"{flags} --dtype {dtype_name(c.dtype)} --head-dim {c.Dqk} --device {device}")
 
 
 def _case_probe_lines(d: Diagnosis) -> list[str]:
@@ -1048,11 +1057,11 @@ def _case_probe_lines(d: Diagnosis) -> list[str]:
         c = d.results[n].case
         where = f"probe of case {n} (Lq={c.Lq} Lk={c.Lk} W={c.window_size} C={c.chunk_size} kv_start={c.kv_start})"
         if isinstance(x, BaseException):
-            out.append(f"    {where}: could not recover a mask ({type(x).__name__}: {str(x).splitlines()[0][:80]})")
+            out.append(f"    {where}: could not recover a mask ({type(x).__name__}: {_first_line(x)[:80]})")
         elif bool(x.any()):
             rows = [int(i) for i in x.any(dim=1).nonzero().flatten()]
             out.append(f"    {where}: the mask differs from SPEC's in {int(x.sum())} cells, rows "
-                       f"{_fmt_rows(rows)}; see it: {_probe_command(shlex.quote(d.spec or d.name), c)}")
+                       f"{_fmt_rows(rows)}; see it: {_probe_command(shlex.quote(d.spec or d.name), c, d.device)}")
         else:
             out.append(f"    {where}: the mask is SPEC's (the difference is in the values)")
     return out
@@ -1062,8 +1071,8 @@ def format_report(cmp: Comparison, device: str, verbose: bool = False) -> str:
     a, b = cmp.a, cmp.b
     w = max(12, len(a.name), len(b.name)) + 2
     lines = [f"hils-swa diff {a.name} {b.name}  ({device}, {len(a.results)} cases against reference.golden "
-             f"under the conformance tolerance; rows errors and inputs: {len(BAD_INPUTS)} bad inputs, "
-             f"the inputs left unchanged)", ""]
+             f"under the conformance tolerance; the last two rows: {len(BAD_INPUTS)} bad inputs must raise "
+             f"ValueError, the inputs must be left unchanged)", ""]
     lines.append(f"{'case':<10} {'A: ' + a.name:<{w + 3}} {'B: ' + b.name:<{w + 3}} B~A  what it isolates")
     for case in CASES:
         name = case.name
