@@ -312,6 +312,10 @@ def test_pair_rule():
     assert r.status == V.FAIL and r.kinds == ["member"] and 1.2 < r.ratio < 1.8, r.ratio
     assert V.judge_pair(va, failing, a, None, exp, "a", "b").ratio == math.inf
     assert V.judge_pair(va, failing, a, (a[0][..., :1], a[1]), exp, "a", "b").ratio == math.inf
+    # non-finite where the other is finite (an all-NaN member), or on another device: no distance
+    nan = (torch.full_like(a[0], float("nan")), a[1])
+    assert V.judge_pair(va, failing, a, nan, exp, "a", "b").ratio == math.inf
+    assert V.judge_pair(va, failing, a, (a[0].to("meta"), a[1]), exp, "a", "b").ratio == math.inf
     assert V.judge_pair(va, V.Verdict(V.UNSUPPORTED), a, b, exp, "a", "b").status == V.UNSUPPORTED
 
 

@@ -525,11 +525,29 @@ def judge_error(exc: BaseException | None, rule: str, tokens: tuple[str, ...]) -
     return v
 
 
+def _comparable(out_a, out_b) -> bool:
+    """Whether a pair's outputs can be measured against each other as they stand: both
+    ``(o, lse)`` tensors of the same shapes on one device, non-finite in the same places
+    alike (NaN where NaN, each infinity where it is): a difference there is no distance."""
+    if out_a is None or out_b is None:
+        return False
+    outs = (*out_a, *out_b)
+    if len(outs) != 4 or not all(isinstance(x, torch.Tensor) for x in outs):
+        return False
+    for xa, xb in zip(out_a, out_b):
+        if xa.shape != xb.shape or xa.device != xb.device:
+            return False
+        for test in (torch.isnan, torch.isposinf, torch.isneginf):
+            if not torch.equal(test(xa), test(xb)):
+                return False
+    return True
+
+
 def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: str, b: str) -> Verdict:
     """Two backends on one case: both pass and their mutual difference is within
     the sum of their bounds (both bounds are the case's golden bound). Where a member
     fails, so does the pair; its ``ratio`` is then still the measured ``|a - b|`` over
-    that sum where both returned outputs of the same shapes (``inf`` where not)."""
+    that sum where the two outputs can be compared (:func:`_comparable`; ``inf`` where not)."""
     if UNSUPPORTED in (va.status, vb.status):
         who = [n for n, x in ((a, va), (b, vb)) if x.status == UNSUPPORTED]
         return Verdict(UNSUPPORTED, problems=[f"{', '.join(who)} unsupported"])
@@ -545,10 +563,8 @@ def judge_pair(va: Verdict, vb: Verdict, out_a, out_b, exp: Expected | None, a: 
             v.ratio = math.inf
         return v
     member_failed = v.status == FAIL
-    outs = (*out_a, *out_b) if out_a is not None and out_b is not None else ()
-    shapes = [tuple(x.shape) for x in outs] if outs and all(isinstance(x, torch.Tensor) for x in outs) else None
-    if shapes is None or shapes[:2] != shapes[2:]:
-        v.ratio = math.inf  # a member raised or returned other shapes: nothing to measure
+    if member_failed and not _comparable(out_a, out_b):
+        v.ratio = math.inf  # a member raised, or its outputs cannot be laid beside the other's
         return v
     ratio = 0.0
     for name, kind, i, bound in (("o", "output", 0, exp.o_bound), ("lse", "lse", 1, exp.lse_bound)):
