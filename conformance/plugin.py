@@ -152,7 +152,10 @@ def select(cases: list, only: list[str] | None, where: str = "", exclude: list[s
         if dead:
             cats = sorted({c.category for c in cases})
             raise ValueError(f"{flag}: {', '.join(dead)} matches no case{where}; categories: {', '.join(cats)}")
-    return [c for c in cases if _selected(c, only) and not any(_matches(c, n) for n in exclude or [])]
+    kept = [c for c in cases if _selected(c, only) and not any(_matches(c, n) for n in exclude or [])]
+    if not kept and exclude:  # a run that checks nothing must not pass
+        raise ValueError(f"--exclude: {', '.join(exclude)} leaves none of the cases --only selects{where}")
+    return kept
 
 
 def names_of(config, dest: str) -> list[str]:
@@ -176,6 +179,7 @@ _AXES: tuple[tuple[str, Callable], ...] = (
     ("sm_scale", lambda c: "default" if c.sm_scale is None else "given"),
     ("non-finite inputs", lambda c: "+".join(n for n in ("nan_slots", "nan_seen", "inf_seen", "nan_v")
                                              if getattr(c, n)) or "none"),
+    ("kv_start, window or chunk past 2^62", lambda c: max(c.kv_start, c.window, c.chunk) >= 2**62),
 )
 
 
@@ -218,7 +222,10 @@ def diff_hints(fails: list[dict], device: str, most: int = 4, specs: dict | None
         s = (specs or {}).get(name, name)
         return shlex.quote(s)
 
-    singles = sorted({r["who"] for r in fails if not r["pair"]} - {"reference"})
+    alone = {r["who"] for r in fails if not r["pair"]}
+    singles = sorted(alone - {"reference"})
+    if alone and not singles:
+        return []  # the reference alone fails: the yardstick's problem, not a rule diff can name
     pairs = sorted({r["who"] for r in fails if r["pair"]})
     cmds = ([f"hils-swa diff reference {spec(who)} --device {device}" for who in singles] if singles else
             [f"hils-swa diff {' '.join(spec(w) for w in who.split('~'))} --device {device}" for who in pairs])
@@ -538,7 +545,8 @@ class Collector:
         fmt = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, width))  # noqa: E731
         lines = [fmt(head), fmt(["-" * w for w in width])] + [fmt(r) for r in rows]
         lines.append("cell: passed/total, F failed, U unsupported, D deviates as documented (a known bug, "
-                     "conformance.registry), r worst error/bound ratio (<= 1 passes)")
+                     "conformance.registry), r worst error/bound ratio (<= 1 passes; in a pair column with F, "
+                     "the measured |a - b| over twice the bound)")
         return lines
 
     def idle_backends(self) -> dict[str, int]:

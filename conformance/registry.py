@@ -245,10 +245,12 @@ def resolve(specs: list[str] | None) -> list[Backend]:
     """Backends named on a command line, or the defaults when none are."""
     if not specs:
         return default_backends()
-    seen, out = set(), []
+    seen, out = {}, []
     for spec in specs:
         b = load_backend(spec)
+        if b.name in seen and spec_of(b) != seen[b.name]:
+            raise ValueError(f"backend name {b.name!r} given twice, to {seen[b.name]!r} and {spec_of(b)!r}")
         if b.name not in seen:
-            seen.add(b.name)
+            seen[b.name] = spec_of(b)
             out.append(b)
     return out

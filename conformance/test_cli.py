@@ -83,6 +83,8 @@ def test_exclude_leaves_out_what_it_names_and_refuses_names_that_match_nothing()
     assert not any(c.category == "long4m" for c in select(cases, None, exclude=["long4m"]))
     p = _run("--list", "--exclude", "long4m,no-such-case", "--device", "cpu")
     assert p.returncode == 2 and "--exclude: no-such-case matches no case" in p.stderr
+    p = _run("--backend", "reference", "--only", "window", "--exclude", "window", "--device", "cpu")
+    assert p.returncode == 2 and "leaves none of the cases" in p.stdout + p.stderr, p.stdout[-800:]
     p = _run("--list", "--only", "long4m,errors", "--exclude", "long4m", "--device", "cpu")
     assert p.returncode == 0 and "long4m" not in p.stdout.split("cases (")[0] and "err-q_3d-bf16" in p.stdout
     a = cli._parser().parse_args(["--exclude", "long4m", "--exclude", "errors"])
@@ -96,6 +98,14 @@ def test_a_module_function_backend_takes_a_short_name(tmp_path):
     b = load_backend("ref64=reference:sliding_window_attention")
     assert b.name == "ref64" and spec_of(b) == "ref64=reference:sliding_window_attention"
     assert spec_of(load_backend("reference:sliding_window_attention")) == "reference:sliding_window_attention"
+    from conformance.registry import resolve
+    try:
+        resolve(["toy=conformance.mutants:lse_base2", "toy=conformance.mutants:kv_start_ignored"])
+    except ValueError as e:
+        assert "given twice" in str(e)
+    else:
+        raise AssertionError("two backends under one name were accepted")
+    assert [b.name for b in resolve(["toy=conformance.mutants:lse_base2"] * 2)] == ["toy"]
     for bad, says in (("triton=reference:sliding_window_attention", "already names a backend"),
                       ("a~b=reference:sliding_window_attention", "expected NAME=package.module:function"),
                       ("short=reference", "expected NAME=package.module:function")):
@@ -141,6 +151,8 @@ def test_diff_hints_name_the_next_command():
 
     fail = lambda who, pair=False: dict(who=who, pair=pair)  # noqa: E731
     assert diff_hints([], "cpu") == []
+    # the reference alone failing is the yardstick's problem: no diff to suggest
+    assert diff_hints([fail("reference"), fail("reference~triton", True)], "cpu") == []
     assert diff_hints([fail("reference"), fail("triton"), fail("reference~triton", True)], "cuda") == [
         "which SPEC rule differs:", "  hils-swa diff reference triton --device cuda"]
     # every backend conforms alone, a pair disagrees: diff the pair
