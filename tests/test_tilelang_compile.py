@@ -352,16 +352,20 @@ def test_min_blocks_refuses_what_was_not_run():
 @pytest.mark.parametrize("D", [64, 128])
 def test_lmk_cols_drops_the_float_landmark_test(D, tmp_path):
     """lmk_cols (macros.tile_landmark) replaces the per-score float quotient
-    (I2F, FMUL, F2I, IMAD, 3 ISETP) by integer compares: the shipped C = 64 kernel
-    has a small fraction of the general kernel's F2I conversions (measured at
-    sm_90a: 110 -> 14 for D = 128, 111 -> 7 for D = 64, on the 128x128 tile shipped
-    before session 12; the shipped D = 128 kernel's 64-key tiles test one column at
-    C = 64). Held on the shipped kernels since session 34 (C = 64 against C = 16)."""
-    general = _sass("fwd_tc", TC_VARIANTS[f"d{D}-general"], tmp_path).count("F2I")
-    cols = _sass("fwd_tc", TC_VARIANTS[f"d{D}"], tmp_path).count("F2I")
-    assert _lmk_cols(_tc(D, D, C=64)) == (2 if D <= 64 else 1) and _lmk_cols(_tc(D, D, C=16)) == 0
-    assert TC_VARIANTS[f"d{D}"] == _tc(D, D, C=64) and TC_VARIANTS[f"d{D}-general"] == _tc(D, D, C=16)
-    assert cols * 4 < general, (cols, general)
+    (I2F, FMUL, F2I, IMAD, 3 ISETP) by integer compares. Without it lmk_rows_j0 goes too
+    (it needs the columns), and its software 64-bit divisions bring F2I of their own, so
+    the kernel with columns is held with lmk_rows_j0 off as well: the two differ in
+    lmk_cols alone, and the one without is the shipped C = 16 kernel. Measured at sm_90a
+    (session 34, D = 128): 18 F2I with columns against 66 without (the shipped C = 64
+    kernel, j0 on: 7); on session 4's 128x128 tile 14 against 110."""
+    general_args = TC_VARIANTS[f"d{D}-general"]
+    cols_args = _tc(D, D, knobs=_shipped_knobs(D, lmk_rows_j0=False))
+    at = launch._KNOBS_AT + launch._KNOB["lmk_cols"]
+    assert [i for i, (a, b) in enumerate(zip(cols_args, general_args)) if a != b] == [at]
+    assert _lmk_cols(cols_args) == (2 if D <= 64 else 1) and _lmk_cols(general_args) == 0
+    general = _sass("fwd_tc", general_args, tmp_path).count("F2I")
+    cols = _sass("fwd_tc", cols_args, tmp_path).count("F2I")
+    assert cols * 3 < general, (cols, general)
 
 
 def test_fast_exp2_drops_the_exp2f_range_test(tmp_path):
