@@ -3,7 +3,8 @@
 A backend is a function with the canonical signature of SPEC.md plus a
 ``supports(case) -> (ok, reason)`` check. Built-in backends are registered by
 name here; external ones come from ``--backend package.module:function`` (or
-``NAME=package.module:function``, the same under a short name) or the entry-point group ``hils_swa.backends`` and get exactly the same cases.
+``NAME=package.module:function``, the same under a short name) or the entry-point
+group ``hils_swa.backends``, and get exactly the same cases.
 
 A backend that cannot serve a case says so (``supports`` returns
 ``(False, reason)``, or the call raises ``reference.UnsupportedConfig``); the
