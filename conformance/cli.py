@@ -97,14 +97,13 @@ def default_workers(device: str, gpus: list[str] | None = None, cores: int | Non
 
 def _list(a: argparse.Namespace) -> int:
     from .cases import generate, resolve_device
-    from .plugin import select
+    from .plugin import select, split_names
 
     device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
-    only = [n for spec in (a.only or []) for n in spec.split(",") if n]
-    exclude = [n for spec in (a.exclude or []) for n in spec.split(",") if n]
     try:
-        cases = select(generate(a.tier, device), only, f" of the {a.tier} tier on {device}", exclude)
+        cases = select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
+                       split_names(a.exclude))
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2

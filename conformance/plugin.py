@@ -127,7 +127,7 @@ def backends(config) -> dict:
         from .runner import resolve_backends
 
         try:
-            st["backends"] = resolve_backends([s for spec in (specs or []) for s in spec.split(",") if s])
+            st["backends"] = resolve_backends(split_names(specs))
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
     return st["backends"]
@@ -158,9 +158,14 @@ def select(cases: list, only: list[str] | None, where: str = "", exclude: list[s
     return kept
 
 
+def split_names(specs: list[str] | None) -> list[str]:
+    """The names of a repeatable comma-separated option (``--backend``, ``--only``, ``--exclude``)."""
+    return [n for spec in (specs or []) for n in spec.split(",") if n]
+
+
 def names_of(config, dest: str) -> list[str]:
-    """The comma-separated names of a repeatable option (``--only``, ``--exclude``)."""
-    return [n for spec in (config.getoption(dest) or []) for n in spec.split(",") if n]
+    """:func:`split_names` of a pytest option."""
+    return split_names(config.getoption(dest))
 
 
 #: what a case is, axis by axis, to tell a backend's failing cases from its passing ones
@@ -183,11 +188,15 @@ _AXES: tuple[tuple[str, Callable], ...] = (
 )
 
 
+def _calls(cases: list) -> list:
+    """The cases that are calls (error cases left out: they have no axes to compare)."""
+    return [c for c in cases if c.error is None]
+
+
 def separating_axes(failing: list, passing: list, most: int = 3) -> list[str]:
     """The axes on which no failing case shares a value with a passing one (cases of one
     backend; error cases left out), fewest failing values first: "which inputs exactly"."""
-    failing = [c for c in failing if c.error is None]
-    passing = [c for c in passing if c.error is None]
+    failing, passing = _calls(failing), _calls(passing)
     found = []
     for name, f in _AXES:
         vf, vp = {f(c) for c in failing}, {f(c) for c in passing}
@@ -200,8 +209,7 @@ def separating_axes(failing: list, passing: list, most: int = 3) -> list[str]:
 def shared_values(failing: list, passing: list, most: int = 3) -> list[str]:
     """Where no axis separates (:func:`separating_axes`): the axes on which every failing
     case has one value, with how many passing cases have it too, rarest first."""
-    failing = [c for c in failing if c.error is None]
-    passing = [c for c in passing if c.error is None]
+    failing, passing = _calls(failing), _calls(passing)
     found = []
     for name, f in _AXES:
         vf = {f(c) for c in failing}
