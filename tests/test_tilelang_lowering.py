@@ -128,3 +128,26 @@ def test_the_check_catches_a_kernel_that_does_not_lower(monkeypatch, capsys):
     assert f"FAIL fwd_tc{bad[0][1]}" in out and "ThreadSync" in out
     assert wanted[bad[0]][0] in out and "FAIL combine" not in out
     assert "1/2 lower" in out
+
+
+def test_build_mode_builds_what_the_launcher_builds(monkeypatch, capsys):
+    """``--build`` (tools/gpu_sanitize.sh's prebuild): each kernel built by its factory with
+    the launcher's arguments, nvcc included (the combine, for real: about 3 s), a kernel
+    that does not build named with its error and cases; fp16 folding, which would build
+    kernels no call takes, is refused."""
+    from tilelang_impl import kernels
+    good = next(j for j in WANTED if j[0] == "combine")
+    bad = ("fwd_tc", ("stand-in",))
+    monkeypatch.setattr(kernels, "fwd_tc", lambda *a: (_ for _ in ()).throw(
+        RuntimeError("tvm.error.InternalError: ThreadSync [stand-in]")), raising=True)
+    jobs = {bad: ["case-bad"], good: ["case-good"]}
+    monkeypatch.setattr(tl_lower, "tier_kernels", lambda *a, **k: dict(jobs))
+    assert tl_lower.main(["-j", "1", "--build"]) == 1
+    out = capsys.readouterr().out
+    assert "building with 1 processes" in out and "1/2 built" in out, out
+    assert "FAIL fwd_tc('stand-in',)" in out and "ThreadSync" in out and "case-bad" in out
+    assert "FAIL combine" not in out
+    assert kernels.combine(*good[1]) is not None  # built, and cached
+    with pytest.raises(SystemExit):
+        tl_lower.main(["--build", "--fold-dtypes"])
+    assert "--fold-dtypes would build" in capsys.readouterr().err

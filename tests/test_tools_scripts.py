@@ -83,7 +83,8 @@ def _sanitize(tmp_path, **env):
     fake.write_text(_FAKE)
     fake.chmod(0o755)
     out = tmp_path / "out"
-    full = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N="0", FAKE_RC="0", TL_UNPACK="0")
+    full = dict(os.environ, SANITIZER=str(fake), OUT=str(out), FAKE_N="0", FAKE_RC="0", TL_UNPACK="0",
+                PREBUILD="0")
     full.update(env)
     res = subprocess.run(["bash", str(ROOT / "tools/gpu_sanitize.sh")], cwd=ROOT, env=full,
                          capture_output=True, text=True, timeout=60)
@@ -101,6 +102,8 @@ def test_sanitizer_script_status_and_summary(tmp_path, n, rc, status):
                          BACKENDS="triton tilelang")
     assert res.returncode == status, res.stdout + res.stderr
     lines = (out / "summary.txt").read_text().splitlines()[1:]
+    assert lines[-1] == "TileLang prebuild (tools/tl_lower.py --build) rc=skipped", lines  # PREBUILD=0
+    lines = lines[:-1]
     rows = [r for r in lines if not r.startswith(" ")]
     assert sorted(r.split()[0] + " " + r.split()[1] for r in rows) == [
         "memcheck tilelang", "memcheck triton", "racecheck tilelang"]
@@ -123,6 +126,54 @@ def test_sanitizer_script_refuses_initcheck_and_unknown_tools(tmp_path, tools):
     assert res.returncode == 2, res.stdout + res.stderr
     assert ("no verdict" if "initcheck" in tools else "unknown tool") in res.stderr
     assert not out.exists()
+
+
+_FAKE_BUILD = """#!/usr/bin/env bash
+# stands in for python in tools/gpu_sanitize.sh's prebuild: logs the call, answers as told
+echo "$*" >> "$OUT/calls"
+[ "$FAKE_BUILD_RC" = 0 ] || { echo "FAIL fwd_tc(64, 64)"; echo "  ThreadSync"; }
+echo "7/8 built, 3 s"
+exit "$FAKE_BUILD_RC"
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("env, only, rc", [
+    (dict(BACKENDS="triton tilelang", TOOLS="memcheck"), "ALL_CATS", "0"),
+    (dict(BACKENDS="tilelang-split", TOOLS="racecheck"), "SMALL_CATS", "0"),
+    (dict(BACKENDS="tilelang", TOOLS="memcheck", SAN_ONLY="long4m,reach"), "long4m,reach", "0"),
+    (dict(BACKENDS="tilelang", TOOLS="memcheck", FAKE_BUILD_RC="1"), "ALL_CATS", "1"),
+    (dict(BACKENDS="tilelang", TOOLS="memcheck", FAKE_BUILD_RC="124"), "ALL_CATS", "124"),
+    (dict(BACKENDS="triton triton-tma", TOOLS="memcheck"), None, "skipped"),
+    (dict(BACKENDS="tilelang", TOOLS="memcheck", PREBUILD="0"), None, "skipped"),
+], ids=["memcheck", "racecheck", "san-only", "fails-to-build", "out-of-time", "no-tilelang",
+        "prebuild-off"])
+def test_sanitizer_script_prebuilds_tilelang_kernels(tmp_path, env, only, rc):
+    """With a TileLang backend, gpu_sanitize.sh first builds the quick tier's kernels of the
+    categories its runs take (tools/tl_lower.py --build, a fake python here); the runs
+    follow whatever the build returns (not a gate), and the summary says how it went,
+    with the kernels that failed to build."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(_FAKE_BUILD)
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "FAKE_BUILD_RC": "0",
+           "PREBUILD": "1", **env}
+    res, out = _sanitize(tmp_path, **env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = (out / "calls").read_text().splitlines() if (out / "calls").exists() else []
+    if only is None:
+        assert calls == [], calls
+    else:
+        want = ",".join(_var(only)) if only.isupper() else only
+        (call,) = calls
+        assert call.startswith("-m tools.tl_lower --tier quick --build -j ") and \
+            call.endswith(f"--only {want}") and "--fold-dtypes" not in call, call
+    summary = (out / "summary.txt").read_text()
+    rows = [r for r in summary.splitlines()[1:] if r.split()[0] in ("memcheck", "racecheck")]
+    assert rows, summary  # the runs happen whatever the build returned
+    assert f"TileLang prebuild (tools/tl_lower.py --build) rc={rc}" in summary, summary
+    assert ("FAIL fwd_tc(64, 64)" in summary) == (rc not in ("0", "skipped")), summary
 
 
 _FAKE_PYTHON = """#!/usr/bin/env bash

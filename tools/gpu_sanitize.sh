@@ -22,8 +22,10 @@
 #              conformance/results/h200-initcheck-kernel-filter-152c129.txt).
 # Sanitized kernels run 10-100x slower and every module is instrumented when it loads:
 # run this on a machine whose Triton and TileLang caches are warm (right after
-# tools/gpu_all.sh in the same lease), or give it time. TOOLS, BACKENDS, SAN_ONLY (categories
-# for every tool), SAN_S (seconds per run) override the defaults; TL_UNPACK=0 skips the
+# tools/gpu_all.sh in the same lease), or give it time: with a TileLang backend the script
+# first builds the runs' TileLang kernels in parallel (below). TOOLS, BACKENDS, SAN_ONLY
+# (categories for every tool), SAN_S (seconds per run), PREBUILD_S (seconds for the build;
+# PREBUILD=0 skips it) override the defaults; TL_UNPACK=0 skips the
 # TileLang unpack (tools/tl_site.sh, as in gpu_all.sh). Exit status 1 when any tool reports
 # an error or a run does not end with every check passing or deviating as documented
 # (conform's exit status 0).
@@ -51,6 +53,24 @@ OUTDIR=${OUT:-/tmp/sanitize}
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR"/*.rc  # the summary reads every .rc file: none from an earlier run
 "$SAN" --version | tail -1 > "$OUTDIR/sanitizer-version.txt" 2>&1
+
+# Build the TileLang kernels of the runs first, in parallel, into TileLang's disk cache
+# (tools/tl_lower.py --build): the sanitized runs take one case at a time, and a kernel built
+# inside one costs 8-53 s against 0.4-1.4 s for a check whose kernel is built (session 35).
+# Not a gate: a kernel that fails to build here fails its case in the run too, and one left
+# unbuilt when PREBUILD_S (300) runs out is built by the run. PREBUILD=0 skips it.
+prc=skipped; pline=""
+case " $BACKENDS " in *" tilelang"*)
+  if [ "${PREBUILD:-1}" != 0 ]; then
+    case " $TOOLS " in *" memcheck "*) pcats=${SAN_ONLY:-$ALL_CATS} ;; *) pcats=${SAN_ONLY:-$SMALL_CATS} ;; esac
+    jobs=$(nproc); [ "$jobs" -gt 16 ] && jobs=16
+    timeout -s INT -k 15 "${PREBUILD_S:-300}" python -m tools.tl_lower --tier quick --build \
+      -j "$jobs" --only "$pcats" > "$OUTDIR/tl_build.log" 2>&1
+    prc=$?
+    pline=$(tail -1 "$OUTDIR/tl_build.log" | cut -c1-200)
+    echo "prebuild rc=$prc: $pline"
+  fi ;;
+esac
 
 run_one() {  # tool backend categories
   local tool=$1 be=$2 cats=$3 log="$OUTDIR/$1-$2.log"
@@ -101,4 +121,7 @@ for rcf in "${rcs[@]}"; do
       | cut -c1-300 | sed 's/^/    /' >> "$OUTDIR/summary.txt"
   fi
 done
+{ echo "TileLang prebuild (tools/tl_lower.py --build) rc=$prc${pline:+: $pline}"
+  [ "$prc" = skipped ] || [ "$prc" = 0 ] || grep -m 20 -E '^(FAIL|  )' "$OUTDIR/tl_build.log" \
+    | cut -c1-300 | sed 's/^/    /'; } | tee -a "$OUTDIR/summary.txt"
 exit $status

@@ -28,6 +28,13 @@ but no longer runs the sweep (848 s of the 2360 s of test time of a 2-core CI ru
 62cc54a, session 16). It proves
 lowering only: nvcc and the SASS checks are ``tests/test_tilelang_compile.py``'s,
 and running is the GPU tier's.
+
+``--build`` (on the GPU host) builds the kernels instead, nvcc included, each exactly as
+the launcher would (:func:`build_one`), into TileLang's disk cache: a later process on
+that machine loads them instead of compiling them. ``tools/gpu_sanitize.sh`` runs it
+before its sanitized runs, which take one case at a time: session 35's memcheck of
+TileLang on ``long4m`` and ``reach`` spent 8-53 s on each check that compiled a kernel and
+0.4-1.4 s on the others, and ran out of its 420 s after 28 of 32 checks.
 """
 
 from __future__ import annotations
@@ -136,19 +143,38 @@ def lower_one(job: tuple) -> str | None:
         with tilelang.transform.PassContext(config=jit.pass_configs or {}), kernels.HOPPER:
             tilelang.lower(func, target=target)
     except Exception as e:  # noqa: BLE001 -- reported, not raised: the list is the result
-        text = str(e).strip().splitlines()
-        return next((t for t in text if "Error" in t or "[" in t), text[0] if text else repr(e))
+        return _first_error_line(e)
     return None
 
 
-def lower_all(jobs: list[tuple], workers: int) -> dict[tuple, str]:
-    """``{job: error}`` of the jobs that fail to lower (worker processes, TileLang's
-    passes are not thread-safe)."""
+def build_one(job: tuple) -> str | None:
+    """Build one ``(kind, args)`` exactly as the launcher does (``launch._kernel``: the
+    ``@tilelang.jit`` factory called with the arguments, lowering and nvcc included), which
+    leaves the kernel in TileLang's disk cache (``~/.tilelang``) for every later process on
+    this machine; None, or the error's first line."""
+    from tilelang_impl import kernels
+    kind, args = job
+    try:
+        getattr(kernels, kind)(*args)
+    except Exception as e:  # noqa: BLE001 -- reported, not raised: the list is the result
+        return _first_error_line(e)
+    return None
+
+
+def _first_error_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return next((t for t in text if "Error" in t or "[" in t), text[0] if text else repr(e))
+
+
+def lower_all(jobs: list[tuple], workers: int, build: bool = False) -> dict[tuple, str]:
+    """``{job: error}`` of the jobs that fail to lower (``build``: to build; worker
+    processes, TileLang's passes are not thread-safe)."""
+    one = build_one if build else lower_one
     if workers <= 1:
-        errors = {j: lower_one(j) for j in jobs}
+        errors = {j: one(j) for j in jobs}
     else:
         with ProcessPoolExecutor(workers) as ex:
-            errors = dict(zip(jobs, ex.map(lower_one, jobs, chunksize=1)))
+            errors = dict(zip(jobs, ex.map(one, jobs, chunksize=1)))
     return {j: e for j, e in errors.items() if e is not None}
 
 
@@ -165,7 +191,14 @@ def main(argv=None) -> int:
     ap.add_argument("--wide", action="store_true",
                     help="lower each kernel's twin built wide instead (widened: what the same "
                          "calls take past 2**22 positions)")
+    ap.add_argument("--build", action="store_true",
+                    help="build each kernel as the launcher does (nvcc included) into TileLang's "
+                         "disk cache instead of lowering it: on the GPU host, before a run that "
+                         "would compile them one at a time (tools/gpu_sanitize.sh)")
     a = ap.parse_args(argv)
+    if a.build and a.fold_dtypes:
+        ap.error("--build builds the kernels the tier calls: --fold-dtypes would build bf16 "
+                 "twins no call takes")
     t0 = time.time()
     wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None)
     if a.fold_dtypes:
@@ -175,13 +208,15 @@ def main(argv=None) -> int:
     jobs = list(wanted)
     kinds = sorted({k for k, _ in jobs})
     print(f"{len(jobs)} TileLang kernels ({', '.join(kinds)}) for the {a.tier} GPU tier "
-          f"({a.sms} SMs); lowering with {a.workers} processes", flush=True)
-    bad = lower_all(jobs, a.workers)
+          f"({a.sms} SMs); {'building' if a.build else 'lowering'} with {a.workers} processes",
+          flush=True)
+    bad = lower_all(jobs, a.workers, build=a.build)
     for (kind, args), err in bad.items():
         cases = wanted[(kind, args)]
         print(f"FAIL {kind}{args}\n  {err}\n  cases ({len(cases)}): {', '.join(cases[:4])}"
               + (" ..." if len(cases) > 4 else ""))
-    print(f"{len(jobs) - len(bad)}/{len(jobs)} lower, {time.time() - t0:.0f} s")
+    print(f"{len(jobs) - len(bad)}/{len(jobs)} {'built' if a.build else 'lower'}, "
+          f"{time.time() - t0:.0f} s")
     return 1 if bad else 0
 
 
