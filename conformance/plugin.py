@@ -358,10 +358,8 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     suffixes = sorted(("-" + w for w in _whos(config)), key=len, reverse=True)
-    # all cases of one kernel configuration on one worker, on CUDA and on the CPU alike
-    # (TileLang's C kernels compile 2.5-4.5 s each: the CPU quick tier cold took 242 s on 2
-    # workers by case and 219 s by kernel, session 34)
-    by_kernel = True
+    # by kernel on CUDA and on the CPU alike (TileLang's C kernels compile 2.5-4.5 s each:
+    # the CPU quick tier cold took 242 s on 2 workers by case and 219 s by kernel, session 34)
 
     class CaseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -370,7 +368,7 @@ def pytest_xdist_make_scheduler(config, log):
                 for s in suffixes:
                     if param.endswith(s):
                         cid = param[: -len(s)]
-                        return "case:" + (kernel_group(cid) if by_kernel else cid)
+                        return "case:" + kernel_group(cid)
             return nodeid
 
         def _assign_work_unit(self, node) -> None:
@@ -623,11 +621,12 @@ class Collector:
         singles = [r for r in fails if not r["pair"]]
         by_id = {(c.case.category, c.case.id): c.case for c in plan(self.config) if not c.is_pair}
         for who in sorted({r["who"] for r in singles}):
-            mine = [r for r in self.results if r["who"] == who]
-            bad = [by_id[(r["category"], r["case"])] for r in mine if r["status"] == "fail"
-                   and (r["category"], r["case"]) in by_id]
-            good = [by_id[(r["category"], r["case"])] for r in mine if r["status"] == "pass"
-                    and (r["category"], r["case"]) in by_id]
+            split = {"fail": [], "pass": []}
+            for r in self.results:
+                key = (r["category"], r["case"])
+                if r["who"] == who and r["status"] in split and key in by_id:
+                    split[r["status"]].append(by_id[key])
+            bad, good = split["fail"], split["pass"]
             axes = separating_axes(bad, good)
             if bad and good and axes:
                 tr.write_line(f"what {who}'s {len(bad)} failing cases share, that none of its {len(good)} "
