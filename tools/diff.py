@@ -53,9 +53,9 @@ __all__ = ["RULES", "CASES", "Case", "Diagnosis", "diagnose", "compare_backends"
 _LN2 = math.log(2.0)
 
 
-def _first_line(e: BaseException) -> str:
-    """An exception's message, first line ("" for a bare ``raise RuntimeError()``)."""
-    return (str(e).splitlines() or [""])[0]
+def _first_line(x: object) -> str:
+    """The first line of a message or an exception's ("" for a bare ``raise RuntimeError()``)."""
+    return (str(x).splitlines() or [""])[0]
 
 #: rule key -> what SPEC.md says and how a backend usually breaks it.
 RULES: dict[str, str] = {
@@ -526,7 +526,7 @@ class CaseResult:
                              f"(tol {b.o:.2g}), max|lse err| {le:.2g} (tol {b.lse:.2g})")
         parts += self.meta
         if not parts and self.verdict.status != "pass":
-            parts += [(p.splitlines() or [""])[0][:160] for p in self.verdict.problems[:2]]
+            parts += [_first_line(p)[:160] for p in self.verdict.problems[:2]]
         return "; ".join(parts) if parts else "ok"
 
 
