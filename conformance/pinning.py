@@ -25,7 +25,7 @@ from typing import Mapping, MutableMapping
 GPUS_VAR = "HILS_SWA_GPUS"
 PINNED_VAR = "HILS_SWA_PINNED"
 
-__all__ = ["gpu_list", "worker_index", "pin", "apply", "GPUS_VAR"]
+__all__ = ["gpu_list", "worker_index", "pin", "apply", "GPUS_VAR", "memory_lock_path", "MemorySlot"]
 
 
 def _nvidia_smi_indices() -> list[str]:
@@ -88,3 +88,56 @@ def pin(env: MutableMapping[str, str], query=_nvidia_smi_indices) -> list[str]:
 def apply() -> list[str]:
     """``pin(os.environ)``; call before anything imports torch."""
     return pin(os.environ)
+
+
+def memory_lock_path(slot: int | None = None, env: Mapping[str, str] | None = None) -> str:
+    """A lock file shared by the processes of one GPU (named by ``CUDA_VISIBLE_DEVICES``:
+    :func:`pin` gives each worker of a multi-GPU host its own GPU; on one GPU every worker
+    shares the file). ``slot=None``: the exclusive lock of the tests' ``gpu_memory_lock``
+    fixture; ``slot=i``: the ``i``-th of the conformance runner's memory slots
+    (:class:`MemorySlot`)."""
+    import tempfile
+
+    env = os.environ if env is None else env
+    gpus = re.sub(r"[^\w.-]", "_", env.get("CUDA_VISIBLE_DEVICES", "all")) or "none"
+    tail = "" if slot is None else f".slot{slot}"
+    return os.path.join(tempfile.gettempdir(), f"hils-swa-gpu-memory-{gpus}{tail}.lock")
+
+
+class MemorySlot:
+    """One of ``slots`` per-GPU memory slots, held by at most one process at a time (an
+    exclusive ``flock`` on :func:`memory_lock_path` ``(i)``): at most ``slots`` memory-heavy
+    cases are alive on one GPU however many xdist workers share it. :meth:`acquire` blocks,
+    polling every ``poll`` seconds, until a slot is free; :meth:`release` gives it back (so
+    does the process's exit). Not reentrant: a process holds at most one slot."""
+
+    def __init__(self, slots: int, poll: float = 0.2, env: Mapping[str, str] | None = None):
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        self.slots, self.poll, self._env = slots, poll, env
+        self._fd: int | None = None
+        self.index: int | None = None  # the slot held, None when none
+
+    def acquire(self) -> int:
+        """Take a free slot (waiting for one); returns its index."""
+        import fcntl
+        import time
+
+        if self._fd is not None:
+            raise RuntimeError(f"this process holds slot {self.index} already")
+        while True:
+            for i in range(self.slots):
+                fd = os.open(memory_lock_path(i, self._env), os.O_RDONLY | os.O_CREAT, 0o666)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self._fd, self.index = fd, i
+                return i
+            time.sleep(self.poll)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops its flock
+            self._fd = self.index = None

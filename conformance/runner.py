@@ -248,39 +248,93 @@ def state_bytes(st: CaseState) -> int:
 #: worker, 14 workers on one H200 ran it out of memory (9eae254).
 KEEP_BYTES = 1 << 30
 
+#: A CUDA case whose inputs reach this many bytes (:func:`case_bytes`) is *heavy*: its state
+#: lives only while its worker holds one of the GPU's memory slots
+#: (``conformance.pinning.MemorySlot``), :data:`SLOT_GPU_BYTES` of device memory each.
+#: Session 36: the full tier's ``long4m`` cases (2.2 GB of inputs, 3.4-9.5 GB a worker with
+#: the snapshot, the float64 truth's window and the allocator's cached temporaries) on 14
+#: workers of one 80 GB H100 ran the card out of memory: 140 checks of ``long4m`` and three
+#: of ``reach`` (TileLang's launches) failed, all with CUDA out-of-memory errors (166b7f5).
+HEAVY_BYTES = KEEP_BYTES
+SLOT_GPU_BYTES = 32 << 30
+
+
+def case_bytes(case: Case) -> int:
+    """Bytes of a case's q, k and v in its dtype, before layout padding (which at most
+    doubles a tensor's storage: ``cases._store``)."""
+    es = torch.empty((), dtype=case.torch_dtype).element_size()
+    return case.B * (case.Hq * case.Lq * case.Dqk + case.Hkv * case.Lk * (case.Dqk + case.Dv)) * es
+
+
+def heavy(case: Case) -> bool:
+    """Whether a case needs a memory slot (:data:`HEAVY_BYTES`): CUDA cases only."""
+    return case.device.startswith("cuda") and case.error is None and case_bytes(case) >= HEAVY_BYTES
+
+
+def memory_slots(device: str) -> int:
+    """Slots of a GPU: one per :data:`SLOT_GPU_BYTES` of its memory, at least one (an 80 GB
+    H100: 2, an H200: 4)."""
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return max(1, total // SLOT_GPU_BYTES)
+
 
 class Runner:
     """Per-process executor with a small LRU of case states: at most ``keep`` of them, and
     past the current one at most :data:`KEEP_BYTES` of inputs (a state evicted for its size
-    returns its CUDA memory to the device, where other workers allocate)."""
+    returns its CUDA memory to the device, where other workers allocate). A heavy case
+    (:func:`heavy`) first takes a memory slot of its GPU (:meth:`reserve`), which goes back
+    when its state is evicted."""
 
     def __init__(self, backends: dict[str, Backend], run_seed: int, keep: int = 3):
         self.backends = backends
         self.run_seed = run_seed
         self.keep = keep
         self._cache: OrderedDict[str, CaseState] = OrderedDict()
+        self._slot = None  # conformance.pinning.MemorySlot of this process, made on first use
+        self._slot_case: str | None = None  # the id of the heavy case whose state holds it
 
-    def _evict(self) -> None:
+    def _evict(self, keep_one: bool = True) -> None:
         sizes = {cid: state_bytes(s) for cid, s in self._cache.items()}
         freed_cuda = False
-        while len(self._cache) > 1 and (len(self._cache) > self.keep
-                                        or sum(sizes.values()) - sizes[next(reversed(self._cache))]
-                                        > KEEP_BYTES):
+        while len(self._cache) > int(keep_one) and (
+                not keep_one or len(self._cache) > self.keep
+                or sum(sizes.values()) - sizes[next(reversed(self._cache))] > KEEP_BYTES):
             cid, old = self._cache.popitem(last=False)
             freed_cuda |= (sizes.pop(cid) > KEEP_BYTES and isinstance(old.q, torch.Tensor)
                            and old.q.is_cuda)
             del old  # its tensors go now, before the cache is emptied
         if freed_cuda:
             torch.cuda.empty_cache()
+        if self._slot_case is not None and self._slot_case not in self._cache:
+            self._slot.release()  # after the cache is emptied: the memory is the device's again
+            self._slot_case = None
+
+    def reserve(self, case: Case) -> None:
+        """Before a check of ``case`` (outside its watchdog: the wait is not a hang): for a
+        heavy case whose state this runner does not hold, let every cached state go (the
+        slot this process may hold with them) and wait for one of the GPU's memory slots."""
+        from .pinning import MemorySlot
+
+        if not heavy(case) or case.id in self._cache:
+            return
+        self._evict(keep_one=False)
+        if self._slot is None:
+            self._slot = MemorySlot(memory_slots(case.device))
+        self._slot.acquire()
+        self._slot_case = case.id
 
     def _state(self, case: Case) -> CaseState:
         st = self._cache.get(case.id)
         if st is None:
+            if heavy(case) and self._slot_case != case.id:
+                self.reserve(case)  # a caller that skipped reserve(): wait here
             st = CaseState(case)
             st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
             if case.error is None:
                 st.exp = expected(st.q, st.k, st.v, st.kw)
                 st.snap = input_snapshot(st.q, st.k, st.v)
+            if heavy(case):
+                torch.cuda.empty_cache()  # the temporaries of its inputs and truth, gigabytes
             self._cache[case.id] = st
             self._evict()
         else:

@@ -19,6 +19,7 @@ from conformance.plugin import record, watchdog
 
 
 def test_conformance(conform_check, conform_runner, request):
+    conform_runner.reserve(conform_check.case)  # a heavy CUDA case waits for a memory slot
     with watchdog(request.config):  # a hung kernel fails its check instead of the run
         result = conform_runner.run(conform_check)
     record(request, result)

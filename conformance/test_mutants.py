@@ -7,6 +7,8 @@ kind; the test fails if the whole quick tier passes the mutant, or fails it
 only for other reasons.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -175,3 +177,47 @@ def test_runner_keeps_case_states_within_a_byte_budget(monkeypatch):
         run._state(Case(category="errors", error=rule, Lq=8, Lk=16, B=1, Hq=2, Hkv=1))
     run._state(small[2])
     assert list(run._cache)[-1] == small[2].id
+
+
+def _slot_held_elsewhere(path: str) -> bool:
+    """Whether another process holds the flock on ``path`` (checked from a child process)."""
+    import subprocess
+    import sys
+
+    probe = "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT); " \
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    return subprocess.run([sys.executable, "-c", probe, path], capture_output=True).returncode != 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
+def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatch):
+    """A heavy case (``runner.heavy``: CUDA inputs of a GB or more, the full tier's ``long4m``)
+    takes one of its GPU's memory slots before its state is built, and gives it back when that
+    state is evicted; a second heavy case lets the first one's state go before it waits
+    (session 36: 14 workers' ``long4m`` states ran an 80 GB H100 out of memory). Here on the CPU
+    with a stand-in for ``heavy`` and one slot per GPU."""
+    import os
+
+    from conformance import pinning
+    from conformance import runner as R
+    from conformance.cases import Case
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"runner-slot-test-{os.getpid()}")
+    monkeypatch.setattr(R, "heavy", lambda c: c.Lk >= 4096)
+    monkeypatch.setattr(R, "memory_slots", lambda device: 1)
+    path = pinning.memory_lock_path(0)
+    small = Case(category="x", Lq=8, Lk=16, dtype="fp32", B=1, Hq=2, Hkv=1)
+    heavy = [Case(category="x", Lq=8 + i, Lk=4096, dtype="fp32", B=1, Hq=2, Hkv=1) for i in range(2)]
+    run = Runner({}, run_seed=0, keep=3)
+    run._state(small)
+    assert not _slot_held_elsewhere(path)
+    run.reserve(heavy[0])
+    assert _slot_held_elsewhere(path) and list(run._cache) == []  # the small state went first
+    run._state(heavy[0])
+    run.reserve(heavy[0])  # its state is cached: nothing to wait for, the slot stays
+    assert list(run._cache) == [heavy[0].id] and _slot_held_elsewhere(path)
+    run._state(heavy[1])  # without reserve(): waits in _state, after letting heavy[0] go
+    assert list(run._cache) == [heavy[1].id] and _slot_held_elsewhere(path)
+    monkeypatch.setattr(R, "KEEP_BYTES", 1)  # a real heavy state is over it by definition
+    run._state(small)  # heavy[1] is over KEEP_BYTES beside the current state: evicted
+    assert list(run._cache) == [small.id] and not _slot_held_elsewhere(path)

@@ -124,3 +124,49 @@ def test_watchdog_turns_a_hang_into_one_failed_check(tmp_path):
     assert hang["status"] == "fail" and hang["kinds"] == ["crash"]
     assert by["reference~conformance._testing:hangs_on_63"]["status"] == "fail"
     assert data["checks"] == 3
+
+
+_TAKE = """
+import os, sys, time
+from conformance.pinning import MemorySlot
+s = MemorySlot(int(sys.argv[1]), poll=0.05)
+t = time.monotonic()
+print(s.acquire(), round(time.monotonic() - t, 2), flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
+def test_memory_slots_admit_as_many_processes_as_there_are_slots(monkeypatch):
+    """``MemorySlot``: with this process holding slot 0 of two, another process gets slot 1
+    at once; with one slot it waits until the holder lets go (the runner's heavy cases,
+    ``runner.Runner.reserve``). Slots are per GPU: another ``CUDA_VISIBLE_DEVICES`` has its own."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"slot-test-{os.getpid()}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    mine = pinning.MemorySlot(2)
+    assert mine.acquire() == 0 and mine.index == 0
+    with pytest.raises(RuntimeError, match="holds slot 0"):
+        mine.acquire()
+    other = subprocess.run([sys.executable, "-c", _TAKE, "2"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert other.returncode == 0 and other.stdout.split()[0] == "1", other.stderr
+    waiter = subprocess.Popen([sys.executable, "-c", _TAKE, "1"], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiter.wait(timeout=1.5)  # slot 0 of one is ours: it waits
+        mine.release()
+        out, _ = waiter.communicate(timeout=60)
+    finally:
+        waiter.kill()
+    idx, waited = out.split()
+    assert idx == "0" and float(waited) >= 1.0
+    elsewhere = dict(env, CUDA_VISIBLE_DEVICES=f"slot-test-other-{os.getpid()}")
+    assert mine.acquire() == 0
+    try:
+        free = subprocess.run([sys.executable, "-c", _TAKE, "1"], env=elsewhere,
+                              capture_output=True, text=True, timeout=60)
+        assert free.returncode == 0 and free.stdout.split()[0] == "0"
+    finally:
+        mine.release()
+    with pytest.raises(ValueError, match="at least 1"):
+        pinning.MemorySlot(0)

@@ -32,20 +32,19 @@ def gpu_memory_lock():
     once and four failed out of memory; run one at a time they passed. An exclusive
     ``flock`` on a file named by the worker's ``CUDA_VISIBLE_DEVICES`` (``conformance.pinning``
     gives each worker of a multi-GPU host its own GPU; on one GPU every worker shares the
-    lock). Yields the lock file's path."""
+    lock; ``conformance.pinning.memory_lock_path``). Yields the lock file's path."""
     import gc
     import os
-    import re
-    import tempfile
 
     import torch
+
+    from conformance.pinning import memory_lock_path
 
     try:
         import fcntl
     except ImportError:  # not POSIX: no CUDA host this suite runs on
         fcntl = None
-    gpus = re.sub(r"[^\w.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "all")) or "none"
-    path = os.path.join(tempfile.gettempdir(), f"hils-swa-gpu-memory-{gpus}.lock")
+    path = memory_lock_path()  # conformance.pinning: the file the GPU's processes share
     fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
     try:
         if fcntl is not None:
