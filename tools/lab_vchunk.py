@@ -94,7 +94,7 @@ def runner(q, k, v, W, C, kv_start, chunk, config=None, extra=None):
     return fn, p
 
 
-def check(results, only_fp16=False):
+def check(results, only_fp16=False, lmk2=False):
     """Each case: V_CHUNK (and session 26's EDGE_STAGES variants) against the shipped pointer
     kernel (bit-identical) and the float64 reference."""
     bf, f16 = torch.bfloat16, torch.float16
@@ -113,6 +113,10 @@ def check(results, only_fp16=False):
     ok = True
     # (V_CHUNK, extra constexprs, case) of the kernel held to the shipped pointer-v kernel's bits
     views = [(True, {}, cs) for cs in cases]
+    if lmk2:  # session 36: only cases whose C is the block's 64 keys (the table's tile)
+        ones = [cs for cs in cases if cs[6] == 64 and len(cs) == 9]
+        views = [(True, dict(ex, **({"EDGE_STAGES": 2} if cs[4] == 128 else {})), cs)
+                 for cs in ones for ex in ({"LMK_ONE": 2}, {"LMK_ONE": 2, "FOLD": True}, {"FOLD": True})]
     # session 26: the D = 128 kernels with the edge loop two deep, view and pointer v
     views += [(ch, {"EDGE_STAGES": 2}, cs) for cs in cases if cs[4] == 128 and len(cs) == 9
               for ch in (True, False)]
@@ -144,6 +148,17 @@ def check(results, only_fp16=False):
         # ulp: then the error against float64 must stay the pointer kernel's (1.25x + a floor)
         good = not nan and (same or (err_o <= 1.25 * e0o + 1e-3 and err_l <= 1.25 * e0l + 1e-5))
         ok &= good
+        if lmk2 and extra.get("LMK_ONE") == 2:
+            # the control: the same kernel at C = 128 (two blocks a chunk, landmark not in the
+            # last column of every block) must disagree with the pointer kernel
+            qn, kn, vn = make(B, Hq, Hkv, L_, D, dt, 2000 + i, 128, True, 0)
+            fb, pb = runner(qn, kn, vn, W, 128, 0, False, None, None)
+            fm, _ = runner(qn, kn, vn, W, 128, 0, False, None, {"LMK_ONE": 2})
+            ob, _ = fb()
+            om, _ = fm()
+            teeth = not torch.equal(ob.view(torch.int16), om.view(torch.int16))
+            results.setdefault("controls", []).append(dict(case=i, differs=teeth))
+            ok &= teeth
         do = (o1.double() - o0.double()).abs()
         row = dict(case=i, shape=(B, Hq, Hkv, L_, D, W, C, ks, str(dt)), view=view, extra=extra,
                    bit_identical=same, nan=nan,
@@ -182,6 +197,21 @@ VARIANTS = {
           ("chunk-s3-edge2", True, None, {"EDGE_STAGES": 2}), ("ptr-edge2", False, None, {"EDGE_STAGES": 2})],
     64: [("ptr", False, None), ("chunk", True, None), ("chunk-s3", True, C_(64, 64, 4, 3, maxnreg=128)),
          ("chunk-s3-nocap", True, C_(64, 64, 4, 3))],
+}
+
+# Session 36 (--lmk2): the landmark test as a compile-time column (kernels._not_lmk LMK_ONE == 2:
+# C == BLOCK_N, every block on a chunk boundary, as the view requires) and the scale folded into
+# the exponent (FOLD, measured in session 6 on the one-loop kernel only), against the shipped
+# kernel (the view; D = 128 with the edge loop two deep). SASS per inside / edge block (Triton 3.9,
+# sm_90, CPU): D = 64 400 / 596 -> 351 / 509 (lmk2) -> 321 / 478 (lmk2-fold); D = 128 446 / 716 ->
+# 407 / 622 -> 377 / 593. Predicted: D = 64 -3..-7% kernel time with lmk2, -4..-9% with lmk2-fold;
+# D = 128 -0.5..-3%; fold alone within 2% (session 6: within noise).
+VARIANTS_LMK2 = {
+    128: [("shipped", True, None, {"EDGE_STAGES": 2}), ("lmk2", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2}),
+          ("lmk2-fold", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2, "FOLD": True}),
+          ("fold", True, None, {"EDGE_STAGES": 2, "FOLD": True})],
+    64: [("shipped", True, None), ("lmk2", True, None, {"LMK_ONE": 2}),
+         ("lmk2-fold", True, None, {"LMK_ONE": 2, "FOLD": True}), ("fold", True, None, {"FOLD": True})],
 }
 
 SHAPES = [  # name, B, Hq, Hkv, L, D, W, C
@@ -273,6 +303,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--chunked", action="store_true", help="part 2 only: the chunked-prefill gate")
     ap.add_argument("--small", action="store_true", help="with --chunked: the grids under two waves")
+    ap.add_argument("--lmk2", action="store_true",
+                    help="session 36: the compile-time landmark column and FOLD against the shipped kernel")
     a = ap.parse_args(argv)
     t0 = time.time()
     results = dict(checks=[], times=[], chunked=[], device=torch.cuda.get_device_name())
@@ -281,17 +313,19 @@ def main(argv=None):
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)
         return 0
-    ok = check(results)
+    ok = check(results, lmk2=a.lmk2)
     results["checks_ok"] = ok
     if not ok:
         print("checks failed: no timing", flush=True)
     else:
         for name, B, Hq, Hkv, L_, D, W, C in SHAPES:
+            if a.lmk2 and C != 64:
+                continue  # the compile-time column needs C == BLOCK_N (64)
             if time.time() - t0 > a.budget_s:
                 print("budget reached", flush=True)
                 break
             q, k, v = make(B, Hq, Hkv, L_, D, torch.bfloat16, 7, C, False)
-            variants = VARIANTS[D]
+            variants = (VARIANTS_LMK2 if a.lmk2 else VARIANTS)[D]
             fns = {vn: runner(q, k, v, W, C, 0, chunk, cfg, ex[0] if ex else None)[0]
                    for vn, chunk, cfg, *ex in variants}
             flops = attention_flops(B, Hq, L_, L_, D, window_size=W, chunk_size=C)

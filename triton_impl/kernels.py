@@ -180,7 +180,13 @@ def _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N: tl.constexpr, LMK_ONE: tl.con
     frame's ``C`` can exceed 2**32). One compare per column against a
     per-block scalar instead of an integer modulo per column. Otherwise the
     modulo itself.
+
+    ``LMK_ONE == 2`` (a lab mode, session 36: ``tools/lab_vchunk.py``): ``C == BLOCK_N`` and
+    every block starts on a chunk boundary (``ph == 0``, as the chunked view of ``v``
+    requires), so the landmark is always the last column, a compile-time constant.
     """
+    if LMK_ONE == 2:
+        return offs_n != BLOCK_N - 1
     if LMK_ONE:
         return offs_n != tl.minimum(C - 1 - ph, BLOCK_N).to(tl.int32)
     else:
