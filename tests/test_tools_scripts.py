@@ -229,8 +229,12 @@ def test_gpu_all_shard_sets_the_categories(tmp_path, shard):
     ({"PRELOWER": "0"}, ["tools.cli conform"], "tl_lower rc=skipped"),
     ({"CONFORM_S": "10"}, ["tools.tl_lower"], "conform rc=no-time"),
     ({"PART": "bench", "FAKE_LOWER_RC": "1"}, ["tools.cli bench"], "tl_lower rc=skipped"),
+    ({"PRELOWER": "build"}, ["tools.tl_lower", "tools.cli conform"], "tl_lower rc=0 conform rc=0"),
+    ({"PRELOWER": "build", "FAKE_LOWER_RC": "1"}, ["tools.tl_lower"], "kernels that do not build"),
+    ({"PRELOWER": "build", "FAKE_LOWER_RC": "124"}, ["tools.tl_lower", "tools.cli conform"],
+     "the tier builds the rest"),
 ], ids=["clean", "fails-to-lower", "timeout", "crash", "no-tilelang", "tilelang-split",
-        "prelower-off", "no-time-left", "bench-only"])
+        "prelower-off", "no-time-left", "bench-only", "build", "fails-to-build", "build-timeout"])
 def test_gpu_all_pre_flight_gates_the_tier(tmp_path, env, ran, said):
     """gpu_all.sh lowers the TileLang kernels first when a TileLang backend runs, starts
     the tier only when they all lower and time is left, and says why not (a fake
@@ -240,8 +244,17 @@ def test_gpu_all_pre_flight_gates_the_tier(tmp_path, env, ran, said):
     assert calls == ran, (calls, res.stdout)
     assert said in res.stdout, res.stdout
     for c in raw:
-        if "tools.tl_lower" in c:
-            assert "--fold-dtypes" in c and int(c.split("-j ")[1].split()[0]) <= 16, c
+        if "tools.tl_lower" in c:  # PRELOWER=build builds each dtype's kernel; lowering folds them
+            want, not_want = (("--build", "--fold-dtypes") if env.get("PRELOWER") == "build"
+                              else ("--fold-dtypes", "--build"))
+            assert want in c.split() and not_want not in c.split(), c
+            assert int(c.split("-j ")[1].split()[0]) <= 16, c
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_gpu_all_refuses_an_unknown_prelower_mode(tmp_path):
+    res, calls, _ = _gpu_all(tmp_path, PRELOWER="yes")
+    assert res.returncode == 2 and "0, 1 or build" in res.stderr and not calls
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
