@@ -526,7 +526,7 @@ def _swa_fwd_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_LMK: tl.constexpr, EXPAND: tl.constexpr, V_TMA: tl.constexpr,
     LMK_ONE: tl.constexpr = False, FOLD: tl.constexpr = False, PHASES: tl.constexpr = False,
-    V_CHUNK: tl.constexpr = False, EDGE_STAGES: tl.constexpr = 0,
+    V_CHUNK: tl.constexpr = False, EDGE_STAGES: tl.constexpr = 0, EDGE_VIEW: tl.constexpr = False,
 ):
     """Prefill with TMA tensor descriptors (Hopper, bf16/fp16).
 
@@ -570,10 +570,17 @@ def _swa_fwd_tma_kernel(
     stages, the ``V_CHUNK`` kernel needs 115736 bytes of shared memory, 24 more than two
     CTAs per SM allow, and 114744 with ``EDGE_STAGES=2`` (CPU compile, session 26;
     ``tools/lab_vchunk.py``'s ``chunk-s3-edge2``).
+
+    ``EDGE_VIEW`` (a lab mode, session 36, ``tools/lab_vchunk.py --lmk2``; every launch plan
+    passes False): the edge blocks take ``v`` through the chunked view too. Right only where
+    ``C == BLOCK_N``, ``expand_to_chunk`` and ``Lq``, ``Lk``, ``kv_start`` and the row tile are
+    whole chunks: every edge block is then one whole chunk inside the view, every key of it
+    seen by some row of the tile (no invisible slot but the landmark is loaded unmasked).
     """
     # V_CHUNK: the inside blocks' v through the chunked view (needs the phases, the landmark
     # phase carried block to block, and v's edge blocks by pointers)
     tl.static_assert(not V_CHUNK or (PHASES and LMK_ONE and MASK_LMK and not V_TMA))
+    tl.static_assert(not EDGE_VIEW or V_CHUNK)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
@@ -605,10 +612,17 @@ def _swa_fwd_tma_kernel(
                           num_stages=EDGE_STAGES if EDGE_STAGES > 0 else None):
             n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
-            acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
-                                        n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
-                                        _lmk_phase(kv_start, n0, C), qk_scale, DV, BLOCK_DK, BLOCK_DV,
-                                        BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD)
+            if EDGE_VIEW:  # lab: the block is chunk (n0 - j_min) // C of the view, from its row 0
+                acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
+                                            n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
+                                            _lmk_phase(kv_start, n0, C) * 0, qk_scale, DV, BLOCK_DK,
+                                            BLOCK_DV, BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD,
+                                            True, ((n0 - j_min) // C).to(tl.int32))
+            else:
+                acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
+                                            n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
+                                            _lmk_phase(kv_start, n0, C), qk_scale, DV, BLOCK_DK, BLOCK_DV,
+                                            BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD)
         lo = mid_lo
         hi = mid_hi
         MASK_MID: tl.constexpr = False

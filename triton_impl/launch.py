@@ -953,7 +953,7 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             tcommon = dict(common, BLOCK_M=tcfg.block_m, BLOCK_N=tcfg.block_n, MASK_LMK=p.mask_lmk,
                            EXPAND=p.expand_to_chunk, V_TMA=v_tma)
             tcx, tst = _variants(tcommon, lmk_one_ok, tcfg.num_warps, tcfg.num_stages, fold_on,
-                                 dict(PHASES=tph, V_CHUNK=False, EDGE_STAGES=0),
+                                 dict(PHASES=tph, V_CHUNK=False, EDGE_STAGES=0, EDGE_VIEW=False),
                                  maxnreg=tcfg.maxnreg)
             plan.tma = _Plan("prefill_tma", (_cdiv(p.Lq, tcfg.block_m), p.B * p.Hq), plan.head, (),
                              tcx, tcfg.num_warps, tcfg.num_stages, tcfg.block_n, tst,
@@ -963,7 +963,8 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
             if v_chunk and lmk_one_ok and tph and not v_tma:
                 ccx, cst = _variants(tcommon, True, tcfg.num_warps, tcfg.num_stages, fold_on,
                                      dict(PHASES=True, V_CHUNK=True,
-                                          EDGE_STAGES=TMA_V_CHUNK_EDGE_STAGES.get((cls, bucket), 0)),
+                                          EDGE_STAGES=TMA_V_CHUNK_EDGE_STAGES.get((cls, bucket), 0),
+                                          EDGE_VIEW=False),
                                      maxnreg=tcfg.maxnreg)
                 for fo in (False, True):  # the view needs C >= BLOCK_N: LMK_ONE whatever pick asks
                     ccx[(False, fo)], cst[(False, fo)] = ccx[(True, fo)], cst[(True, fo)]
