@@ -31,6 +31,7 @@ from conformance.cases import poison_unseen  # noqa: E402
 import triton_impl  # noqa: E402
 from triton_impl import UnsupportedConfig, sliding_window_attention  # noqa: E402
 from triton_impl import api as _api  # noqa: E402
+from triton_impl import kernels  # noqa: E402
 from triton_impl import launch as L  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -1361,3 +1362,62 @@ def test_more_query_heads_than_a_grid_holds_are_unsupported():
     k = torch.randn(1, 1, 1, 32, dtype=torch.float16)
     with pytest.raises(UnsupportedConfig, match="Hq=65536"):
         sliding_window_attention(q, k, k, window_size=1, chunk_size=1)
+
+
+def _constexpr_names(kernel) -> list[str]:
+    """The kernel's constexpr parameters in its own order (JIT or interpreter object alike)."""
+    import inspect
+
+    fn = getattr(kernel, "fn", kernel)
+    return [n for n, prm in inspect.signature(fn).parameters.items() if "constexpr" in str(prm.annotation)]
+
+
+@pytest.mark.parametrize("what, shape, dtype, knobs", [
+    ("pointer prefill", (1, 32, 32, 2048, 2048, 64, 64), torch.bfloat16, dict(tma=False)),
+    ("pointer prefill fp32", (1, 32, 32, 2048, 2048, 128, 128), torch.float32, {}),
+    ("TMA prefill, v by pointers / the view", (1, 32, 32, 8192, 8192, 128, 128), torch.bfloat16, {}),
+    ("TMA prefill D=64", (1, 32, 4, 8192, 8192, 64, 64), torch.float16, {}),
+    ("TMA prefill, v by TMA", (1, 32, 32, 8192, 8192, 128, 128), torch.bfloat16, dict(tma="v_tma")),
+    ("split-KV + combine", (8, 32, 4, 1, 32768, 64, 64), torch.bfloat16, {}),
+    ("split-KV fp32", (1, 32, 32, 1, 8192, 128, 128), torch.float32, {}),
+    ("packed", (1, 32, 4, 256, 8192, 64, 64), torch.bfloat16, dict(path="packed")),
+], ids=["prefill", "prefill-fp32", "tma-d128", "tma-d64", "tma-v_tma", "split", "split-fp32", "packed"])
+def test_plans_pass_every_constexpr_in_the_kernel_s_order(what, shape, dtype, knobs, monkeypatch):
+    """A cached kernel is launched directly with its constexprs passed *positionally*
+    (``launch._Kernel``: ``*constexprs.values()`` after the runtime arguments), so every plan
+    an H200 would make (132 SMs, sm_90; meta tensors, nothing built) must hold each kernel's
+    constexprs, defaulted ones included, in the kernel's order: one missing or out of place
+    sends every call of that kernel back through the JIT on a GPU (the fast path off, with a
+    warning), which no CPU test would otherwise see. Session 36 added ``EDGE_VIEW`` to the TMA
+    kernel; each plan's variants, the TMA plan's, its chunked-view plan's and the combine's
+    are checked here."""
+    B, Hq, Hkv, Lq, Lk, Dqk, Dv = shape
+    monkeypatch.setattr(L, "sm_count", lambda d: 132)
+    monkeypatch.setattr(L, "capability", lambda d: (9, 0))
+    monkeypatch.setattr(L, "_PLANS", {})
+    monkeypatch.setattr(L, "_INTERPRETED", False)  # plan the GPU's kernels, not the interpreter's
+    q = torch.empty(B, Hq, Lq, Dqk, dtype=dtype, device="meta")
+    k = torch.empty(B, Hkv, Lk, Dqk, dtype=dtype, device="meta")
+    v = torch.empty(B, Hkv, Lk, Dv, dtype=dtype, device="meta")
+    p = dataclasses.replace(reference.check_inputs(q, k, v, window_size=512, chunk_size=64),
+                            device=torch.device("cuda", 0))
+    plan = L._plan(p, **knobs)
+    kern = {"prefill": kernels._swa_fwd_kernel, "splitkv": kernels._swa_splitkv_kernel,
+            "packed": kernels._swa_splitkv_kernel, "prefill_tma": kernels._swa_fwd_tma_kernel,
+            "prefill_tma_vchunk": kernels._swa_fwd_tma_kernel}
+    plans = [plan] + [x for x in (plan.tma, plan.tma and plan.tma.vchunk) if x]
+    seen = {x.path for x in plans}
+    for x in plans:
+        want = _constexpr_names(kern[x.path])
+        for key, cx in x.constexprs.items():
+            assert list(cx) == want, (what, x.path, key, list(cx), want)
+    if plan.combine_constexprs is not None:
+        assert list(plan.combine_constexprs) == _constexpr_names(kernels._swa_combine_kernel), what
+    # the rows are chosen to reach these paths: a table change that moves one fails here
+    expect = {"pointer prefill": {"prefill"}, "pointer prefill fp32": {"prefill"},
+              "TMA prefill, v by pointers / the view": {"prefill", "prefill_tma", "prefill_tma_vchunk"},
+              "TMA prefill D=64": {"prefill", "prefill_tma", "prefill_tma_vchunk"},
+              "TMA prefill, v by TMA": {"prefill", "prefill_tma"},
+              "split-KV + combine": {"splitkv"}, "split-KV fp32": {"splitkv"}, "packed": {"packed"}}[what]
+    assert seen == expect, (what, seen)
+    assert (plan.combine_constexprs is not None) == (plan.path == "splitkv"), what
