@@ -15,7 +15,6 @@ NaN, so an element the kernel never writes fails.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import torch
