@@ -23,8 +23,9 @@
 # kernel that does not build keeps the tier from starting as above, but running out of
 # PRELOWER_S does not (the workers build what is left). Session 36 for SHARD=3: `long4m`'s
 # TileLang checks took 28-58 s each when their worker built the kernel, and a heavy case holds
-# one of the GPU's memory slots while it runs (conformance.runner.heavy). CONFORM_S (whole seconds, 540) caps the call up to the end of the tier, the
-# unpack and the pre-flight included; under 30 s left, the tier does not start.
+# one of the GPU's memory slots while it runs (conformance.runner.heavy). CONFORM_S (whole
+# seconds, 540) caps the call up to the end of the tier, the unpack and the pre-flight
+# included; under 30 s left, the tier does not start.
 # TL_UNPACK=0 skips the TileLang unpack (tools/tl_site.sh; the CPU test of this script).
 set -u
 export PYTHONUNBUFFERED=1

@@ -574,8 +574,9 @@ def _swa_fwd_tma_kernel(
     ``EDGE_VIEW`` (a lab mode, session 36, ``tools/lab_vchunk.py --lmk2``; every launch plan
     passes False): the edge blocks take ``v`` through the chunked view too. Right only where
     ``C == BLOCK_N``, ``expand_to_chunk`` and ``Lq``, ``Lk``, ``kv_start`` and the row tile are
-    whole chunks: every edge block is then one whole chunk inside the view, every key of it
-    seen by some row of the tile (no invisible slot but the landmark is loaded unmasked).
+    whole chunks: every edge block is then one whole chunk inside the view, and every key of
+    it but the landmark (the copy engine's zero row) is seen by some row of the tile, so no
+    invisible slot is loaded.
     """
     # V_CHUNK: the inside blocks' v through the chunked view (needs the phases, the landmark
     # phase carried block to block, and v's edge blocks by pointers)
@@ -613,6 +614,7 @@ def _swa_fwd_tma_kernel(
             n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             if EDGE_VIEW:  # lab: the block is chunk (n0 - j_min) // C of the view, from its row 0
+                # (its landmark phase is 0 on whole chunks; "* 0" lets the compiler drop the modulo)
                 acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
                                             n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
                                             _lmk_phase(kv_start, n0, C) * 0, qk_scale, DV, BLOCK_DK,
