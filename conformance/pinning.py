@@ -118,13 +118,15 @@ class MemorySlot:
         self._fd: int | None = None
         self.index: int | None = None  # the slot held, None when none
 
-    def acquire(self) -> int:
-        """Take a free slot (waiting for one); returns its index."""
+    def acquire(self, timeout: float | None = None) -> int:
+        """Take a free slot (waiting for one, at most ``timeout`` seconds when given: then
+        ``TimeoutError``); returns its index."""
         import fcntl
         import time
 
         if self._fd is not None:
             raise RuntimeError(f"this process holds slot {self.index} already")
+        t0 = time.monotonic()
         while True:
             for i in range(self.slots):
                 fd = os.open(memory_lock_path(i, self._env), os.O_RDONLY | os.O_CREAT, 0o666)
@@ -135,6 +137,10 @@ class MemorySlot:
                     continue
                 self._fd, self.index = fd, i
                 return i
+            if timeout is not None and time.monotonic() - t0 >= timeout:
+                raise TimeoutError(
+                    f"waited {timeout:g} s for one of {self.slots} GPU memory slots "
+                    f"({memory_lock_path(0, self._env)} ...): each is held by another process")
             time.sleep(self.poll)
 
     def release(self) -> None:

@@ -273,11 +273,31 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("conform_check", checks, ids=[c.id for c in checks])
 
 
+_RUNNER = pytest.StashKey()  # this process's conformance Runner, once the fixture made it
+
+
 @pytest.fixture(scope="session")
 def conform_runner(request):
     from .runner import Runner
 
-    return Runner(backends(request.config), _state(request.config)["seed"])
+    runner = Runner(backends(request.config), _state(request.config)["seed"])
+    request.config.stash[_RUNNER] = runner
+    return runner
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After a heavy case's last check on this process (the next test is not a check of the
+    same case, or there is none), its state goes and its GPU memory slot with it
+    (``runner.Runner.release``). Otherwise a worker whose last check was that case would
+    keep the slot until the whole run ends (xdist keeps a finished worker's process) and a
+    worker waiting for it would wait as long (session 36's review found that deadlock)."""
+    runner = item.config.stash.get(_RUNNER, None)
+    if runner is None or runner.slot_case is None:
+        return
+    spec = getattr(nextitem, "callspec", None)
+    check = spec.params.get("conform_check") if spec is not None else None
+    if check is None or check.case.id != runner.slot_case:
+        runner.release()
 
 
 _WORKER_INFO: dict | None = None

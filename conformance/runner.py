@@ -9,6 +9,7 @@ A check that finds nothing cached computes what it needs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import math
 import os
@@ -257,6 +258,9 @@ KEEP_BYTES = 1 << 30
 #: of ``reach`` (TileLang's launches) failed, all with CUDA out-of-memory errors (166b7f5).
 HEAVY_BYTES = KEEP_BYTES
 SLOT_GPU_BYTES = 32 << 30
+#: The longest a heavy case waits for a slot before its check fails with a TimeoutError
+#: (a backstop: the plugin gives a slot back after its case's last check on a worker).
+SLOT_WAIT_S = 900.0
 
 
 def case_bytes(case: Case) -> int:
@@ -264,6 +268,17 @@ def case_bytes(case: Case) -> int:
     doubles a tensor's storage: ``cases._store``)."""
     es = torch.empty((), dtype=case.torch_dtype).element_size()
     return case.B * (case.Hq * case.Lq * case.Dqk + case.Hkv * case.Lk * (case.Dqk + case.Dv)) * es
+
+
+def _drop(st: "CaseState") -> None:
+    """Let an evicted state's tensors go now: inputs, truth, snapshot, outputs, and the
+    frames of its stored exceptions (a traceback's frames hold the tensors of the call that
+    raised, in a reference cycle that ``del`` does not free)."""
+    for out in st.outs.values():
+        if out.exc is not None:
+            traceback.clear_frames(out.exc.__traceback__)
+    st.outs.clear()
+    st.q = st.k = st.v = st.exp = st.snap = None
 
 
 def heavy(case: Case) -> bool:
@@ -293,6 +308,11 @@ class Runner:
         self._slot = None  # conformance.pinning.MemorySlot of this process, made on first use
         self._slot_case: str | None = None  # the id of the heavy case whose state holds it
 
+    @property
+    def slot_case(self) -> str | None:
+        """The id of the heavy case whose state holds this process's memory slot, or None."""
+        return self._slot_case
+
     def _evict(self, keep_one: bool = True) -> None:
         sizes = {cid: state_bytes(s) for cid, s in self._cache.items()}
         freed_cuda = False
@@ -300,14 +320,29 @@ class Runner:
                 not keep_one or len(self._cache) > self.keep
                 or sum(sizes.values()) - sizes[next(reversed(self._cache))] > KEEP_BYTES):
             cid, old = self._cache.popitem(last=False)
-            freed_cuda |= (sizes.pop(cid) > KEEP_BYTES and isinstance(old.q, torch.Tensor)
-                           and old.q.is_cuda)
-            del old  # its tensors go now, before the cache is emptied
+            big = sizes.pop(cid) > KEEP_BYTES and isinstance(old.q, torch.Tensor) and old.q.is_cuda
+            if big or cid == self._slot_case:
+                _drop(old)
+                freed_cuda = True
+            del old
         if freed_cuda:
+            gc.collect()  # what a stored exception's frames still reached (_drop cleared them)
             torch.cuda.empty_cache()
         if self._slot_case is not None and self._slot_case not in self._cache:
-            self._slot.release()  # after the cache is emptied: the memory is the device's again
-            self._slot_case = None
+            self._release_slot()
+
+    def _release_slot(self) -> None:
+        """Give the memory slot back, after the cache is emptied: the memory is the device's
+        again when another worker takes it."""
+        self._slot.release()
+        self._slot_case = None
+
+    def release(self) -> None:
+        """Drop every cached state and give back this process's memory slot, if it holds one
+        (the plugin calls it after a heavy case's last check on this worker: a worker keeps
+        its process, and with it an unreleased slot, until the whole run ends)."""
+        if self._slot_case is not None:
+            self._evict(keep_one=False)
 
     def reserve(self, case: Case) -> None:
         """Before a check of ``case`` (outside its watchdog: the wait is not a hang): for a
@@ -320,7 +355,7 @@ class Runner:
         self._evict(keep_one=False)
         if self._slot is None:
             self._slot = MemorySlot(memory_slots(case.device))
-        self._slot.acquire()
+        self._slot.acquire(timeout=SLOT_WAIT_S)
         self._slot_case = case.id
 
     def _state(self, case: Case) -> CaseState:
@@ -329,10 +364,20 @@ class Runner:
             if heavy(case) and self._slot_case != case.id:
                 self.reserve(case)  # a caller that skipped reserve(): wait here
             st = CaseState(case)
-            st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
-            if case.error is None:
-                st.exp = expected(st.q, st.k, st.v, st.kw)
-                st.snap = input_snapshot(st.q, st.k, st.v)
+            try:
+                st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
+                if case.error is None:
+                    st.exp = expected(st.q, st.k, st.v, st.kw)
+                    st.snap = input_snapshot(st.q, st.k, st.v)
+            except BaseException as e:
+                if self._slot_case == case.id:  # a heavy build that failed: its slot goes back
+                    _drop(st)
+                    traceback.clear_frames(e.__traceback__)  # the partial tensors of its frames
+                    del st
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    self._release_slot()
+                raise
             if heavy(case):
                 torch.cuda.empty_cache()  # the temporaries of its inputs and truth, gigabytes
             self._cache[case.id] = st

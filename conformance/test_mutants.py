@@ -190,7 +190,7 @@ def _slot_held_elsewhere(path: str) -> bool:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
-def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatch):
+def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatch, tmp_path):
     """A heavy case (``runner.heavy``: CUDA inputs of a GB or more, the full tier's ``long4m``)
     takes one of its GPU's memory slots before its state is built, and gives it back when that
     state is evicted; a second heavy case lets the first one's state go before it waits
@@ -202,6 +202,9 @@ def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatc
     from conformance import runner as R
     from conformance.cases import Case
 
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the lock files: here, not in /tmp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"runner-slot-test-{os.getpid()}")
     monkeypatch.setattr(R, "heavy", lambda c: c.Lk >= 4096)
     monkeypatch.setattr(R, "memory_slots", lambda device: 1)
@@ -221,3 +224,58 @@ def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatc
     monkeypatch.setattr(R, "KEEP_BYTES", 1)  # a real heavy state is over it by definition
     run._state(small)  # heavy[1] is over KEEP_BYTES beside the current state: evicted
     assert list(run._cache) == [small.id] and not _slot_held_elsewhere(path)
+    run._state(heavy[0])
+    run.release()  # the plugin, after a heavy case's last check: every state and the slot go
+    assert list(run._cache) == [] and run.slot_case is None and not _slot_held_elsewhere(path)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
+def test_a_heavy_state_s_memory_is_gone_before_its_slot_is(monkeypatch, tmp_path):
+    """A backend that raised leaves its exception, and through its traceback's frames its
+    tensors, in the state; a build that raised leaves its partial tensors in the traceback.
+    Either way the tensors must be gone when the slot goes back, and a failed build gives the
+    slot back at once (session 36's review: the exception's reference cycle outlived the
+    eviction, and a failed build kept the slot until the next case)."""
+    import os
+    import tempfile
+    import weakref
+
+    from conformance import pinning
+    from conformance import runner as R
+    from conformance.cases import Case
+    from conformance.registry import Backend
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"runner-drop-test-{os.getpid()}")
+    monkeypatch.setattr(R, "heavy", lambda c: c.Lk >= 4096)
+    monkeypatch.setattr(R, "memory_slots", lambda device: 1)
+    monkeypatch.setattr(R, "KEEP_BYTES", 1)
+    path = pinning.memory_lock_path(0)
+    seen = []
+
+    def raises(q, k, v, **kw):
+        scratch = k * 2  # a backend temporary the traceback's frame holds
+        seen.append(weakref.ref(scratch))
+        raise RuntimeError("out of memory (stand-in)")
+
+    run = Runner({"raises": Backend(name="raises", fn=raises)}, run_seed=0, keep=3)
+    big = Case(category="x", Lq=8, Lk=4096, dtype="fp32", B=1, Hq=2, Hkv=1)
+    run.reserve(big)
+    v = run.run(Check(big, ("raises",))).verdict
+    assert v.status == "fail" and v.kinds == ["crash"]
+    k_ref = weakref.ref(run._cache[big.id].k)
+    release = run._release_slot
+
+    def checked_release():  # at the moment the slot goes back: nothing of the state is left
+        assert k_ref() is None and seen[0]() is None, "a heavy state's tensors outlived its slot"
+        release()
+    monkeypatch.setattr(run, "_release_slot", checked_release)
+    run._state(Case(category="x", Lq=8, Lk=16, dtype="fp32", B=1, Hq=2, Hkv=1))
+    assert not _slot_held_elsewhere(path) and run.slot_case is None
+
+    def broken(*a, **kw):
+        raise ValueError("truth failed (stand-in)")
+    monkeypatch.setattr(R, "expected", broken)
+    with pytest.raises(ValueError, match="truth failed"):
+        run._state(Case(category="x", Lq=9, Lk=4096, dtype="fp32", B=1, Hq=2, Hkv=1))
+    assert run.slot_case is None and not _slot_held_elsewhere(path)

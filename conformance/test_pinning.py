@@ -136,12 +136,16 @@ print(s.acquire(), round(time.monotonic() - t, 2), flush=True)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
-def test_memory_slots_admit_as_many_processes_as_there_are_slots(monkeypatch):
+def test_memory_slots_admit_as_many_processes_as_there_are_slots(monkeypatch, tmp_path):
     """``MemorySlot``: with this process holding slot 0 of two, another process gets slot 1
     at once; with one slot it waits until the holder lets go (the runner's heavy cases,
-    ``runner.Runner.reserve``). Slots are per GPU: another ``CUDA_VISIBLE_DEVICES`` has its own."""
+    ``runner.Runner.reserve``), or fails after its time limit. Slots are per GPU: another
+    ``CUDA_VISIBLE_DEVICES`` has its own."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the lock files: here, not in /tmp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"slot-test-{os.getpid()}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     mine = pinning.MemorySlot(2)
     assert mine.acquire() == 0 and mine.index == 0
     with pytest.raises(RuntimeError, match="holds slot 0"):
@@ -160,6 +164,11 @@ def test_memory_slots_admit_as_many_processes_as_there_are_slots(monkeypatch):
         waiter.kill()
     idx, waited = out.split()
     assert idx == "0" and float(waited) >= 1.0
+    assert mine.acquire() == 0
+    late = subprocess.run([sys.executable, "-c", _TAKE.replace("s.acquire()", "s.acquire(timeout=0.5)"), "1"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert late.returncode != 0 and "TimeoutError: waited 0.5 s for one of 1 GPU memory slots" in late.stderr
+    mine.release()
     elsewhere = dict(env, CUDA_VISIBLE_DEVICES=f"slot-test-other-{os.getpid()}")
     assert mine.acquire() == 0
     try:
@@ -170,3 +179,31 @@ def test_memory_slots_admit_as_many_processes_as_there_are_slots(monkeypatch):
         mine.release()
     with pytest.raises(ValueError, match="at least 1"):
         pinning.MemorySlot(0)
+
+
+_SLOTPLUG = '''
+def pytest_configure(config):  # after the repo's conftest has pinned the devices
+    import conformance.runner as R
+
+    R.heavy = lambda case: case.error is None  # every case holds the one slot while it lives
+    R.memory_slots = lambda device: 1
+    R.SLOT_WAIT_S = 20.0  # a regression fails in seconds instead of hanging the run
+'''
+
+
+def test_a_worker_gives_its_slot_back_after_its_heavy_case_s_last_check(tmp_path):
+    """xdist keeps a worker's process until the whole run ends, so a worker whose last check
+    was a heavy case would keep its memory slot, and a worker waiting for it would wait until
+    the run's end (session 36's review: a deadlock on the GPU tier). The plugin gives the slot
+    back after a heavy case's last check on its worker. Here every case is heavy and there is
+    one slot, two workers, three kernel groups (without that hook the run fails on the wait's
+    time limit)."""
+    (tmp_path / "slotplug.py").write_text(_SLOTPLUG)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", TMPDIR=str(tmp_path))
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", pinning.PINNED_VAR, "HILS_SWA_RUN_DIR"):
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "pytest", "conformance/test_conformance.py", "-p", "slotplug", "-n", "2",
+           "--device", "cpu", "--backend", "reference", "--only", "basic", "-q", "-p", "no:cacheprovider",
+           "-p", "no:randomly"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "6 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
