@@ -95,7 +95,10 @@ def memory_lock_path(slot: int | None = None, env: Mapping[str, str] | None = No
     :func:`pin` gives each worker of a multi-GPU host its own GPU; on one GPU every worker
     shares the file). ``slot=None``: the exclusive lock of the tests' ``gpu_memory_lock``
     fixture; ``slot=i``: the ``i``-th of the conformance runner's memory slots
-    (:class:`MemorySlot`)."""
+    (:class:`MemorySlot`). Named by the variable's text, not the device: a run without xdist
+    and with the variable unset (``all``) and xdist workers (``0``) on the same GPU name
+    different files, and the fixture's lock and the slots are separate files, so two such
+    runs at once on one GPU do not wait for each other."""
     import tempfile
 
     env = os.environ if env is None else env
