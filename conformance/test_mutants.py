@@ -182,7 +182,6 @@ def test_runner_keeps_case_states_within_a_byte_budget(monkeypatch):
 def _slot_held_elsewhere(path: str) -> bool:
     """Whether another process holds the flock on ``path`` (checked from a child process)."""
     import subprocess
-    import sys
 
     probe = "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT); " \
             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
@@ -197,12 +196,11 @@ def test_heavy_cases_live_only_while_their_worker_holds_a_memory_slot(monkeypatc
     (session 36: 14 workers' ``long4m`` states ran an 80 GB H100 out of memory). Here on the CPU
     with a stand-in for ``heavy`` and one slot per GPU."""
     import os
+    import tempfile
 
     from conformance import pinning
     from conformance import runner as R
     from conformance.cases import Case
-
-    import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the lock files: here, not in /tmp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"runner-slot-test-{os.getpid()}")

@@ -191,6 +191,7 @@ def pytest_configure(config):  # after the repo's conftest has pinned the device
 '''
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="the slots are POSIX flocks")
 def test_a_worker_gives_its_slot_back_after_its_heavy_case_s_last_check(tmp_path):
     """xdist keeps a worker's process until the whole run ends, so a worker whose last check
     was a heavy case would keep its memory slot, and a worker waiting for it would wait until
