@@ -266,7 +266,7 @@ SLOT_WAIT_S = 900.0
 def case_bytes(case: Case) -> int:
     """Bytes of a case's q, k and v in its dtype, before layout padding (which at most
     doubles a tensor's storage: ``cases._store``)."""
-    es = torch.empty((), dtype=case.torch_dtype).element_size()
+    es = case.torch_dtype.itemsize
     return case.B * (case.Hq * case.Lq * case.Dqk + case.Hkv * case.Lk * (case.Dqk + case.Dv)) * es
 
 
@@ -346,11 +346,11 @@ class Runner:
 
     def reserve(self, case: Case) -> None:
         """Before a check of ``case`` (outside its watchdog: the wait is not a hang): for a
-        heavy case whose state this runner does not hold, let every cached state go (the
+        heavy case whose state (or slot) this runner does not hold, let every cached state go (the
         slot this process may hold with them) and wait for one of the GPU's memory slots."""
         from .pinning import MemorySlot
 
-        if not heavy(case) or case.id in self._cache:
+        if not heavy(case) or case.id in self._cache or self._slot_case == case.id:
             return
         self._evict(keep_one=False)
         if self._slot is None:
@@ -361,8 +361,7 @@ class Runner:
     def _state(self, case: Case) -> CaseState:
         st = self._cache.get(case.id)
         if st is None:
-            if heavy(case) and self._slot_case != case.id:
-                self.reserve(case)  # a caller that skipped reserve(): wait here
+            self.reserve(case)  # a heavy case whose caller skipped reserve(): wait here
             st = CaseState(case)
             try:
                 st.q, st.k, st.v, st.kw = make_inputs(case, self.run_seed)
@@ -378,8 +377,8 @@ class Runner:
                     torch.cuda.empty_cache()
                     self._release_slot()
                 raise
-            if heavy(case):
-                torch.cuda.empty_cache()  # the temporaries of its inputs and truth, gigabytes
+            if self._slot_case == case.id:  # heavy: the temporaries of its inputs and truth, GBs
+                torch.cuda.empty_cache()
             self._cache[case.id] = st
             self._evict()
         else:
