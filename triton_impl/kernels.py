@@ -613,18 +613,14 @@ def _swa_fwd_tma_kernel(
                           num_stages=EDGE_STAGES if EDGE_STAGES > 0 else None):
             n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
+            ph_e = _lmk_phase(kv_start, n0, C)
             if EDGE_VIEW:  # lab: the block is chunk (n0 - j_min) // C of the view, from its row 0
-                # (its landmark phase is 0 on whole chunks; "* 0" lets the compiler drop the modulo)
-                acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
-                                            n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
-                                            _lmk_phase(kv_start, n0, C) * 0, qk_scale, DV, BLOCK_DK,
-                                            BLOCK_DV, BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD,
-                                            True, ((n0 - j_min) // C).to(tl.int32))
-            else:
-                acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
-                                            n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
-                                            _lmk_phase(kv_start, n0, C), qk_scale, DV, BLOCK_DK, BLOCK_DV,
-                                            BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD)
+                ph_e = ph_e * 0  # the phase is 0 on whole chunks; "* 0" lets the compiler drop the modulo
+            acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
+                                        n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,
+                                        ph_e, qk_scale, DV, BLOCK_DK, BLOCK_DV,
+                                        BLOCK_N, True, MASK_LMK, V_TMA, LMK_ONE, FOLD,
+                                        EDGE_VIEW, ((n0 - j_min) // C).to(tl.int32))
         lo = mid_lo
         hi = mid_hi
         MASK_MID: tl.constexpr = False
