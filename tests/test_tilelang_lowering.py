@@ -154,3 +154,12 @@ def test_build_mode_builds_what_the_launcher_builds(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         tl_lower.main(["--build", "--fold-dtypes"])
     assert "--fold-dtypes would build" in capsys.readouterr().err
+
+
+def test_default_workers_follow_the_cpus_this_process_may_use_at_most_16(monkeypatch):
+    """``-j``'s default, which gpu_all.sh and gpu_sanitize.sh take: the CPUs of this
+    process's affinity mask, capped at 16 (the device host's cores), at least one."""
+    for cpus, want in ((1, 1), (2, 2), (16, 16), (128, 16)):
+        monkeypatch.setattr(tl_lower.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)),
+                            raising=False)
+        assert tl_lower.default_workers() == want

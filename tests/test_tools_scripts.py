@@ -167,7 +167,7 @@ def test_sanitizer_script_prebuilds_tilelang_kernels(tmp_path, env, only, rc):
     else:
         want = ",".join(_var(only)) if only.isupper() else only
         (call,) = calls
-        assert call.startswith("-m tools.tl_lower --tier quick --build -j ") and \
+        assert call.startswith("-m tools.tl_lower --tier quick --build --only ") and \
             call.endswith(f"--only {want}") and "--fold-dtypes" not in call, call
     summary = (out / "summary.txt").read_text()
     rows = [r for r in summary.splitlines()[1:] if r.split()[0] in ("memcheck", "racecheck")]
@@ -248,7 +248,7 @@ def test_gpu_all_pre_flight_gates_the_tier(tmp_path, env, ran, said):
             want, not_want = (("--build", "--fold-dtypes") if env.get("PRELOWER") == "build"
                               else ("--fold-dtypes", "--build"))
             assert want in c.split() and not_want not in c.split(), c
-            assert int(c.split("-j ")[1].split()[0]) <= 16, c
+            assert "-j" not in c.split(), c  # tl_lower's default: at most 16 (test below)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

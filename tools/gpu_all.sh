@@ -14,7 +14,7 @@
 # Session 19 (reference, triton, triton-tma; TL_UNPACK=0 for the first half; -n 14): the first
 # half 77 s, the second 195 s for 95% of its checks (CONFORM_S=200 was short: give it 260).
 # Before the tier, tools/tl_lower.py lowers the TileLang kernels of those categories on
-# the host's cores (at most 16 processes), when a TileLang backend is in the run
+# the host's cores (tl_lower's default: at most 16 processes), when a TileLang backend is in the run
 # (BACKEND_ARGS empty: the defaults, TileLang among them); a kernel that does not lower,
 # or a pre-flight that crashes or outruns PRELOWER_S (240 s), keeps the tier from
 # starting (tl_lower.log: the kernel and its cases); the bench still runs. PRELOWER=0
@@ -57,9 +57,8 @@ nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --for
 crc=skipped; brc=skipped; lrc=skipped
 case " ${BACKEND_ARGS:-tilelang} " in *tilelang*) tl_run=1 ;; *) tl_run=0 ;; esac
 if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ] && [ "$tl_run" = 1 ]; then
-  jobs=$(nproc); [ "$jobs" -gt 16 ] && jobs=16
   timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
-    "${mode[@]}" -j "$jobs" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
+    "${mode[@]}" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
   lrc=$?
   case "$lrc" in
     0) tail -1 "$OUT/tl_lower.log" ;;

@@ -63,9 +63,8 @@ prc=skipped; pline=""
 case " $BACKENDS " in *" tilelang"*)
   if [ "${PREBUILD:-1}" != 0 ]; then
     case " $TOOLS " in *" memcheck "*) pcats=${SAN_ONLY:-$ALL_CATS} ;; *) pcats=${SAN_ONLY:-$SMALL_CATS} ;; esac
-    jobs=$(nproc); [ "$jobs" -gt 16 ] && jobs=16
     timeout -s INT -k 15 "${PREBUILD_S:-300}" python -m tools.tl_lower --tier quick --build \
-      -j "$jobs" --only "$pcats" > "$OUTDIR/tl_build.log" 2>&1
+      --only "$pcats" > "$OUTDIR/tl_build.log" 2>&1
     prc=$?
     pline=$(tail -1 "$OUTDIR/tl_build.log" | cut -c1-200)
     echo "prebuild rc=$prc: $pline"

@@ -178,11 +178,22 @@ def lower_all(jobs: list[tuple], workers: int, build: bool = False) -> dict[tupl
     return {j: e for j, e in errors.items() if e is not None}
 
 
+def default_workers() -> int:
+    """The CPUs this process may run on, at most 16 (the device host's cores)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(16, cpus))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tier", default="full", choices=("quick", "full"))
     ap.add_argument("--sms", type=int, default=132, help="SM count of the GPU the tier runs on")
-    ap.add_argument("-j", "--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("-j", "--workers", type=int, default=default_workers(),
+                    help="processes (default: this process's CPUs, at most 16: the device "
+                         "host's cores; gpu_all.sh and gpu_sanitize.sh take the default)")
     ap.add_argument("--only", default="",
                     help="comma-separated categories, case ids or id globs (conform's --only; "
                          "gpu_all.sh passes its ONLY)")
