@@ -715,6 +715,75 @@ def test_tma_v_chunk_view(case):
         assert torch.isnan(o).any()
 
 
+# The chunked view's variants (launch._vchunk_variant): (Lq, Lk, W, C, extra, tile, what the
+# call runs, layout BLHD). With C == BLOCK_N (16 here) every key block is one chunk, its
+# landmark the last column (last-col); where moreover expand_to_chunk holds and Lq, Lk, the
+# frame's kv_start and the row tile are whole chunks, the edge blocks read v through the view
+# too (edge-view). Otherwise the view kernel as before (plain).
+LAST_COL_CASES = [
+    (320, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "edge-view"),
+    (320, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "edge-view", True),
+    (160, 320, 70, 16, dict(kv_start=80), L.Config(32, 16, 4, 2), "edge-view"),
+    (300, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lq a partial chunk
+    (320, 330, 100, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lk a partial chunk: tail edge
+    (100, 320, 100, 16, dict(kv_start=8), L.Config(32, 16, 4, 2), "last-col"),  # kv_start mid-chunk
+    (320, 320, 121, 16, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), "last-col"),
+    (192, 192, 90, 32, {}, L.Config(16, 32, 4, 2), "last-col"),  # row tile of half a chunk
+    (320, 320, 100, 32, {}, L.Config(32, 16, 4, 2), "plain"),  # two key blocks a chunk
+]
+
+
+@pytest.mark.parametrize("case", range(len(LAST_COL_CASES)))
+def test_tma_view_last_column_and_edge_view(case, monkeypatch):
+    """The chunked view's last-column and edge-view variants (``launch._vchunk_variant``:
+    ``kernels._not_lmk`` ``LMK_ONE == 2``, ``EDGE_VIEW``; shipped in session 37 where
+    ``launch.TMA_LAST_COL`` / ``TMA_EDGE_VIEW`` say so), fp16 under the interpreter: taken
+    exactly where the rule says (``describe``), outputs poisoned first, against float64
+    golden, unchanged by NaN in every slot no query sees, and bit-identical to the pointer-v
+    kernel. Controls: the variant forced where its premise fails (the edge view on calls
+    that are not whole chunks, the last column with two key blocks a chunk) gives another
+    result, on those inputs or on inputs with NaN in the ``v`` of every key that some query
+    sees but no row of the first (or the last) row tile does (which the edge view would load
+    there)."""
+    Lq, Lk, W, C, extra, cfg, want, *blhd = LAST_COL_CASES[case]
+    assert L.TMA_LAST_COL.get(("16", 64)) and L.TMA_EDGE_VIEW.get(("16", 64))
+    kw = dict(window_size=W, chunk_size=C, **extra)
+    q, k, v = _inputs(1, 2, 1, Lq, Lk, 64, 64, torch.float16, bool(blhd))
+    k2, v2 = k.clone(), v.clone()
+    poison_unseen(k2, v2, Lq, kw)
+    p = reference.check_inputs(q, k, v, **kw)
+    text = L.describe(p, q, k, v, path="prefill", tma="v_chunk", config=cfg)
+    assert text.endswith({"plain": " phases v-chunk"}.get(want, f" phases {want} v-chunk")), text
+    outs = {}
+    for mode in ("v_ptr", "v_chunk"):
+        for kk, vv, tag in ((k, v, ""), (k2, v2, "-nan")):
+            o, lse = p.new_outputs(poison=True)
+            assert L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
+            outs[mode + tag] = (o, lse)
+    _check(*outs["v_chunk"], q, k, v, **kw)
+    for a, b in (("v_chunk", "v_chunk-nan"), ("v_ptr", "v_ptr-nan"), ("v_chunk", "v_ptr")):
+        assert torch.equal(outs[a][0], outs[b][0]) and torch.equal(outs[a][1], outs[b][1]), (a, b)
+    # the controls: the variant whose premise the call breaks, forced
+    plan = L._plan(p, path="prefill", tma="v_chunk", config=cfg).tma.vchunk
+    wrong = {"last-col": plan.edge_view, "plain": plan.last_col}.get(want)
+    if wrong is not None:
+        mask = reference.visibility_mask(Lq, Lk, **reference.mask.rule_kwargs(kw))
+        tiles = [v2]
+        for rows in (slice(0, cfg.block_m), slice((Lq - 1) // cfg.block_m * cfg.block_m, Lq)):
+            tiles.append(v.clone())  # NaN in what others see, the first / last row tile not
+            tiles[-1][:, :, mask.any(0) & ~mask[rows].any(0)] = float("nan")
+        moved, real = [], L._vchunk_variant
+        for vv in tiles:
+            got = []
+            for variant in (real, lambda *a: wrong):
+                monkeypatch.setattr(L, "_vchunk_variant", variant)
+                o, lse = p.new_outputs(poison=True)
+                L.launch(p, q, k2, vv, o, lse, path="prefill", tma="v_chunk", config=cfg)
+                got.append(o.nan_to_num(7.0))  # NaN where it lands, compared exactly
+            moved.append(not torch.equal(*got))
+        assert any(moved), (want, moved)
+
+
 def test_triton_tma_backend_runs_the_shipped_v_mode():
     """``triton-tma`` (``triton_impl.tma_prefill``) runs the TMA kernel with ``v`` as the
     tables ship it: through the chunked view (``launch.TMA_V_CHUNK``: D = 64, and D = 128
@@ -1371,7 +1440,7 @@ def _constexpr_names(kernel) -> list[str]:
     return [n for n, prm in inspect.signature(fn).parameters.items() if "constexpr" in str(prm.annotation)]
 
 
-_TMA_PATHS = {"prefill", "prefill_tma", "prefill_tma_vchunk"}
+_TMA_PATHS = {"prefill", "prefill_tma", "prefill_tma_vchunk", "prefill_tma_lastcol", "prefill_tma_edgeview"}
 
 
 # (what, shape B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, knobs, the plans' paths the row is chosen to reach)
@@ -1394,8 +1463,8 @@ def test_plans_pass_every_constexpr_in_the_kernel_s_order(what, shape, dtype, kn
     constexprs, defaulted ones included, in the kernel's order: one missing or out of place
     sends every call of that kernel back through the JIT on a GPU (the fast path off, with a
     warning), which no CPU test would otherwise see. Session 36 added ``EDGE_VIEW`` to the TMA
-    kernel; each plan's variants, the TMA plan's, its chunked-view plan's and the combine's
-    are checked here."""
+    kernel; each plan's variants, the TMA plan's, its chunked-view plan's (with its last-column
+    and edge-view plans, session 37) and the combine's are checked here."""
     B, Hq, Hkv, Lq, Lk, Dqk, Dv = shape
     monkeypatch.setattr(L, "sm_count", lambda d: 132)
     monkeypatch.setattr(L, "capability", lambda d: (9, 0))
@@ -1409,8 +1478,10 @@ def test_plans_pass_every_constexpr_in_the_kernel_s_order(what, shape, dtype, kn
     plan = L._plan(p, **knobs)
     kern = {"prefill": kernels._swa_fwd_kernel, "splitkv": kernels._swa_splitkv_kernel,
             "packed": kernels._swa_splitkv_kernel, "prefill_tma": kernels._swa_fwd_tma_kernel,
-            "prefill_tma_vchunk": kernels._swa_fwd_tma_kernel}
-    plans = [plan] + [x for x in (plan.tma, plan.tma and plan.tma.vchunk) if x]
+            "prefill_tma_vchunk": kernels._swa_fwd_tma_kernel, "prefill_tma_lastcol": kernels._swa_fwd_tma_kernel,
+            "prefill_tma_edgeview": kernels._swa_fwd_tma_kernel}
+    vchunk = plan.tma and plan.tma.vchunk
+    plans = [plan] + [x for x in (plan.tma, vchunk, vchunk and vchunk.last_col, vchunk and vchunk.edge_view) if x]
     seen = {x.path for x in plans}
     for x in plans:
         want = _constexpr_names(kern[x.path])

@@ -181,9 +181,10 @@ def _not_lmk(offs_n, n0, kv_start, C, ph, BLOCK_N: tl.constexpr, LMK_ONE: tl.con
     per-block scalar instead of an integer modulo per column. Otherwise the
     modulo itself.
 
-    ``LMK_ONE == 2`` (a lab mode, session 36: ``tools/lab_vchunk.py``): ``C == BLOCK_N`` and
-    every block starts on a chunk boundary (``ph == 0``, as the chunked view of ``v``
-    requires), so the landmark is always the last column, a compile-time constant.
+    ``LMK_ONE == 2`` (the TMA kernel's last-column variant, ``launch._vchunk_variant``;
+    session 36's lab mode, shipped in session 37): ``C == BLOCK_N`` and every block starts
+    on a chunk boundary (``ph == 0``, as the chunked view of ``v`` requires), so the
+    landmark is always the last column, a compile-time constant.
     """
     if LMK_ONE == 2:
         return offs_n != BLOCK_N - 1
@@ -571,8 +572,9 @@ def _swa_fwd_tma_kernel(
     CTAs per SM allow, and 114744 with ``EDGE_STAGES=2`` (CPU compile, session 26;
     ``tools/lab_vchunk.py``'s ``chunk-s3-edge2``).
 
-    ``EDGE_VIEW`` (a lab mode, session 36, ``tools/lab_vchunk.py --lmk2``; every launch plan
-    passes False): the edge blocks take ``v`` through the chunked view too. Right only where
+    ``EDGE_VIEW`` (session 36's lab mode, shipped in session 37 where
+    ``launch._vchunk_variant`` chooses it): the edge blocks take ``v`` through the chunked
+    view too. Right only where
     ``C == BLOCK_N``, ``expand_to_chunk`` and ``Lq``, ``Lk``, ``kv_start`` and the row tile are
     whole chunks: every edge block is then one whole chunk inside the view, and every key of
     it but the landmark (the copy engine's zero row) is seen by some row of the tile, so no
@@ -614,7 +616,7 @@ def _swa_fwd_tma_kernel(
             n0 = _edge_block(i, start, n_left, mid_hi, BLOCK_N)
             v_ptrs = v_base + (n0 + offs_n)[:, None].to(tl.int64) * svl + offs_dv[None, :] * svd
             ph_e = _lmk_phase(kv_start, n0, C)
-            if EDGE_VIEW:  # lab: the block is chunk (n0 - j_min) // C of the view, from its row 0
+            if EDGE_VIEW:  # the block is chunk (n0 - j_min) // C of the view, from its row 0
                 ph_e = ph_e * 0  # the phase is 0 on whole chunks; "* 0" lets the compiler drop the modulo
             acc, m_i, l_i = _attend_tma(acc, m_i, l_i, q, desc_k, desc_v, v_ptrs, b, kvh,
                                         n0, j_min, j_lo, j_hi, qidx, span, kv_start, C,

@@ -188,6 +188,20 @@ TMA_V_CHUNK: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
 # before the 1024-aligned Q tile; Triton 3.6, CPU compile). Lab variant chunk-s3-edge2
 # (tools/lab_vchunk.py), measured in session 28 (TMA_V_CHUNK above) and shipped at D = 128.
 TMA_V_CHUNK_EDGE_STAGES: dict[tuple[str, int], int] = {("16", 128): 2}
+# Where the call's kernel frame has C == BLOCK_N and the chunked view serves it (_v_chunk_desc),
+# every key block of the TMA kernel starts on a chunk boundary, so its landmark is its last
+# column, a compile-time constant (kernels._not_lmk, LMK_ONE == 2: _vchunk_variant), and where
+# moreover expand_to_chunk holds and Lq, Lk, the frame's kv_start and the row tile are whole
+# chunks, the edge blocks take v through the view as well (kernels._swa_fwd_tma_kernel
+# EDGE_VIEW). Measured in session 37 (tools/lab_vchunk.py --lmk2, one H100 80GB at ecbe587,
+# bench_results/vchunk-lab37-lmk2-h100-ecbe587.json, paired medians of 3 interleaved rounds,
+# CUDA-graph replay back to back, each variant checked against the pointer-v kernel and the
+# float64 reference first, controls where the premise fails differing): against the shipped
+# view kernel, the last column alone -4.6% / -2.9% at 32/32/128 L = 8K / 16K and -4.8..-8.9%
+# on the four D = 64 shapes; with the edge view -6.4% / -3.6% and -7.0..-10.4% (predicted from
+# SASS: D = 64 -3..-9%, D = 128 -0.5..-3%, the edge view a further -0.5..-3%).
+TMA_LAST_COL: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
+TMA_EDGE_VIEW: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
@@ -706,6 +720,9 @@ class _Plan:
     j_mins: dict = field(default_factory=dict)  # TMA plan: (kv_start, Lk) -> j_min (_j_min)
     # TMA plan: the V_CHUNK variants (same grid and tiles), for calls _v_chunk_desc accepts
     vchunk: "_Plan | None" = None
+    # V_CHUNK plan: its LMK_ONE == 2 variants, and those with EDGE_VIEW too (_vchunk_variant)
+    last_col: "_Plan | None" = None
+    edge_view: "_Plan | None" = None
 
     def pick(self, c: int, qk_scale: float) -> tuple[dict, tuple]:
         """``(constexprs, static key)`` of the variant a call runs: ``LMK_ONE``
@@ -736,6 +753,15 @@ def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
             cxs[(one, fo)] = v
             sts[(one, fo)] = static_key(v, num_warps, num_stages, False, maxnreg)
     return cxs, sts
+
+
+def _respun(plan: _Plan, path: str, **override) -> _Plan:
+    """``plan`` with ``override`` set in every variant's constexprs (each keeps its place in
+    the kernel's order) and the static keys made anew."""
+    cxs = {key: dict(cx, **override) for key, cx in plan.constexprs.items()}
+    sts = {key: static_key(cx, plan.num_warps, plan.num_stages, False, plan.static[key][4])
+           for key, cx in cxs.items()}
+    return replace(plan, path=path, constexprs=cxs, static=sts, last_col=None, edge_view=None)
 
 
 def _fold_ok(qk_scale: float) -> bool:
@@ -968,8 +994,13 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                                      maxnreg=tcfg.maxnreg)
                 for fo in (False, True):  # the view needs C >= BLOCK_N: LMK_ONE whatever pick asks
                     ccx[(False, fo)], cst[(False, fo)] = ccx[(True, fo)], cst[(True, fo)]
-                plan.tma.vchunk = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
-                                          j_mins=plan.tma.j_mins)
+                vplan = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
+                                j_mins=plan.tma.j_mins)
+                if TMA_LAST_COL.get((cls, bucket), False):  # calls with C == BLOCK_N (_vchunk_variant)
+                    vplan.last_col = _respun(vplan, "prefill_tma_lastcol", LMK_ONE=2)
+                    if TMA_EDGE_VIEW.get((cls, bucket), False):
+                        vplan.edge_view = _respun(vplan, "prefill_tma_edgeview", LMK_ONE=2, EDGE_VIEW=True)
+                plan.tma.vchunk = vplan
         return plan
     if path not in ("splitkv", "packed"):
         raise ValueError(f"unknown path {path!r}")
@@ -1083,6 +1114,25 @@ def _v_chunk_desc(plan: _Plan, p: Problem, j_min: int, r: int, c: int, pv: int, 
             (sv[0], sv[1], c * sv[2], sv[2], sv[3]))
 
 
+def _vchunk_variant(vplan: _Plan, p: Problem, r: int, c: int, block_m: int) -> _Plan:
+    """The plan a call that takes the chunked view (:func:`_v_chunk_desc`) runs: ``vplan``
+    itself, or where the kernel frame's chunk ``c`` is the key block (``C == BLOCK_N``) its
+    last-column variants (``kernels._not_lmk`` ``LMK_ONE == 2``: the view already puts key
+    ``j_min`` on a chunk boundary and the key tiles are aligned to it, so every block is one
+    whole chunk, its landmark the last column), and among those, where ``expand_to_chunk``
+    holds and ``Lq``, ``Lk``, the frame's ``kv_start`` ``r`` and the row tile are whole
+    chunks, the variants whose edge blocks read ``v`` through the view too (``EDGE_VIEW``:
+    every edge block is then a whole chunk inside the view, and the keys of it that the
+    pointer loads would take are the chunk's keys but its landmark, which the view leaves
+    out). :data:`TMA_LAST_COL`, :data:`TMA_EDGE_VIEW` say where the plans have them."""
+    if vplan.last_col is None or c != vplan.block_n:
+        return vplan
+    if (vplan.edge_view is not None and p.expand_to_chunk
+            and not (r % c or p.Lk % c or p.Lq % c or block_m % c)):
+        return vplan.edge_view
+    return vplan.last_col
+
+
 def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: tuple,
                 dev: int | None) -> None:
     """``plan`` is the TMA plan (``prefill_plan.tma``); ``ops`` the ``(data_ptr, strides)``
@@ -1099,7 +1149,7 @@ def _launch_tma(plan: _Plan, p: Problem, q, k, v, o, lse, qk_scale: float, ops: 
     (pq, sq), (pk, sk), (pv, sv) = ops
     es = k.element_size()
     vd = _v_chunk_desc(plan, p, j_min, r, c, pv, sv, es)  # None: v by pointers
-    cx, st = (plan if vd is None else plan.vchunk).pick(c, qk_scale)
+    cx, st = (plan if vd is None else _vchunk_variant(plan.vchunk, p, r, c, bm)).pick(c, qk_scale)
     st = _frame_static(st, (r, w, c))
     if j_min == 0:
         kd = (pk, k.shape, sk)
@@ -1158,7 +1208,8 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     """What :func:`launch` runs for this call (same plan, same choice of the TMA
     kernel), in one line: path, tile ``BLOCK_M x BLOCK_N``, warps, stages, the
     register cap, the TMA kernel's phases and ``v-chunk`` (its inside blocks' ``v``
-    through the chunked view, :func:`_v_chunk_desc`), split count and the combine's
+    through the chunked view, :func:`_v_chunk_desc`; ``last-col v-chunk`` / ``edge-view
+    v-chunk`` where it runs a variant of :func:`_vchunk_variant`), split count and the combine's
     dependent launch. Plans only (cached like a call's); launches nothing. A call run
     over batch slices (:func:`batches_per_launch`) is described by its first slice's plan
     and the number of launches."""
@@ -1170,13 +1221,16 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
                 + f" (batch slices of {s.stop} or fewer: {len(cuts)} launches)")
     plan = _plan(p, **knobs)
     kind = plan.path
-    chunked = False
+    chunked, variant = False, ""
     ops = _tma_operands(plan, knobs.get("tma"), q, k, v) if kind == "prefill" else None
     if ops is not None:
         plan = plan.tma
         kind = plan.path  # "prefill_tma" or "prefill_gluon"
         r, _, c = _frame(p)
         chunked = _v_chunk_desc(plan, p, _j_min(plan, p), r, c, *ops[2], v.element_size()) is not None
+        if chunked:
+            variant = {"prefill_tma_lastcol": " last-col", "prefill_tma_edgeview": " edge-view"}.get(
+                _vchunk_variant(plan.vchunk, p, r, c, plan.blocks[0]).path, "")
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
@@ -1185,7 +1239,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
     if chunked:
-        text += " v-chunk"
+        text += variant + " v-chunk"
     if kind == "splitkv":
         text += f" S={plan.grid[2]}" + (" +combine pdl" if plan.combine_static[3] else " +combine")
     return text
