@@ -60,6 +60,18 @@ def _run(q, k, v, path=None, phases=None, num_splits=None, config=None, fold=Non
     return o, lse, taken
 
 
+def _within_rounding(a, b):
+    """Two kernels' ``(o, lse)`` that differ only in the order of the same math (a compiled
+    variant that schedules a block's work differently; on the GPU, not under the
+    interpreter): NaN / infinity in the same places, ``o`` within two ulps of its dtype
+    relative plus 1e-3, ``lse`` within 1e-5."""
+    (oa, la), (ob, lb) = a, b
+    eps = torch.finfo(oa.dtype).eps
+    return (torch.equal(oa.isnan(), ob.isnan()) and torch.equal(la.isinf(), lb.isinf())
+            and torch.allclose(oa.float(), ob.float(), rtol=2 * eps, atol=1e-3, equal_nan=True)
+            and torch.allclose(la, lb, rtol=0, atol=1e-5, equal_nan=True))
+
+
 def _check(o, lse, q, k, v, **kw):
     """The suite's tolerance policy (conformance.verdict): errors against float64
     golden within 2x the same-dtype reference's plus a floor, max and mean;
@@ -740,7 +752,8 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
     ``launch.TMA_LAST_COL`` / ``TMA_EDGE_VIEW`` say so), fp16 under the interpreter: taken
     exactly where the rule says (``describe``), outputs poisoned first, against float64
     golden, unchanged by NaN in every slot no query sees, and bit-identical to the pointer-v
-    kernel. Controls: the variant forced where its premise fails (the edge view on calls
+    kernel (under the interpreter; on the GPU, where the variants compile to another
+    instruction order, within rounding of it). Controls: the variant forced where its premise fails (the edge view on calls
     that are not whole chunks, the last column with two key blocks a chunk) gives another
     result, on those inputs or on inputs with NaN in the ``v`` of every key that some query
     sees but no row of the first (or the last) row tile does (which the edge view would load
@@ -761,8 +774,10 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
             assert L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
             outs[mode + tag] = (o, lse)
     _check(*outs["v_chunk"], q, k, v, **kw)
-    for a, b in (("v_chunk", "v_chunk-nan"), ("v_ptr", "v_ptr-nan"), ("v_chunk", "v_ptr")):
+    for a, b in (("v_chunk", "v_chunk-nan"), ("v_ptr", "v_ptr-nan")):
         assert torch.equal(outs[a][0], outs[b][0]) and torch.equal(outs[a][1], outs[b][1]), (a, b)
+    a, b = outs["v_chunk"], outs["v_ptr"]
+    assert (torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])) if DEV == "cpu" else _within_rounding(a, b)
     # the controls: the variant whose premise the call breaks, forced
     plan = L._plan(p, path="prefill", tma="v_chunk", config=cfg).tma.vchunk
     wrong = {"last-col": plan.edge_view, "plain": plan.last_col}.get(want)
@@ -886,11 +901,13 @@ def test_tma_prefill_path_choice_and_graph_replay():
 @pytest.mark.parametrize("blhd", [False, True], ids=["BHLD", "BLHD"])
 def test_tma_v_chunk_shipped_at_d64(blhd):
     """A long GQA prefill at D = 64 takes the TMA kernel with its inside blocks' ``v``
-    through the chunked view (launch.TMA_V_CHUNK), in both stride orders, through the
-    descriptor fast path: bit-identical to the pointer-v kernel (the view ends at ``Lk``:
-    the same blocks in the same order) with NaN in every landmark slot of ``k`` and
-    ``v``, poisoned outputs, a graph replay; and within the bound against float64 on a
-    slice. A ``kv_start`` inside a chunk runs the pointer-v kernel."""
+    through the chunked view (launch.TMA_V_CHUNK), its edge blocks' too (whole chunks:
+    launch.TMA_EDGE_VIEW, session 37), in both stride orders, through the descriptor fast
+    path: within rounding of the pointer-v kernel (the same blocks in the same order; the
+    last-column variant compiles to another instruction order: bit-identical until session
+    37) with NaN in every landmark slot of ``k`` and ``v``, poisoned outputs, a graph
+    replay; and within the bound against float64 on a slice. A ``kv_start`` inside a chunk
+    runs the pointer-v kernel."""
     kw = dict(window_size=512, chunk_size=64)
     fast_off = len(L.FAST_PATH_OFF)  # a list the process shares: only this test's entries count
     q, k, v = _inputs(1, 32, 4, 8192, 8192, 64, 64, torch.bfloat16, blhd)
@@ -898,12 +915,12 @@ def test_tma_v_chunk_shipped_at_d64(blhd):
     k[:, :, lmk] = float("nan")
     v[:, :, lmk] = float("nan")
     p = reference.check_inputs(q, k, v, **kw)
-    assert L.describe(p, q, k, v).endswith("phases v-chunk")
+    assert L.describe(p, q, k, v).endswith("phases edge-view v-chunk")
     o, lse = p.new_outputs(poison=True)
     assert L.launch(p, q, k, v, o, lse) == "prefill_tma"
     o2, lse2 = p.new_outputs(poison=True)
     assert L.launch(p, q, k, v, o2, lse2, tma="v_ptr") == "prefill_tma"
-    assert torch.equal(o, o2) and torch.equal(lse, lse2) and not torch.isnan(o).any()
+    assert _within_rounding((o, lse), (o2, lse2)) and not torch.isnan(o).any()
     out, _g = _graph_replay(lambda: sliding_window_attention(q, k, v, **kw))
     assert torch.equal(out[0], o) and torch.equal(out[1], lse)
     import triton
