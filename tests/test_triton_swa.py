@@ -727,21 +727,26 @@ def test_tma_v_chunk_view(case):
         assert torch.isnan(o).any()
 
 
-# The chunked view's variants (launch._vchunk_variant): (Lq, Lk, W, C, extra, tile, what the
-# call runs, layout BLHD). With C == BLOCK_N (16 here) every key block is one chunk, its
+# The chunked view's variants (launch._vchunk_variant): (B, Lq, Lk, D, W, C, extra, tile, what the
+# call runs, layout BLHD), B first. With C == BLOCK_N (16 here) every key block is one chunk, its
 # landmark the last column (last-col); where moreover expand_to_chunk holds and Lq, Lk, the
 # frame's kv_start and the row tile are whole chunks, the edge blocks read v through the view
-# too (edge-view). Otherwise the view kernel as before (plain).
+# too (edge-view). Otherwise the view kernel as before (plain). D = 128 runs the kernel with
+# its edge loop two deep (launch.TMA_V_CHUNK_EDGE_STAGES), as shipped; B = 2 and a kernel frame
+# moved past 2**31 (kv_start near 2**31: the int64 form of the kernel) among them.
 LAST_COL_CASES = [
-    (320, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "edge-view"),
-    (320, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "edge-view", True),
-    (160, 320, 70, 16, dict(kv_start=80), L.Config(32, 16, 4, 2), "edge-view"),
-    (300, 320, 100, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lq a partial chunk
-    (320, 330, 100, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lk a partial chunk: tail edge
-    (100, 320, 100, 16, dict(kv_start=8), L.Config(32, 16, 4, 2), "last-col"),  # kv_start mid-chunk
-    (320, 320, 121, 16, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), "last-col"),
-    (192, 192, 90, 32, {}, L.Config(16, 32, 4, 2), "last-col"),  # row tile of half a chunk
-    (320, 320, 100, 32, {}, L.Config(32, 16, 4, 2), "plain"),  # two key blocks a chunk
+    (1, 192, 192, 64, 60, 16, {}, L.Config(32, 16, 4, 2), "edge-view"),
+    (1, 192, 192, 64, 60, 16, {}, L.Config(32, 16, 4, 2), "edge-view", True),
+    (1, 96, 192, 64, 50, 16, dict(kv_start=80), L.Config(32, 16, 4, 2), "edge-view"),
+    (1, 128, 128, 128, 60, 16, {}, L.Config(32, 16, 4, 2), "edge-view"),
+    (2, 96, 192, 64, 50, 16, dict(kv_start=2 ** 31 - 64), L.Config(32, 16, 4, 2), "edge-view"),
+    (1, 180, 192, 64, 60, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lq a partial chunk
+    (1, 192, 202, 64, 60, 16, {}, L.Config(32, 16, 4, 2), "last-col"),  # Lk a partial chunk: tail edge
+    (1, 150, 202, 128, 60, 16, {}, L.Config(32, 16, 4, 2), "last-col"),
+    (1, 64, 192, 64, 60, 16, dict(kv_start=8), L.Config(32, 16, 4, 2), "last-col"),  # kv_start mid-chunk
+    (1, 192, 192, 64, 73, 16, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), "last-col"),
+    (1, 128, 128, 64, 60, 32, {}, L.Config(16, 32, 4, 2), "last-col"),  # row tile of half a chunk
+    (1, 192, 192, 64, 60, 32, {}, L.Config(32, 16, 4, 2), "plain"),  # two key blocks a chunk
 ]
 
 
@@ -751,51 +756,50 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
     ``kernels._not_lmk`` ``LMK_ONE == 2``, ``EDGE_VIEW``; shipped in session 37 where
     ``launch.TMA_LAST_COL`` / ``TMA_EDGE_VIEW`` say so), fp16 under the interpreter: taken
     exactly where the rule says (``describe``), outputs poisoned first, against float64
-    golden, unchanged by NaN in every slot no query sees, and bit-identical to the pointer-v
-    kernel (under the interpreter; on the GPU, where the variants compile to another
-    instruction order, within rounding of it). Controls: the variant forced where its premise fails (the edge view on calls
+    golden, unchanged by NaN in every slot no query sees, and the same as the pointer-v kernel
+    (bit-identical under the interpreter; on the GPU, where the variants compile to another
+    instruction order, within rounding), on those inputs and on inputs with NaN in the ``v``
+    of every key that some query sees but no row of the first (or the last) row tile does (a
+    key the edge view must not load for that tile; NaN then lands where the pointer-v kernel
+    puts it). Controls: the variant forced where its premise fails (the edge view on calls
     that are not whole chunks, the last column with two key blocks a chunk) gives another
-    result, on those inputs or on inputs with NaN in the ``v`` of every key that some query
-    sees but no row of the first (or the last) row tile does (which the edge view would load
-    there)."""
-    Lq, Lk, W, C, extra, cfg, want, *blhd = LAST_COL_CASES[case]
-    assert L.TMA_LAST_COL.get(("16", 64)) and L.TMA_EDGE_VIEW.get(("16", 64))
+    result on one of those inputs."""
+    B, Lq, Lk, D, W, C, extra, cfg, want, *blhd = LAST_COL_CASES[case]
+    assert all(L.TMA_LAST_COL.get(("16", d)) and L.TMA_EDGE_VIEW.get(("16", d)) for d in (64, 128))
     kw = dict(window_size=W, chunk_size=C, **extra)
-    q, k, v = _inputs(1, 2, 1, Lq, Lk, 64, 64, torch.float16, bool(blhd))
+    q, k, v = _inputs(B, 2, 1, Lq, Lk, D, D, torch.float16, bool(blhd))
     k2, v2 = k.clone(), v.clone()
     poison_unseen(k2, v2, Lq, kw)
     p = reference.check_inputs(q, k, v, **kw)
     text = L.describe(p, q, k, v, path="prefill", tma="v_chunk", config=cfg)
     assert text.endswith({"plain": " phases v-chunk"}.get(want, f" phases {want} v-chunk")), text
-    outs = {}
-    for mode in ("v_ptr", "v_chunk"):
-        for kk, vv, tag in ((k, v, ""), (k2, v2, "-nan")):
-            o, lse = p.new_outputs(poison=True)
-            assert L.launch(p, q, kk, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
-            outs[mode + tag] = (o, lse)
-    _check(*outs["v_chunk"], q, k, v, **kw)
-    for a, b in (("v_chunk", "v_chunk-nan"), ("v_ptr", "v_ptr-nan")):
-        assert torch.equal(outs[a][0], outs[b][0]) and torch.equal(outs[a][1], outs[b][1]), (a, b)
-    a, b = outs["v_chunk"], outs["v_ptr"]
-    assert (torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])) if DEV == "cpu" else _within_rounding(a, b)
+    mask = reference.visibility_mask(Lq, Lk, **reference.mask.rule_kwargs(kw))
+    tiles = []
+    for rows in (slice(0, cfg.block_m), slice((Lq - 1) // cfg.block_m * cfg.block_m, Lq)):
+        tiles.append(v.clone())  # NaN in what others see, the first / last row tile not
+        tiles[-1][:, :, mask.any(0) & ~mask[rows].any(0)] = float("nan")
+
+    def run(vv, mode="v_chunk"):
+        o, lse = p.new_outputs(poison=True)
+        assert L.launch(p, q, k2, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
+        return o, lse
+
+    def same(a, b):
+        if DEV == "cpu":
+            return torch.equal(a[0].nan_to_num(7.0), b[0].nan_to_num(7.0)) and torch.equal(
+                a[1].nan_to_num(7.0), b[1].nan_to_num(7.0))
+        return _within_rounding(a, b)
+
+    shipped = [run(vv) for vv in [v2] + tiles]
+    _check(*shipped[0], q, k, v, **kw)  # NaN in every unseen slot of k2, v2: golden of k, v
+    for vv, got in zip([v2] + tiles, shipped):
+        assert same(got, run(vv, "v_ptr"))
     # the controls: the variant whose premise the call breaks, forced
     plan = L._plan(p, path="prefill", tma="v_chunk", config=cfg).tma.vchunk
     wrong = {"last-col": plan.edge_view, "plain": plan.last_col}.get(want)
     if wrong is not None:
-        mask = reference.visibility_mask(Lq, Lk, **reference.mask.rule_kwargs(kw))
-        tiles = [v2]
-        for rows in (slice(0, cfg.block_m), slice((Lq - 1) // cfg.block_m * cfg.block_m, Lq)):
-            tiles.append(v.clone())  # NaN in what others see, the first / last row tile not
-            tiles[-1][:, :, mask.any(0) & ~mask[rows].any(0)] = float("nan")
-        moved, real = [], L._vchunk_variant
-        for vv in tiles:
-            got = []
-            for variant in (real, lambda *a: wrong):
-                monkeypatch.setattr(L, "_vchunk_variant", variant)
-                o, lse = p.new_outputs(poison=True)
-                L.launch(p, q, k2, vv, o, lse, path="prefill", tma="v_chunk", config=cfg)
-                got.append(o.nan_to_num(7.0))  # NaN where it lands, compared exactly
-            moved.append(not torch.equal(*got))
+        monkeypatch.setattr(L, "_vchunk_variant", lambda *a: wrong)
+        moved = [not same(got, run(vv)) for vv, got in zip([v2] + tiles, shipped)]
         assert any(moved), (want, moved)
 
 
@@ -803,8 +807,9 @@ def test_triton_tma_backend_runs_the_shipped_v_mode():
     """``triton-tma`` (``triton_impl.tma_prefill``) runs the TMA kernel with ``v`` as the
     tables ship it: through the chunked view (``launch.TMA_V_CHUNK``: D = 64, and D = 128
     since session 28) where a call allows it; and the conformance suite's quick tier on the GPU
-    has cases that take the view, some of them with NaN in every unseen slot (on CPU,
-    fp16 under the interpreter, decided as on the GPU)."""
+    has cases that take the view, some of them with NaN in every unseen slot, and among those
+    cases that take each of session 37's variants, last column and edge view (on CPU, fp16
+    under the interpreter, decided as on the GPU)."""
     from conformance import cases as CS
     from triton_impl import tma_prefill
 
@@ -825,11 +830,15 @@ def test_triton_tma_backend_runs_the_shipped_v_mode():
             c = dataclasses.replace(c, dtype="fp16", device="cpu")
         q, k, v = CS.make_inputs(c, 0, DEV)[:3]
         try:
-            if tma_prefill.describe_call(q, k, v, **c.kwargs()).endswith("v-chunk"):
-                taken.append(c)
+            text = tma_prefill.describe_call(q, k, v, **c.kwargs())
         except UnsupportedConfig:  # strides the copy engine refuses
-            pass
-    assert len(taken) >= 10 and any(c.nan_slots for c in taken), [c.id for c in taken]
+            continue
+        if text.endswith("v-chunk"):
+            taken.append((c, text.split()[-2]))
+    assert len(taken) >= 10 and any(c.nan_slots for c, _ in taken), [c.id for c, _ in taken]
+    # session 37's variants (launch._vchunk_variant) among them, NaN-slot cases included
+    for variant in ("edge-view", "last-col"):
+        assert any(c.nan_slots for c, how in taken if how == variant), (variant, [(c.id, how) for c, how in taken])
 
 
 def test_gluon_knob_refuses_what_it_cannot_run():
