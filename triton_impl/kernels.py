@@ -573,8 +573,8 @@ def _swa_fwd_tma_kernel(
     ``tools/lab_vchunk.py``'s ``chunk-s3-edge2``).
 
     ``EDGE_VIEW`` (session 36's lab mode, shipped in session 37 where
-    ``launch._vchunk_variant`` chooses it): the edge blocks take ``v`` through the chunked
-    view too. Right only where
+    ``launch._vchunk_variant`` finds the conditions below): the edge blocks take ``v``
+    through the chunked view too. Right only where
     ``C == BLOCK_N``, ``expand_to_chunk`` and ``Lq``, ``Lk``, ``kv_start`` and the row tile are
     whole chunks: every edge block is then one whole chunk inside the view, and every key of
     it but the landmark (the copy engine's zero row) is seen by some row of the tile, so no
