@@ -120,8 +120,8 @@ def check(results, only_fp16=False, lmk2=False):
                         (1, 4, 4, 1280, 128, 512, 64, 0, bf)])
         ones = [cs for cs in cases if cs[6] == 64 and len(cs) == 9]
 
-        def shipped(cs):  # the edge loop as shipped at D = 128 (launch.TMA_V_CHUNK_EDGE_STAGES)
-            return {"EDGE_STAGES": 2} if cs[4] == 128 else {}
+        def shipped(cs):  # the edge loop as shipped (launch.TMA_V_CHUNK_EDGE_STAGES)
+            return _edge_stages(cs[4])
         views = [(True, dict(ex, **shipped(cs)), cs)
                  for cs in ones for ex in ({"LMK_ONE": 2}, {"LMK_ONE": 2, "FOLD": True}, {"FOLD": True})]
         views += [(True, dict({"LMK_ONE": 2, "EDGE_VIEW": True}, **fo, **shipped(cs)), cs)
@@ -230,17 +230,20 @@ VARIANTS = {
 # kernel (the runner builds every arm from the pointer-v plan). Added then, not yet timed:
 # lmk2-edgeview-fold, the question FOLD leaves open (with lmk2 it gave a further -0.7..-2.4% at
 # D = 64 and +1.3 / -0.7% at D = 128).
-VARIANTS_LMK2 = {
-    128: [("shipped", True, None, {"EDGE_STAGES": 2}), ("lmk2", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2}),
-          ("lmk2-fold", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2, "FOLD": True}),
-          ("fold", True, None, {"EDGE_STAGES": 2, "FOLD": True}),
-          ("lmk2-edgeview", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2, "EDGE_VIEW": True}),
-          ("lmk2-edgeview-fold", True, None, {"EDGE_STAGES": 2, "LMK_ONE": 2, "EDGE_VIEW": True, "FOLD": True})],
-    64: [("shipped", True, None), ("lmk2", True, None, {"LMK_ONE": 2}),
-         ("lmk2-fold", True, None, {"LMK_ONE": 2, "FOLD": True}), ("fold", True, None, {"FOLD": True}),
-         ("lmk2-edgeview", True, None, {"LMK_ONE": 2, "EDGE_VIEW": True}),
-         ("lmk2-edgeview-fold", True, None, {"LMK_ONE": 2, "EDGE_VIEW": True, "FOLD": True})],
-}
+LMK2_ARMS = [("shipped", {}), ("lmk2", {"LMK_ONE": 2}), ("lmk2-fold", {"LMK_ONE": 2, "FOLD": True}),
+             ("fold", {"FOLD": True}), ("lmk2-edgeview", {"LMK_ONE": 2, "EDGE_VIEW": True}),
+             ("lmk2-edgeview-fold", {"LMK_ONE": 2, "EDGE_VIEW": True, "FOLD": True})]
+
+
+def _edge_stages(d: int) -> dict:
+    """The edge loop's depth as the bf16 view kernel ships it at head dim ``d``
+    (``launch.TMA_V_CHUNK_EDGE_STAGES``: two at D = 128), as constexprs."""
+    n = L.TMA_V_CHUNK_EDGE_STAGES.get(("16", d), 0)
+    return {"EDGE_STAGES": n} if n else {}
+
+
+VARIANTS_LMK2 = {d: [(name, True, None, dict(ex, **_edge_stages(d))) for name, ex in LMK2_ARMS]
+                 for d in (64, 128)}
 
 SHAPES = [  # name, B, Hq, Hkv, L, D, W, C
     ("train-8k-32/32/128", 1, 32, 32, 8192, 128, 512, 64),
