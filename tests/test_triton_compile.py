@@ -164,6 +164,16 @@ def variants():
                      EDGE_STAGES=L.TMA_V_CHUNK_EDGE_STAGES.get((cls, bucket), 0) if chunk else 0,
                      **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
                 cfg.num_warps, cfg.num_stages, True)
+            # the chunked view's variants (launch._vchunk_variant, _make_plan): the last column
+            # (LMK_ONE == 2) and the edge view (EDGE_VIEW), each with FOLD where
+            # launch.TMA_VIEW_FOLD ships it, where the tables ship them
+            if chunk and L.TMA_LAST_COL.get((cls, bucket)):
+                name = f"tma-{mode}-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"
+                grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
+                fold = L.TMA_VIEW_FOLD.get((cls, bucket), False)
+                for ev in [False, True] if L.TMA_EDGE_VIEW.get((cls, bucket)) else [False]:
+                    out[name + ("-edgeview" if ev else "-lastcol") + ("-fold" if fold else "")] = (
+                        grp, fn, ptrs, dict(consts, LMK_ONE=2, EDGE_VIEW=ev, FOLD=fold), warps, stages, hgmma)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
     # (and with the chunked view of v where the table ships it: an int64 frame with a
@@ -361,7 +371,8 @@ def test_config_table_compiles_for_sm90(group):
 def shipped_tma_names() -> set:
     """Names (:func:`variants`) of the TMA prefill kernels the table ships: per row of
     ``launch.PREFILL_TMA`` the pointer-v kernel and, where ``launch.TMA_V_CHUNK`` says so,
-    the chunked-view one, both 16-bit dtypes."""
+    the chunked-view one and its variants (``launch._vchunk_variant``: last column, edge
+    view, with ``FOLD`` where ``launch.TMA_VIEW_FOLD`` says so), both 16-bit dtypes."""
     from triton_impl import launch as L
 
     names = set()
@@ -371,6 +382,11 @@ def shipped_tma_names() -> set:
             names.add(f"tma-{'v_tma' if v_tma else 'v_ptr'}-{t}-{tile}")
             if L.TMA_V_CHUNK.get(key):
                 names.add(f"tma-v_chunk-{t}-{tile}")
+                fold = "-fold" if L.TMA_VIEW_FOLD.get(key) else ""
+                if L.TMA_LAST_COL.get(key):
+                    names.add(f"tma-v_chunk-{t}-{tile}-lastcol{fold}")
+                    if L.TMA_EDGE_VIEW.get(key):
+                        names.add(f"tma-v_chunk-{t}-{tile}-edgeview{fold}")
     return names
 
 

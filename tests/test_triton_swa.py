@@ -747,6 +747,7 @@ LAST_COL_CASES = [
     (1, 192, 192, 64, 73, 16, dict(expand_to_chunk=False), L.Config(32, 16, 4, 2), "last-col"),
     (1, 128, 128, 64, 60, 32, {}, L.Config(16, 32, 4, 2), "last-col"),  # row tile of half a chunk
     (1, 192, 192, 64, 60, 32, {}, L.Config(32, 16, 4, 2), "plain"),  # two key blocks a chunk
+    (1, 192, 192, 64, 60, 16, dict(sm_scale=-0.3), L.Config(32, 16, 4, 2), "edge-view"),  # no FOLD
 ]
 
 
@@ -757,13 +758,16 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
     ``launch.TMA_LAST_COL`` / ``TMA_EDGE_VIEW`` say so), fp16 under the interpreter: taken
     exactly where the rule says (``describe``), outputs poisoned first, against float64
     golden, unchanged by NaN in every slot no query sees, and the same as the pointer-v kernel
-    (bit-identical under the interpreter; on the GPU, where the variants compile to another
-    instruction order, within rounding), on those inputs and on inputs with NaN in the ``v``
+    with the variant's ``FOLD`` (``launch.TMA_VIEW_FOLD``, session 38: at D = 64 for a
+    positive scale, ``describe`` says ``fold``) (bit-identical under the interpreter; on the
+    GPU, where the variants compile to another instruction order, within rounding: session 38
+    on an H100 saw at most one ulp of ``o`` and 4.8e-7 of ``lse``), on those inputs and on inputs with NaN in the ``v``
     of every key that some query sees but no row of the first (or the last) row tile does (a
     key the edge view must not load for that tile; NaN then lands where the pointer-v kernel
     puts it). Controls: the variant forced where its premise fails (the edge view on calls
     that are not whole chunks, the last column with two key blocks a chunk) gives another
-    result on one of those inputs."""
+    result on one of those inputs (with the shipped variant's ``FOLD``, so that only the premise
+    differs)."""
     B, Lq, Lk, D, W, C, extra, cfg, want, *blhd = LAST_COL_CASES[case]
     assert all(L.TMA_LAST_COL.get(("16", d)) and L.TMA_EDGE_VIEW.get(("16", d)) for d in (64, 128))
     kw = dict(window_size=W, chunk_size=C, **extra)
@@ -779,9 +783,14 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
         tiles.append(v.clone())  # NaN in what others see, the first / last row tile not
         tiles[-1][:, :, mask.any(0) & ~mask[rows].any(0)] = float("nan")
 
-    def run(vv, mode="v_chunk"):
+    # FOLD (the scale in the exponent) where launch.TMA_VIEW_FOLD ships it and the scale allows
+    folds = (want != "plain" and L.TMA_VIEW_FOLD.get(("16", D), False) and kw.get("sm_scale", 1.0) > 0)
+    assert (" fold " in text) == folds, text
+
+    def run(vv, mode="v_chunk"):  # the pointer-v kernel with the variant's FOLD
         o, lse = p.new_outputs(poison=True)
-        assert L.launch(p, q, k2, vv, o, lse, path="prefill", tma=mode, config=cfg) == "prefill_tma"
+        assert L.launch(p, q, k2, vv, o, lse, path="prefill", tma=mode, config=cfg,
+                        fold=folds if mode == "v_ptr" else None) == "prefill_tma"
         return o, lse
 
     def same(a, b):
@@ -798,6 +807,7 @@ def test_tma_view_last_column_and_edge_view(case, monkeypatch):
     plan = L._plan(p, path="prefill", tma="v_chunk", config=cfg).tma.vchunk
     wrong = {"last-col": plan.edge_view, "plain": plan.last_col}.get(want)
     if wrong is not None:
+        wrong = L._respun(wrong, wrong.path, folds)  # the shipped variant's FOLD: only the premise differs
         monkeypatch.setattr(L, "_vchunk_variant", lambda *a: wrong)
         moved = [not same(got, run(vv)) for vv, got in zip([v2] + tiles, shipped)]
         assert any(moved), (want, moved)
@@ -911,10 +921,11 @@ def test_tma_prefill_path_choice_and_graph_replay():
 def test_tma_v_chunk_shipped_at_d64(blhd):
     """A long GQA prefill at D = 64 takes the TMA kernel with its inside blocks' ``v``
     through the chunked view (launch.TMA_V_CHUNK), its edge blocks' too (whole chunks:
-    launch.TMA_EDGE_VIEW, session 37), in both stride orders, through the descriptor fast
-    path: within rounding of the pointer-v kernel (the same blocks in the same order; the
-    last-column variant compiles to another instruction order: bit-identical until session
-    37) with NaN in every landmark slot of ``k`` and ``v``, poisoned outputs, a graph
+    launch.TMA_EDGE_VIEW, session 37) with the scale in the exponent (launch.TMA_VIEW_FOLD,
+    session 38), in both stride orders, through the descriptor fast path: within rounding of
+    the pointer-v kernel (the same blocks in the same order; the last-column variant compiles
+    to another instruction order: bit-identical until session 37; session 38 on an H100 saw
+    2285 elements of ``o`` differ, by at most 2**-9, one bf16 ulp below 0.5) with NaN in every landmark slot of ``k`` and ``v``, poisoned outputs, a graph
     replay; and within the bound against float64 on a slice. A ``kv_start`` inside a chunk
     runs the pointer-v kernel."""
     kw = dict(window_size=512, chunk_size=64)
@@ -924,7 +935,7 @@ def test_tma_v_chunk_shipped_at_d64(blhd):
     k[:, :, lmk] = float("nan")
     v[:, :, lmk] = float("nan")
     p = reference.check_inputs(q, k, v, **kw)
-    assert L.describe(p, q, k, v).endswith("phases edge-view v-chunk")
+    assert L.describe(p, q, k, v).endswith(" fold phases edge-view v-chunk")
     o, lse = p.new_outputs(poison=True)
     assert L.launch(p, q, k, v, o, lse) == "prefill_tma"
     o2, lse2 = p.new_outputs(poison=True)

@@ -202,6 +202,12 @@ TMA_V_CHUNK_EDGE_STAGES: dict[tuple[str, int], int] = {("16", 128): 2}
 # SASS: D = 64 -3..-9%, D = 128 -0.5..-3%, the edge view a further -0.5..-3%).
 TMA_LAST_COL: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
 TMA_EDGE_VIEW: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): True}
+# FOLD (below) in those two variants (_respun's fold): session 38's lab on one H100
+# (tools/lab_vchunk.py --lmk2, bench_results/vchunk-lab38-lmk2-h100-6dbab1c.json), paired per
+# round against the same variant without it: D = 64 -1.4..-3.0% (b2b) on 8K 32/4, 8K 16/2 and
+# batch 4x4K, -2.4..-4.0% on the 4096 window, in every round (session 37's lab: -1.9..-3.9% for
+# the last column); D = 128 -0.3..-0.9% at 8K and -1.6..+4.7% at 16K, within the spread: off.
+TMA_VIEW_FOLD: dict[tuple[str, int], bool] = {("16", 64): True}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
 # 665 -> 636 instructions per key block of the D=128 TMA kernel (Triton 3.9,
@@ -209,7 +215,9 @@ TMA_EDGE_VIEW: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): Tru
 # bench_results/triton-lab6-1a0b87e.json): no gain beyond noise (32/32/128 L=8K
 # 228.7 -> 228.0 us, GQA 32/4 D=64 163.5 -> 162.4 us, chunked 20.4 -> 20.5 us,
 # decode 7.0 -> 7.1 us; predicted +2-5%): the 29 instructions are not on the
-# critical path. Off everywhere; the private _fold knob forces it.
+# critical path. Off here (TMA_VIEW_FOLD above ships it in the chunked view's variants at
+# D = 64, where the last column left the multiply on the critical path); the private _fold
+# knob forces it everywhere.
 FOLD_SCALE: dict[tuple[str, int], bool] = {key: False for key in PREFILL}
 # TMA only where the grid has at least this many waves of programs. Chosen when
 # every call built and encoded four descriptors (chunked prefill Lq=512 of 8K, 256
@@ -716,7 +724,7 @@ class _Plan:
     # prefill through TMA descriptors, when the call's strides allow it
     tma: "_Plan | None" = None
     blocks: tuple = ()  # TMA plan: (BLOCK_M, BLOCK_N, BLOCK_DK, BLOCK_DV)
-    fold: bool = False  # the plan has FOLD variants (launch.FOLD_SCALE or the _fold knob)
+    fold: bool = False  # the plan has FOLD variants (FOLD_SCALE, TMA_VIEW_FOLD or the _fold knob)
     j_mins: dict = field(default_factory=dict)  # TMA plan: (kv_start, Lk) -> j_min (_j_min)
     # TMA plan: the V_CHUNK variants (same grid and tiles), for calls _v_chunk_desc accepts
     vchunk: "_Plan | None" = None
@@ -755,13 +763,17 @@ def _variants(cx: dict, lmk_one_ok: bool, num_warps: int, num_stages: int,
     return cxs, sts
 
 
-def _respun(plan: _Plan, path: str, **override) -> _Plan:
+def _respun(plan: _Plan, path: str, fold: bool | None = None, **override) -> _Plan:
     """``plan`` with ``override`` set in every variant's constexprs (each keeps its place in
-    the kernel's order) and the static keys made anew."""
-    cxs = {key: dict(cx, **override) for key, cx in plan.constexprs.items()}
+    the kernel's order) and the static keys made anew; ``fold`` (a bool) sets ``FOLD`` anew
+    too, on the variants whose key asks for it (:meth:`_Plan.pick`: a call whose scale
+    :func:`_fold_ok` refuses still runs ``FOLD=False``)."""
+    cxs = {key: dict(cx, **override, **({} if fold is None else {"FOLD": key[1] and fold}))
+           for key, cx in plan.constexprs.items()}
     sts = {key: static_key(cx, plan.num_warps, plan.num_stages, False, plan.static[key][4])
            for key, cx in cxs.items()}
-    return replace(plan, path=path, constexprs=cxs, static=sts, last_col=None, edge_view=None)
+    return replace(plan, path=path, constexprs=cxs, static=sts, last_col=None, edge_view=None,
+                   fold=plan.fold if fold is None else fold)
 
 
 def _fold_ok(qk_scale: float) -> bool:
@@ -997,9 +1009,11 @@ def _make_plan(p: Problem, path, config, num_splits, phases, tma=None, fold=None
                 vplan = replace(plan.tma, path="prefill_tma_vchunk", constexprs=ccx, static=cst,
                                 j_mins=plan.tma.j_mins)
                 if TMA_LAST_COL.get((cls, bucket), False):  # calls with C == BLOCK_N (_vchunk_variant)
-                    vplan.last_col = _respun(vplan, "prefill_tma_lastcol", LMK_ONE=2)
+                    vfold = TMA_VIEW_FOLD.get((cls, bucket), False) if fold is None else bool(fold)
+                    vplan.last_col = _respun(vplan, "prefill_tma_lastcol", vfold, LMK_ONE=2)
                     if TMA_EDGE_VIEW.get((cls, bucket), False):
-                        vplan.edge_view = _respun(vplan, "prefill_tma_edgeview", LMK_ONE=2, EDGE_VIEW=True)
+                        vplan.edge_view = _respun(vplan, "prefill_tma_edgeview", vfold, LMK_ONE=2,
+                                                  EDGE_VIEW=True)
                 plan.tma.vchunk = vplan
         return plan
     if path not in ("splitkv", "packed"):
@@ -1207,7 +1221,8 @@ def _tma_operands(plan: _Plan, tma, q, k, v) -> tuple | None:
 def describe(p: Problem, q, k, v, **knobs) -> str:
     """What :func:`launch` runs for this call (same plan, same choice of the TMA
     kernel), in one line: path, tile ``BLOCK_M x BLOCK_N``, warps, stages, the
-    register cap, the TMA kernel's phases and ``v-chunk`` (its inside blocks' ``v``
+    register cap, ``fold`` where the kernel it runs has the scale in the exponent (``FOLD``,
+    :func:`_fold_ok`), the TMA kernel's phases and ``v-chunk`` (its inside blocks' ``v``
     through the chunked view, :func:`_v_chunk_desc`; ``last-col v-chunk`` / ``edge-view
     v-chunk`` where it runs a variant of :func:`_vchunk_variant`), split count and the combine's
     dependent launch. Plans only (cached like a call's); launches nothing. A call run
@@ -1222,6 +1237,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     plan = _plan(p, **knobs)
     kind = plan.path
     chunked, variant = False, ""
+    fold = None  # the plan's FOLD; the view's variant's where the call takes one
     ops = _tma_operands(plan, knobs.get("tma"), q, k, v) if kind == "prefill" else None
     if ops is not None:
         plan = plan.tma
@@ -1229,13 +1245,17 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
         r, _, c = _frame(p)
         chunked = _v_chunk_desc(plan, p, _j_min(plan, p), r, c, *ops[2], v.element_size()) is not None
         if chunked:
+            runs = _vchunk_variant(plan.vchunk, p, r, c, plan.blocks[0])
             variant = {"prefill_tma_lastcol": " last-col", "prefill_tma_edgeview": " edge-view"}.get(
-                _vchunk_variant(plan.vchunk, p, r, c, plan.blocks[0]).path, "")
+                runs.path, "")
+            fold = runs.fold
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
+    if (plan.fold if fold is None else fold) and _fold_ok(p.sm_scale * LOG2E):
+        text += " fold"
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
     if chunked:
@@ -1263,8 +1283,8 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
     ``TMA_PHASES``; a bool forces both),
     ``tma`` (``None``: the table decides; ``False``: never; a key of
     ``TMA_MODES``: forced on the prefill path) and ``fold`` (``None``: the
-    ``FOLD_SCALE`` table; a bool forces it, still only for a positive normal
-    scale) and ``pdl`` (``None``: ``SPLIT_PDL``; a bool forces the split-KV
+    ``FOLD_SCALE`` table, and ``TMA_VIEW_FOLD`` for the chunked view's variants; a bool
+    forces it everywhere, still only for a positive normal scale) and ``pdl`` (``None``: ``SPLIT_PDL``; a bool forces the split-KV
     combine's programmatic dependent launch on or off, still only on Hopper)
     are private knobs for tests and tuning (``tools/gpu_triton.py``,
     ``triton_impl.tma_prefill``).
