@@ -73,3 +73,20 @@ def capture_graph(capture, warmup=None):
     with torch.cuda.graph(graph):
         result = capture()
     return graph, result
+
+
+def commit_label() -> str:
+    """The checkout's commit for a report, ``-dirty`` appended when tracked files differ from
+    it (``git describe --always --dirty``; untracked files do not count). The device tool's
+    copy of the working tree can carry a ``.git`` older than the tree (session 38: a tree at
+    8a91ade read HEAD as 6dbab1c), so a label without ``-dirty`` there is the tree's own only
+    when ``--dirty`` agrees; scripts pass the commit they ran (``tools/gpu_all.sh``'s
+    ``--commit``). ``unknown`` outside a git checkout."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
+                             text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             timeout=30)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"

@@ -55,7 +55,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -63,7 +62,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ._common import attention_flops, capture_graph, visible_pairs
+from ._common import attention_flops, capture_graph, commit_label, visible_pairs
 
 __all__ = ["Shape", "SHAPES", "SMOKE_SHAPES", "bench_shape", "measure_ceilings", "run_info", "write_outputs",
            "main"]
@@ -632,14 +631,6 @@ def plot(results: list[Result], ceilings: dict, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def shape_pool(smoke: bool) -> tuple[Shape, ...]:
     """The shapes a run chooses from: the CPU smoke set or the suite."""
     return SMOKE_SHAPES if smoke else SHAPES
@@ -738,7 +729,7 @@ def run_info(device: str, reps: int, commit: str | None, device_name: str | None
         device_name = describe_device(device)
     info = dict(device=device, device_name=device_name,
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                reps=reps, commit=commit or _commit(), python=platform.python_version())
+                reps=reps, commit=commit or commit_label(), python=platform.python_version())
     try:
         import triton
 

@@ -36,7 +36,7 @@ import torch
 
 from conformance.cases import poison_unseen
 from reference.validation import default_scale
-from tools._common import attention_flops, capture_graph, visible_pairs
+from tools._common import attention_flops, capture_graph, commit_label, visible_pairs
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -408,9 +408,7 @@ def main(argv=None):
         big_d(a.big_d)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    import subprocess
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or os.environ.get("COMMIT", "?")
+    commit = os.environ.get("COMMIT") or commit_label()
     result = dict(commit=commit, device=torch.cuda.get_device_name(),
                   torch=torch.__version__)
     try:
