@@ -227,9 +227,11 @@ VARIANTS = {
 # Measured in session 37 (one H100, bench_results/vchunk-lab37-lmk2-h100-ecbe587.json): lmk2
 # -2.9..-8.9%, lmk2-fold -1.6..-11.0%, fold -3.7..+4.0%, lmk2-edgeview -3.6..-10.4%; lmk2 and
 # lmk2-edgeview shipped (launch._vchunk_variant), so "shipped" below names session 36's view
-# kernel (the runner builds every arm from the pointer-v plan). Added then, not yet timed:
-# lmk2-edgeview-fold, the question FOLD leaves open (with lmk2 it gave a further -0.7..-2.4% at
-# D = 64 and +1.3 / -0.7% at D = 128).
+# kernel (the runner builds every arm from the pointer-v plan). Added then: lmk2-edgeview-fold,
+# timed in session 38 (one H100, bench_results/vchunk-lab38-lmk2-h100-6dbab1c.json): against
+# lmk2-edgeview, per round, D = 64 -1.4..-4.0% (every round of the three 8K-class shapes), D = 128
+# -0.3..-0.9% at 8K and -1.6..+4.7% at 16K; FOLD shipped in both variants at D = 64
+# (launch.TMA_VIEW_FOLD): the arms "lmk2-fold" / "lmk2-edgeview-fold" are then what D = 64 runs.
 LMK2_ARMS = [("shipped", {}), ("lmk2", {"LMK_ONE": 2}), ("lmk2-fold", {"LMK_ONE": 2, "FOLD": True}),
              ("fold", {"FOLD": True}), ("lmk2-edgeview", {"LMK_ONE": 2, "EDGE_VIEW": True}),
              ("lmk2-edgeview-fold", {"LMK_ONE": 2, "EDGE_VIEW": True, "FOLD": True})]
