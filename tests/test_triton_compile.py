@@ -64,7 +64,9 @@ def _signature(fn, ptr_types: dict[str, str], constexprs: dict) -> tuple[dict, d
     return sig, consts
 
 
-def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
+def _compile(fn, ptr_types, constexprs, num_warps, num_stages, options=None):
+    """``options``: the compile options beside warps and stages (default ``launch.COMPILE_OPTIONS``,
+    as ``launch._options`` passes them)."""
     constexprs = dict(constexprs)
     maxnreg = constexprs.pop("__maxnreg", None)  # Config.maxnreg: a compile option, not a constexpr
     sig, consts = _signature(fn, ptr_types, constexprs)
@@ -74,7 +76,8 @@ def _compile(fn, ptr_types, constexprs, num_warps, num_stages):
                | {n for n in fn.arg_names if n.startswith("s") and n[1:3] in STRIDE_TENSORS})
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned if sig[n] != "constexpr"}
     src = ASTSource(fn, sig, consts, attrs)
-    opts = dict(num_warps=num_warps, num_stages=num_stages)
+    opts = dict(num_warps=num_warps, num_stages=num_stages,
+                **(L.COMPILE_OPTIONS if options is None else options))
     if maxnreg is not None:
         opts["maxnreg"] = maxnreg
     return triton.compile(src, target=TARGET, options=opts)
@@ -280,7 +283,7 @@ def _compile_gluon(shape: dict, constexprs: dict, num_warps: int):
         sig.update(kv_start="i64", W="i64", C="i64")
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE", "sob", "soh", "sol")}
     return triton.compile(GluonASTSource(fn, sig, constexprs, attrs), target=TARGET,
-                          options=dict(num_warps=num_warps))
+                          options=dict(num_warps=num_warps, **L.COMPILE_OPTIONS))
 
 
 def _run_group(group: str) -> dict:
@@ -311,6 +314,23 @@ def _run_group(group: str) -> dict:
             except Exception as e:  # reported to the test, which fails on it
                 res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}"[:2000])
     return res
+
+
+def _fusion(name: str) -> dict:
+    """FFMA count of variant ``name``'s SASS with ``TRITON_DEFAULT_FP_FUSION`` 0 and 1, compiled
+    with ``launch.COMPILE_OPTIONS`` and (the control) without them."""
+    import tempfile
+    from pathlib import Path
+
+    grp, fn_name, ptrs, consts, warps, stages, _ = variants()[name]
+    out = {"launch_options": L._options(L.static_key({}, warps, stages)).get("enable_fp_fusion")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for env in ("0", "1"):
+            os.environ["TRITON_DEFAULT_FP_FUSION"] = env
+            for tag, opts in (("pinned", None), ("unpinned", {})):
+                ck = _compile(getattr(kernels, fn_name), ptrs, consts, warps, stages, options=opts)
+                out[f"{tag}-{env}"] = len(re.findall(r"\bFFMA\b", _sass(ck, Path(tmp))))
+    return out
 
 
 # One subprocess per group (xdist spreads them); _run_group fails a group that
@@ -390,6 +410,22 @@ def shipped_tma_names() -> set:
     return names
 
 
+def test_fp_contraction_is_pinned():
+    """Every kernel compiles with ``launch.COMPILE_OPTIONS`` (``enable_fp_fusion``), so its code
+    does not follow ``TRITON_DEFAULT_FP_FUSION`` (Triton 3.10 is to default to no fusion): the
+    shipped D = 64 edge-view kernel with FOLD has the same FFMA count under 0 and 1; the control,
+    compiled without the option, loses FFMAs under 0 (the setting reaches the code)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = "tma-v_chunk-bf16-D64-64x64w4s2-edgeview-fold"
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--fusion", name], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    n = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert n.pop("launch_options") is True  # launch._options: what every launch passes
+    assert n["pinned-0"] == n["pinned-1"] == n["unpinned-1"] > n["unpinned-0"], n
+
+
 def test_groups_cover_every_variant():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -404,5 +440,7 @@ if __name__ == "__main__":
         sys.exit("run without TRITON_INTERPRET")
     if sys.argv[1] == "--groups":
         print(json.dumps(sorted({v[0] for v in variants().values()})))
+    elif sys.argv[1] == "--fusion":
+        print(json.dumps(_fusion(sys.argv[2])))
     else:
         print(json.dumps(_run_group(sys.argv[1])))

@@ -1427,7 +1427,7 @@ def test_launch_plumbing_matches_kernel_signatures(monkeypatch):
     assert L.launch(pc, q, k, v, o, lse, config=capped) == "prefill"  # an explicit config: the pointer kernel
     (fn, *_, cx, static), = calls
     assert static == L.static_key(cx, 4, 2, False, 128)
-    assert L._options(static) == dict(num_warps=4, num_stages=2, maxnreg=128)
+    assert L._options(static) == dict(num_warps=4, num_stages=2, maxnreg=128, **L.COMPILE_OPTIONS)
     # ... except for the int64 kernel of a frame past 2**31, which keeps ptxas's count
     assert L._frame_static(static, (2 ** 31, 512, 64)) == L.static_key(cx, 4, 2, False, None)
     assert L._frame_static(static, (5, 512, 64)) == static

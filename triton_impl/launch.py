@@ -608,10 +608,18 @@ def _frame_static(static: tuple, frame: tuple) -> tuple:
     return static
 
 
+# Compile options every kernel here takes (:func:`_options`). Floating-point contraction
+# (``a * b + c`` as one FMA) pinned on: every timing in BENCHMARKS.md was taken with it, Triton
+# 3.6 and 3.9 default to it, and Triton 3.9 warns that 3.10 will default to off unless
+# TRITON_DEFAULT_FP_FUSION says otherwise; FOLD (kernels._softmax_p) exists for the FMA it makes.
+# TRITON_FORCE_DISABLE_FP_FUSION=1 still turns it off (Triton's own override, for debugging).
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
+
+
 def _options(static: tuple) -> dict:
-    """Triton's launch/compile options of a :func:`static_key`."""
+    """Triton's launch/compile options of a :func:`static_key`, with :data:`COMPILE_OPTIONS`."""
     _, num_warps, num_stages, launch_pdl, maxnreg = static
-    opts = dict(num_warps=num_warps, num_stages=num_stages)
+    opts = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS)
     if launch_pdl:
         opts["launch_pdl"] = True
     if maxnreg is not None:
