@@ -1061,9 +1061,11 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
-    ``v_chunk`` and session 31's ``wide`` follow it, default off) so older cache keys stay."""
+    ``v_chunk``, session 31's ``wide`` and session 38's ``lmk_const`` follow it, default
+    off) so older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
-                                   ("overlap", 0), ("v_chunk", False), ("wide", False))
+                                   ("overlap", 0), ("v_chunk", False), ("wide", False),
+                                   ("lmk_const", False))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -1370,7 +1372,8 @@ def test_run_cuda_hands_the_view_to_a_v_chunk_kernel(monkeypatch):
 def test_kernel_knobs_overlap_and_v_chunk_validated():
     """fwd_tc refuses v_chunk without mask_lmk or with overlap, a v_chunk value outside
     kernels.V_CHUNK or a multi-chunk span at Dv = 128, an overlap value outside
-    kernels.OVERLAP, and overlap with lmk_zero='tile' under mask_lmk, before tracing."""
+    kernels.OVERLAP, overlap with lmk_zero='tile' under mask_lmk, and lmk_const (constant landmark columns)
+    without the view or the columns they stand for, before tracing."""
     from tilelang_impl import kernels
     base = (128, 128, "bfloat16", True, True, False, False, 64, 64, 2, 128, False)
     body = kernels._fwd_tc_body
@@ -1386,6 +1389,16 @@ def test_kernel_knobs_overlap_and_v_chunk_validated():
         body(*base, True, lmk_zero="rows", v_chunk=3)  # a span outside kernels.V_CHUNK
     with pytest.raises(ValueError, match="v_chunk"):
         body(*base, True, lmk_zero="rows", v_chunk=2)  # a 256-byte V row: no chunk split
+    # session 38's lmk_const: only with the view baked and K > 0 landmark columns dividing
+    # block_N (launch.lmk_const_acts decides the rest per call), and a bool
+    with pytest.raises(ValueError, match="lmk_const"):
+        body(*base, True, lmk_zero="rows", lmk_cols=1, lmk_const=True)  # no view
+    with pytest.raises(ValueError, match="lmk_const"):
+        body(*base, True, lmk_zero="rows", v_chunk=True, lmk_const=True)  # lmk_cols = 0
+    with pytest.raises(ValueError, match="lmk_const"):
+        body(*base, True, lmk_zero="rows", lmk_cols=3, v_chunk=True, lmk_const=True)  # 3 of 64
+    with pytest.raises(ValueError, match="lmk_const"):
+        body(*base, True, lmk_zero="rows", lmk_cols=1, v_chunk=True, lmk_const=1)
 
 
 def test_batch_past_the_grid_z_bound_runs_in_slices(monkeypatch):
@@ -1425,3 +1438,50 @@ def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):
     with pytest.raises(UnsupportedConfig, match="Hq=65536"):
         launch.check_limits(dataclasses.replace(p, device=torch.device("cuda")))
     launch.check_limits(dataclasses.replace(p, device=torch.device("cpu")))
+
+
+@pytest.mark.parametrize("D, C, Lq, Lk, kv_start, want", [
+    (64, 64, 3000, 8192, 0, (63, 127)), (64, 128, 3000, 8192 + 128, 128, (127,)),
+    (128, 64, 2000, 6144, 64, (63,)),
+    (64, 256, 3000, 8192, 0, None),     # the view, a landmark in every other tile: refused
+    (128, 128, 2000, 6144, 0, None),    # likewise on D = 128's 64-key tile
+    (64, 64, 3000, 8192, 3, None),      # no view (kv_start inside a chunk): tiles off the chunks
+    (128, 32, 2000, 6144, 0, None),     # view refused (two chunks of V rows TileLang cannot
+])                                      # split): V's rows zeroed by the consumer, not baked
+def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq, Lk, kv_start, want):
+    """launch.lmk_const_acts (session 38's lab knob ``lmk_const``: the landmark columns as
+    compile-time constants, ``macros.constant_landmark_columns``; off in every shipped
+    config): under the permission, baked exactly where the chunk view serves the call and
+    ``K * C == block_N`` (the view baked: its consumer zeroes no V rows, whose ``lmk_rows_j0``
+    form has no constant variant). There every key tile of every query block (``lo`` as
+    ``macros.block_key_range`` takes it, from the reference's ``window_left``; tiles
+    ``block_N`` keys on) holds its landmarks (the reference's ``is_landmark``) at exactly
+    those columns. The control: where the view is on but ``C = 2 block_N``, some tile holds
+    none, so constant columns would mask a visible key there."""
+    from reference import mask as R
+    from tilelang_impl import macros
+
+    p = _meta_problem(1, 4, 4, Lq, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
+    assert launch.shipped_config(D, D)[4 + launch._KNOB["lmk_const"]] is False  # a lab knob
+    cfg = launch.with_knobs(launch.shipped_config(D, D), lmk_const=True)
+    r, W, Cf = launch.frame(p)
+    view = launch.v_chunk_call(p)
+    key = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, Cf, 0.2, view=view)[1]
+    knobs = key[launch._KNOBS_AT:]
+    at = launch._KNOB["lmk_const"]
+    assert (len(knobs) > at and knobs[at]) is (want is not None), knobs
+    block_M, block_N = cfg[0], cfg[1]
+    if not (len(knobs) > launch._KNOB["v_chunk"] and knobs[launch._KNOB["v_chunk"]]):
+        return  # the knob needs the view baked (kernels.fwd_tc refuses it otherwise)
+    K = knobs[launch._KNOB["lmk_cols"]]
+    tiles = set()
+    for q_first in range(0, Lq, block_M):
+        q_end = min(q_first + block_M, Lq)
+        left = R.window_left(r + Lk - Lq + q_first, window_size=W, chunk_size=Cf, expand_to_chunk=True)
+        lo, hi = max(int(left) - r, 0), min(Lk - Lq + q_end, Lk)
+        for k0 in range(lo, hi, block_N):
+            tiles.add(tuple(j for j in range(block_N) if bool(R.is_landmark(r + k0 + j, chunk_size=Cf))))
+    if want is not None:
+        assert tiles == {want} == {macros.constant_landmark_columns(block_N, K)}
+    else:
+        assert len(tiles) > 1 and () in tiles, tiles  # C = 2 block_N: every other tile has none

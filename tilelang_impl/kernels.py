@@ -286,7 +286,8 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
-                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False):
+                 lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
+                 lmk_const=False):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -370,6 +371,15 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                          "without overlap")
     v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)  # one j0 register per tile
+    if not isinstance(lmk_const, bool):
+        raise ValueError(f"lmk_const={lmk_const!r}: a bool")
+    if lmk_const:
+        # every tile starts a chunk only with the view (v_chunk: launch.v_chunk_call), and its
+        # landmark columns are the constants only where K * C == block_N (launch.lmk_const_acts)
+        if not (v_chunk and mask_lmk and lmk_cols > 0 and block_N % lmk_cols == 0):
+            raise ValueError(f"lmk_const needs v_chunk, mask_lmk and lmk_cols={lmk_cols} > 0 "
+                             f"dividing block_N={block_N}")
+        lmk_cols = M.constant_landmark_columns(block_N, lmk_cols)
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
@@ -527,7 +537,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
-           wide: bool = False):
+           wide: bool = False, lmk_const: bool = False):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -567,7 +577,12 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     frame's positions up to ``2**29`` where the single one is exact below ``2**24``,
     ``macros.is_landmark``; the first one once per tile where a tile tests its positions
     one by one, ``macros.tile_divisor``; baked per call by the launcher for ``Lk + C >= 2**22``,
-    ``launch.wide_positions``; off, a kernel's IR is what it was before the knob).
+    ``launch.wide_positions``; off, a kernel's IR is what it was before the knob) and
+    ``lmk_const`` (a lab knob of session 38, with ``v_chunk`` and ``lmk_cols = K > 0``: the
+    landmark columns as the constants ``C - 1, 2 C - 1, ..., block_N - 1`` instead of
+    compares against the tile's ``j0`` register, ``macros.constant_landmark_columns``;
+    exact only for calls with ``K * C == block_N`` whose every tile starts a chunk, which
+    ``launch.lmk_const_acts`` decides per call).
     The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every
     call of a configuration.
@@ -575,7 +590,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide)
+                        overlap, v_chunk, wide, lmk_const)
 
 
 @tilelang.jit(target=HOPPER,
@@ -587,7 +602,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
-                wide: bool = False):
+                wide: bool = False, lmk_const: bool = False):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -602,7 +617,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide)
+                        overlap, v_chunk, wide, lmk_const)
 
 
 @tilelang.jit(target=HOPPER)

@@ -332,10 +332,13 @@ def prefill_config(p) -> tuple:
 #: sets it where :func:`wide_positions`; a config may only force it on (a lab timing it).
 #: It follows ``v_chunk`` and puts the optional ``ws`` after itself (index 17 of a config):
 #: a config written for the layout before it would have its ``ws`` read as ``wide``.
+#: ``lmk_const`` (session 38, a permission; a lab knob, off in every shipped config): the
+#: landmark columns as compile-time constants where :func:`lmk_const_acts` holds for the call
+#: (``kernels.fwd_tc``); ``ws`` moves to index 18.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
-            ("wide", False))
+            ("wide", False), ("lmk_const", False))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -407,7 +410,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     becomes :func:`v_chunk_span` of the call (its value head dim ``Dv``; 0: no
     multi-chunk tile) where ``view`` (the call's :func:`v_chunk_call`), else 0. ``wide``
     is on where the call needs it (``wide``: :func:`wide_positions`) or the config asks for
-    it (a lab timing its cost: the wide test is exact at every position a kernel gets)."""
+    it (a lab timing its cost: the wide test is exact at every position a kernel gets).
+    ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call."""
     full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -418,9 +422,24 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     full[cols] = lmk_cols_for(full[cols], mask_lmk, C, block_N) if C else 0
     full[fold] = bool(full[fold]) and scale_fold_ok(scale_log2)
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
+    lc = _KNOB["lmk_const"]
+    full[lc] = bool(full[lc]) and lmk_const_acts(full[vc], full[cols], C, block_N)
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)
+
+
+def lmk_const_acts(span: int, lmk_cols: int, C: int, block_N: int) -> bool:
+    """Whether a call may run ``kernels.fwd_tc`` with ``lmk_const`` (its tile's landmark
+    columns as constants, ``macros.constant_landmark_columns``): the chunk view of ``v``
+    baked (``span``, :func:`v_chunk_span`, non-zero only for calls :func:`v_chunk_call`
+    admits: ``r = 0``, ``expand_to_chunk``, so every query block's key range starts a chunk
+    and every tile, ``block_N`` keys on from it, too) and the landmark columns baked
+    (``lmk_cols = K > 0``) with ``K * C == block_N`` (``C`` the kernel-frame chunk), so
+    that the tile's landmarks are its columns ``C - 1, 2 C - 1, ..., block_N - 1``: ``C ==
+    block_N`` (``span`` 1), ``block_N / 2`` or ``block_N / 4`` (``span`` 2 or 4). A chunk
+    longer than the tile (``C = 2 block_N``, ...) puts a landmark in some tiles only."""
+    return bool(span) and lmk_cols > 0 and C > 0 and lmk_cols * C == block_N
 
 
 def v_chunk_span(cap: int, C: int, block_N: int, Dv: int) -> int:

@@ -228,14 +228,33 @@ def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols):
     floor modulo inside every short-circuited ``&&`` branch of the window test.
     """
     j0 = None
-    if mask_lmk and lmk_cols:
+    if mask_lmk and lmk_cols and not isinstance(lmk_cols, tuple):  # a tuple: no register
         j0 = T.alloc_var("int32", init=first_landmark(k_first, r, chunk_size))
     return j0
 
 
+def constant_landmark_columns(block_N: int, lmk_cols: int) -> tuple:
+    """The landmark columns of every tile of a call whose tiles start on chunk boundaries and
+    whose kernel-frame chunk is ``C = block_N / lmk_cols`` (``kernels.fwd_tc``'s
+    ``lmk_const``; ``launch.lmk_const_acts`` says which calls): ``C - 1, 2 C - 1, ...,
+    block_N - 1``, plain ints, the ``lmk_cols`` form of :func:`tile_landmark` with ``j0 =
+    C - 1`` known at trace time (``first_landmark`` of a tile at a chunk start)."""
+    if lmk_cols <= 0 or block_N % lmk_cols:
+        raise ValueError(f"constant landmark columns need lmk_cols={lmk_cols} > 0 dividing "
+                         f"block_N={block_N}")
+    c = block_N // lmk_cols
+    return tuple((m + 1) * c - 1 for m in range(lmk_cols))
+
+
 def _landmark_columns(j, j0, chunk_size, lmk_cols):
     """``j`` is one of ``j0, j0 + C, ..., j0 + (lmk_cols - 1) * C`` (plain Python:
-    ``lmk_cols`` integer compares, unrolled at trace time)."""
+    ``lmk_cols`` integer compares, unrolled at trace time); ``lmk_cols`` a tuple
+    (:func:`constant_landmark_columns`): one of those columns, constants (``j0`` unused)."""
+    if isinstance(lmk_cols, tuple):
+        hit = j == lmk_cols[0]
+        for col in lmk_cols[1:]:
+            hit = T.Or(hit, j == col)
+        return hit
     hit = j == j0
     for m in range(1, lmk_cols):
         hit = T.Or(hit, j == j0 + m * chunk_size)
@@ -253,7 +272,9 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
       element: int to float, multiply, float to int, multiply-add, 3 compares);
     - ``K >= 1``: ``j`` compared with the first ``K`` landmark columns
       ``j0 + m * C`` of the tile (``j0`` from :func:`tile_landmark_start`, once
-      per tile, required): ``K`` integer compares per element.
+      per tile, required): ``K`` integer compares per element;
+    - a tuple of ints (:func:`constant_landmark_columns`, for calls whose every tile
+      starts a chunk with ``K * C == block_N``): ``j`` compared with those constants.
 
     The two agree exactly for every column ``j`` in ``[0, block_N)`` when
     ``K * C >= block_N``: the tile's landmark columns are ``j0 + m * C`` with

@@ -119,9 +119,13 @@ def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     out: dict[tuple, list[str]] = {}
     for (kind, args), cases in wanted.items():
         if kind == "fwd_tc":
-            knobs = args[launch._KNOBS_AT:]
-            knobs += tuple(d for _, d in launch.TC_KNOBS[len(knobs):])  # left out: defaults
-            args = args[:launch._KNOBS_AT] + knobs[:-1] + (True,)
+            knobs = list(args[launch._KNOBS_AT:])
+            knobs += [d for _, d in launch.TC_KNOBS[len(knobs):]]  # left out: defaults
+            at = launch._KNOB["wide"]
+            knobs[at] = True
+            while len(knobs) > at + 1 and knobs[-1] == launch.TC_KNOBS[len(knobs) - 1][1]:
+                knobs.pop()  # knobs after wide at their defaults left out, as launch.call_knobs does
+            args = args[:launch._KNOBS_AT] + tuple(knobs)
         elif kind == "fwd_fp32":
             args = launch.fp32_wide_args(args)
         else:
