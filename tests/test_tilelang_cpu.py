@@ -1455,7 +1455,8 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
     ``K * C == block_N`` (the view baked: its consumer zeroes no V rows, whose ``lmk_rows_j0``
     form has no constant variant). There every key tile of every query block (``lo`` as
     ``macros.block_key_range`` takes it, from the reference's ``window_left``; tiles
-    ``block_N`` keys on) holds its landmarks (the reference's ``is_landmark``) at exactly
+    ``block_N`` keys on; on the prefill grid, with GQA-packed rows and over split-KV
+    splits, as ``kernels._fwd_tc_body`` walks them) holds its landmarks (the reference's ``is_landmark``) at exactly
     those columns. The control: where the view is on but ``C = 2 block_N``, some tile holds
     none, so constant columns would mask a visible key there."""
     from reference import mask as R
@@ -1475,13 +1476,60 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
         return  # the knob needs the view baked (kernels.fwd_tc refuses it otherwise)
     K = knobs[launch._KNOB["lmk_cols"]]
     tiles = set()
-    for q_first in range(0, Lq, block_M):
-        q_end = min(q_first + block_M, Lq)
-        left = R.window_left(r + Lk - Lq + q_first, window_size=W, chunk_size=Cf, expand_to_chunk=True)
-        lo, hi = max(int(left) - r, 0), min(Lk - Lq + q_end, Lk)
-        for k0 in range(lo, hi, block_N):
-            tiles.add(tuple(j for j in range(block_N) if bool(R.is_landmark(r + k0 + j, chunk_size=Cf))))
+    # the grids of kernels._fwd_tc_body: the prefill grid (pack 1, one split), rows packed
+    # G = 4 heads a tile, and three splits of each block's key tiles
+    for G, S in ((1, 1), (4, 1), (1, 3)):
+        for q0 in range(0, G * Lq, block_M):
+            q_first, q_end = q0 // G, min((q0 + block_M - 1) // G + 1, Lq)
+            left = R.window_left(r + Lk - Lq + q_first, window_size=W, chunk_size=Cf,
+                                 expand_to_chunk=True)
+            lo, hi = max(int(left) - r, 0), min(Lk - Lq + q_end, Lk)
+            n_kb = -(-max(hi - lo, 0) // block_N)
+            per = -(-n_kb // S)
+            for sp in range(S):
+                for kb in range(max(min(per, n_kb - sp * per), 0)):
+                    k0 = lo + (sp * per + kb) * block_N
+                    tiles.add(tuple(j for j in range(block_N)
+                                    if bool(R.is_landmark(r + k0 + j, chunk_size=Cf))))
     if want is not None:
         assert tiles == {want} == {macros.constant_landmark_columns(block_N, K)}
     else:
         assert len(tiles) > 1 and () in tiles, tiles  # C = 2 block_N: every other tile has none
+
+
+@pytest.mark.parametrize("D, C, cols", [(64, 64, (63, 127)), (64, 128, (127,)), (128, 64, (63,))])
+def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
+    """The kernels of lmk_const (the lab's ``lmkconst`` at the calls launch.lmk_const_acts
+    admits) trace (``fwd_tc.get_tir``, no compile) with the landmark test as compares against
+    the constant columns and no per-tile first-landmark register; and without TileLang's
+    builder warning that a Python value (the tuple of columns) stood as a condition, which it
+    then takes for a constant (the first form of the macros did that five times a kernel)."""
+    import logging
+    import re
+
+    import tilelang.language.eager.builder as builder
+    from tilelang_impl import kernels
+
+    cfg = launch.with_knobs(launch.shipped_config(D, D), lmk_const=True)
+    kind, args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, C,
+                                      launch.LOG2E * 0.125, view=True)
+    assert kind == "fwd_tc" and args[launch._KNOBS_AT + launch._KNOB["lmk_const"]] is True
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    catch = Catch(logging.WARNING)
+    builder.logger.addHandler(catch)
+    try:
+        tir = str(kernels.fwd_tc.get_tir(*args))
+    finally:
+        builder.logger.removeHandler(catch)
+    assert not [m for m in seen if "used as condition" in m], seen
+    want = " or ".join(f"j == {c}" for c in cols)
+    tests = re.findall(r"lmk: T\.bool = ([^\n]*)", tir)
+    assert tests and set(tests) == {want}, tests
+    # the control: the shipped kernel of the same call tests against the tile's register
+    kind, args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False,
+                                      launch.shipped_config(D, D), C, launch.LOG2E * 0.125, view=True)
+    assert want not in str(kernels.fwd_tc.get_tir(*args))

@@ -228,9 +228,22 @@ def tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols):
     floor modulo inside every short-circuited ``&&`` branch of the window test.
     """
     j0 = None
-    if mask_lmk and lmk_cols and not isinstance(lmk_cols, tuple):  # a tuple: no register
+    if mask_lmk and _column_count(lmk_cols):  # constant columns (a tuple): no register
         j0 = T.alloc_var("int32", init=first_landmark(k_first, r, chunk_size))
     return j0
+
+
+def _columns_baked(lmk_cols) -> bool:
+    """Whether the landmark columns are baked (a count ``K > 0`` or constant columns, a
+    tuple): a Python bool for the macros' trace-time tests (TileLang's builder warns on a
+    tuple used as a condition and takes it for a constant)."""
+    return isinstance(lmk_cols, tuple) or lmk_cols > 0
+
+
+def _column_count(lmk_cols) -> bool:
+    """Whether the columns are a count ``K > 0`` (``j0 + m * C`` from a tile's register),
+    not constants (a tuple, :func:`constant_landmark_columns`)."""
+    return not isinstance(lmk_cols, tuple) and lmk_cols > 0
 
 
 def constant_landmark_columns(block_N: int, lmk_cols: int) -> tuple:
@@ -288,7 +301,7 @@ def tile_landmark(k_first, j, r, chunk_size, inv_chunk, lmk_cols, j0=None):
     below ``Lk`` is a landmark and both tests mark at most column
     ``Lk - k_first``, a key past ``Lk`` that no row sees.
     """
-    if lmk_cols:
+    if _columns_baked(lmk_cols):
         lmk = _landmark_columns(j, j0, chunk_size, lmk_cols)
     else:
         lmk = _tile_is_landmark(k_first, j, r, chunk_size, inv_chunk)
@@ -394,7 +407,7 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
     """
     if j0 is None:
         j0 = tile_landmark_start(k_first, r, chunk_size, mask_lmk, lmk_cols)
-    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, mask_lmk and not lmk_cols)
+    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, mask_lmk and not _columns_baked(lmk_cols))
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             visible(_row_pos(r, Lk, Lq, q_first, i, pack), k_first, j, left_row[i], r,
@@ -435,7 +448,7 @@ def mask_landmarks(acc_s, k_first, block_M, block_N, r, chunk_size, inv_chunk, s
     """
     if j0 is None:
         j0 = tile_landmark_start(k_first, r, chunk_size, True, lmk_cols)
-    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, not lmk_cols)
+    inv_t = tile_divisor(inv_chunk, k_first, r, chunk_size, not _columns_baked(lmk_cols))
     for i, j in _loop(gpu)(block_M, block_N):
         acc_s[i, j] = T.if_then_else(
             tile_landmark(k_first, j, r, chunk_size, inv_t, lmk_cols, j0),
@@ -519,7 +532,10 @@ def zero_landmark_rows(V_s, k_first, block_N, Dv, r, chunk_size, inv_chunk, dtyp
     read into the result (the select's value does not depend on it).
     """
     R = min(block_N, 256 // math.gcd(256, Dv))
-    if j0 is not None and not lmk_cols:
+    if isinstance(lmk_cols, tuple):  # kernels.fwd_tc's lmk_const comes with the view only
+        raise ValueError("zero_landmark_rows: constant landmark columns need the chunk view of "
+                         "v, which zeroes no V rows")
+    if j0 is not None and not _column_count(lmk_cols):
         raise ValueError("zero_landmark_rows: j0 needs lmk_cols > 0 (launch.rows_j0_acts)")
     if j0 is None:
         j0 = first_landmark(k_first, r, chunk_size)
