@@ -168,15 +168,17 @@ def variants():
                      **({"__maxnreg": cfg.maxnreg} if cfg.maxnreg else {})),
                 cfg.num_warps, cfg.num_stages, True)
             # the chunked view's variants (launch._vchunk_variant, _make_plan): the last column
-            # (LMK_ONE == 2) and the edge view (EDGE_VIEW), each with FOLD where
-            # launch.TMA_VIEW_FOLD ships it, where the tables ship them
+            # (LMK_ONE == 2) and the edge view (EDGE_VIEW), where the tables ship them, each
+            # without FOLD and, where launch.TMA_VIEW_FOLD ships it, with it (a call whose scale
+            # launch._fold_ok refuses runs the former)
             if chunk and L.TMA_LAST_COL.get((cls, bucket)):
                 name = f"tma-{mode}-{t}-D{d}-{bm}x{bn}w{cfg.num_warps}s{cfg.num_stages}"
                 grp, fn, ptrs, consts, warps, stages, hgmma = out[name]
-                fold = L.TMA_VIEW_FOLD.get((cls, bucket), False)
-                for ev in [False, True] if L.TMA_EDGE_VIEW.get((cls, bucket)) else [False]:
-                    out[name + ("-edgeview" if ev else "-lastcol") + ("-fold" if fold else "")] = (
-                        grp, fn, ptrs, dict(consts, LMK_ONE=2, EDGE_VIEW=ev, FOLD=fold), warps, stages, hgmma)
+                for fold in sorted({False, L.TMA_VIEW_FOLD.get((cls, bucket), False)}):
+                    for ev in [False, True] if L.TMA_EDGE_VIEW.get((cls, bucket)) else [False]:
+                        out[name + ("-edgeview" if ev else "-lastcol") + ("-fold" if fold else "")] = (
+                            grp, fn, ptrs, dict(consts, LMK_ONE=2, EDGE_VIEW=ev, FOLD=fold), warps,
+                            stages, hgmma)
     # int64 positions (Lk near 2**31: launch._frame pushes the frame past 2**31): the TMA
     # coordinates must still be int32
     # (and with the chunked view of v where the table ships it: an int64 frame with a
@@ -392,7 +394,8 @@ def shipped_tma_names() -> set:
     """Names (:func:`variants`) of the TMA prefill kernels the table ships: per row of
     ``launch.PREFILL_TMA`` the pointer-v kernel and, where ``launch.TMA_V_CHUNK`` says so,
     the chunked-view one and its variants (``launch._vchunk_variant``: last column, edge
-    view, with ``FOLD`` where ``launch.TMA_VIEW_FOLD`` says so), both 16-bit dtypes."""
+    view; without ``FOLD`` and, where ``launch.TMA_VIEW_FOLD`` says so, with it), both 16-bit
+    dtypes."""
     from triton_impl import launch as L
 
     names = set()
@@ -402,11 +405,11 @@ def shipped_tma_names() -> set:
             names.add(f"tma-{'v_tma' if v_tma else 'v_ptr'}-{t}-{tile}")
             if L.TMA_V_CHUNK.get(key):
                 names.add(f"tma-v_chunk-{t}-{tile}")
-                fold = "-fold" if L.TMA_VIEW_FOLD.get(key) else ""
-                if L.TMA_LAST_COL.get(key):
-                    names.add(f"tma-v_chunk-{t}-{tile}-lastcol{fold}")
-                    if L.TMA_EDGE_VIEW.get(key):
-                        names.add(f"tma-v_chunk-{t}-{tile}-edgeview{fold}")
+                for fold in sorted({"", "-fold" if L.TMA_VIEW_FOLD.get(key) else ""}):
+                    if L.TMA_LAST_COL.get(key):
+                        names.add(f"tma-v_chunk-{t}-{tile}-lastcol{fold}")
+                        if L.TMA_EDGE_VIEW.get(key):
+                            names.add(f"tma-v_chunk-{t}-{tile}-edgeview{fold}")
     return names
 
 
@@ -415,7 +418,10 @@ def test_fp_contraction_is_pinned():
     does not follow ``TRITON_DEFAULT_FP_FUSION`` (Triton 3.10 is to default to no fusion): the
     shipped D = 64 edge-view kernel with FOLD has the same FFMA count under 0 and 1; the control,
     compiled without the option, loses FFMAs under 0 (the setting reaches the code)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # without the interpreter, and without Triton's own override (3.9+), which turns fusion
+    # off whatever the option says
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "TRITON_FORCE_DISABLE_FP_FUSION")}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     name = "tma-v_chunk-bf16-D64-64x64w4s2-edgeview-fold"
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--fusion", name], env=env, cwd=root,

@@ -77,16 +77,17 @@ def capture_graph(capture, warmup=None):
 
 def commit_label() -> str:
     """The checkout's commit for a report, ``-dirty`` appended when tracked files differ from
-    it (``git describe --always --dirty``; untracked files do not count). The device tool's
-    copy of the working tree can carry a ``.git`` older than the tree (session 38: a tree at
-    8a91ade read HEAD as 6dbab1c), so a label without ``-dirty`` there is the tree's own only
-    when ``--dirty`` agrees; scripts pass the commit they ran (``tools/gpu_all.sh``'s
-    ``--commit``). ``unknown`` outside a git checkout."""
+    it (``git describe --always --dirty``; untracked files do not count; tags excluded, so the
+    label is the abbreviated hash). The device tool's copy of the tree can carry a ``.git``
+    older than the tree (session 38: a tree at 8a91ade read HEAD as 6dbab1c); the label then
+    ends in ``-dirty`` instead of naming the older commit as the tree. Scripts pass the commit
+    they ran (``tools/gpu_all.sh``'s ``--commit``; the TileLang labs take ``COMMIT`` from the
+    environment before this). ``unknown`` outside a git checkout."""
     import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
-                             text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             timeout=30)
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7", "--exclude=*"],
+                             capture_output=True, text=True, cwd=root, timeout=30)
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"

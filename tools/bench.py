@@ -676,7 +676,7 @@ def _parser() -> argparse.ArgumentParser:
                          "measurement included)")
     ap.add_argument("--flex-static", action="store_true",
                     help="compile flex statically per shape (default: torch's automatic dynamic shapes, fewer compiles)")
-    ap.add_argument("--commit", default=None, help="commit label for the report (default: git rev-parse HEAD)")
+    ap.add_argument("--commit", default=None, help="commit label for the report (default: tools._common.commit_label, git describe --dirty)")
     ap.add_argument("--list", action="store_true", help="print the shape suite and exit")
     return ap
 

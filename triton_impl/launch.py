@@ -612,7 +612,8 @@ def _frame_static(static: tuple, frame: tuple) -> tuple:
 # (``a * b + c`` as one FMA) pinned on: every timing in BENCHMARKS.md was taken with it, Triton
 # 3.6 and 3.9 default to it, and Triton 3.9 warns that 3.10 will default to off unless
 # TRITON_DEFAULT_FP_FUSION says otherwise; FOLD (kernels._softmax_p) exists for the FMA it makes.
-# TRITON_FORCE_DISABLE_FP_FUSION=1 still turns it off (Triton's own override, for debugging).
+# TRITON_FORCE_DISABLE_FP_FUSION=1 still turns it off on Triton 3.9+ (Triton's own override, for
+# debugging; Triton 3.6 has no such variable: nothing overrides the option there).
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 
