@@ -206,7 +206,8 @@ TMA_EDGE_VIEW: dict[tuple[str, int], bool] = {("16", 64): True, ("16", 128): Tru
 # (tools/lab_vchunk.py --lmk2, bench_results/vchunk-lab38-lmk2-h100-6dbab1c.json), paired per
 # round against the same variant without it: D = 64 -1.4..-3.0% (b2b) on 8K 32/4, 8K 16/2 and
 # batch 4x4K, -2.4..-4.0% on the 4096 window, in every round (session 37's lab, the last column
-# with and without it: -2.3..-3.9% on those three, -5.6..+2.7% on the window); D = 128 -0.3..-0.9% at 8K and -1.6..+4.7% at 16K, within the spread: off.
+# with and without it: -2.3..-3.9% on those three, -5.6..+2.7% on the window); D = 128
+# -0.3..-0.9% at 8K and -1.6..+4.7% at 16K, within the spread: off.
 TMA_VIEW_FOLD: dict[tuple[str, int], bool] = {("16", 64): True}
 # Scale in the exponent's FMA instead of a multiply per score (kernels._softmax_p,
 # FOLD), for calls whose qk_scale is a positive normal float32 (_fold_ok):
