@@ -375,10 +375,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_const={lmk_const!r}: a bool")
     if lmk_const:
         # every tile starts a chunk only with the view (v_chunk: launch.v_chunk_call), and its
-        # landmark columns are the constants only where K * C == block_N (launch.lmk_const_acts)
-        if not (v_chunk and mask_lmk and lmk_cols > 0 and block_N % lmk_cols == 0):
-            raise ValueError(f"lmk_const needs v_chunk, mask_lmk and lmk_cols={lmk_cols} > 0 "
-                             f"dividing block_N={block_N}")
+        # landmark columns are the constants only where K * C == block_N (launch.lmk_const_acts);
+        # constant_landmark_columns refuses a K that is not a positive divisor of block_N
+        if not (v_chunk and mask_lmk):
+            raise ValueError("lmk_const needs v_chunk and mask_lmk")
         lmk_cols = M.constant_landmark_columns(block_N, lmk_cols)
 
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")

@@ -412,7 +412,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     is on where the call needs it (``wide``: :func:`wide_positions`) or the config asks for
     it (a lab timing its cost: the wide test is exact at every position a kernel gets).
     ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call."""
-    full = list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
+    full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
     vc = _KNOB["v_chunk"]
@@ -424,6 +424,19 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
     lc = _KNOB["lmk_const"]
     full[lc] = bool(full[lc]) and lmk_const_acts(full[vc], full[cols], C, block_N)
+    return trimmed_knobs(full)
+
+
+def full_knobs(knobs) -> list:
+    """Knob values (a prefix of :data:`TC_KNOBS`' order) with the left-out ones at their
+    defaults."""
+    return list(knobs) + [d for _, d in TC_KNOBS[len(knobs):]]
+
+
+def trimmed_knobs(knobs) -> tuple:
+    """Knob values with trailing defaults left out: one cache key per kernel (a kernel's key
+    keeps the form it had before the knobs after its last set one existed)."""
+    full = list(knobs)
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)

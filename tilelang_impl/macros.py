@@ -253,8 +253,8 @@ def constant_landmark_columns(block_N: int, lmk_cols: int) -> tuple:
     block_N - 1``, plain ints, the ``lmk_cols`` form of :func:`tile_landmark` with ``j0 =
     C - 1`` known at trace time (``first_landmark`` of a tile at a chunk start)."""
     if lmk_cols <= 0 or block_N % lmk_cols:
-        raise ValueError(f"constant landmark columns need lmk_cols={lmk_cols} > 0 dividing "
-                         f"block_N={block_N}")
+        raise ValueError(f"lmk_const: constant landmark columns need lmk_cols={lmk_cols} > 0 "
+                         f"dividing block_N={block_N}")
     c = block_N // lmk_cols
     return tuple((m + 1) * c - 1 for m in range(lmk_cols))
 

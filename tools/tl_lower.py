@@ -119,13 +119,9 @@ def widened(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
     out: dict[tuple, list[str]] = {}
     for (kind, args), cases in wanted.items():
         if kind == "fwd_tc":
-            knobs = list(args[launch._KNOBS_AT:])
-            knobs += [d for _, d in launch.TC_KNOBS[len(knobs):]]  # left out: defaults
-            at = launch._KNOB["wide"]
-            knobs[at] = True
-            while len(knobs) > at + 1 and knobs[-1] == launch.TC_KNOBS[len(knobs) - 1][1]:
-                knobs.pop()  # knobs after wide at their defaults left out, as launch.call_knobs does
-            args = args[:launch._KNOBS_AT] + tuple(knobs)
+            knobs = launch.full_knobs(args[launch._KNOBS_AT:])  # left out: defaults
+            knobs[launch._KNOB["wide"]] = True
+            args = args[:launch._KNOBS_AT] + launch.trimmed_knobs(knobs)  # as launch.call_knobs
         elif kind == "fwd_fp32":
             args = launch.fp32_wide_args(args)
         else:

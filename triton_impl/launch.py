@@ -1246,25 +1246,21 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
                 + f" (batch slices of {s.stop} or fewer: {len(cuts)} launches)")
     plan = _plan(p, **knobs)
     kind = plan.path
-    chunked, variant = False, ""
-    fold = None  # the plan's FOLD; the view's variant's where the call takes one
+    chunked = False
     ops = _tma_operands(plan, knobs.get("tma"), q, k, v) if kind == "prefill" else None
     if ops is not None:
         plan = plan.tma
         kind = plan.path  # "prefill_tma" or "prefill_gluon"
         r, _, c = _frame(p)
         chunked = _v_chunk_desc(plan, p, _j_min(plan, p), r, c, *ops[2], v.element_size()) is not None
-        if chunked:
-            runs = _vchunk_variant(plan.vchunk, p, r, c, plan.blocks[0])
-            variant = {"prefill_tma_lastcol": " last-col", "prefill_tma_edgeview": " edge-view"}.get(
-                runs.path, "")
-            fold = runs.fold
+    runs = _vchunk_variant(plan.vchunk, p, r, c, plan.blocks[0]) if chunked else plan  # its FOLD
+    variant = {"prefill_tma_lastcol": " last-col", "prefill_tma_edgeview": " edge-view"}.get(runs.path, "")
     cx = next(iter(plan.constexprs.values()))
     st = _frame_static(next(iter(plan.static.values())), _frame(p))
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
-    if (plan.fold if fold is None else fold) and _fold_ok(p.sm_scale * LOG2E):
+    if runs.fold and _fold_ok(p.sm_scale * LOG2E):
         text += " fold"
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
