@@ -789,7 +789,7 @@ def test_lmk_cols_rule_per_call():
     assert launch.tc_config(256, 256) == (64, 64, 2, 128) and launch.tc_knobs(256, 256) == ()
     assert launch.shipped_config(32, 64) == launch.with_knobs(
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
-        v_chunk=launch.TC_V_CHUNK)
+        v_chunk=launch.TC_V_CHUNK, lmk_const=True)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
@@ -1449,9 +1449,9 @@ def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):
     (128, 32, 2000, 6144, 0, None),     # view refused (two chunks of V rows TileLang cannot
 ])                                      # split): V's rows zeroed by the consumer, not baked
 def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq, Lk, kv_start, want):
-    """launch.lmk_const_acts (session 38's lab knob ``lmk_const``: the landmark columns as
-    compile-time constants, ``macros.constant_landmark_columns``; off in every shipped
-    config): under the permission, baked exactly where the chunk view serves the call and
+    """launch.lmk_const_acts (session 38's knob ``lmk_const``: the landmark columns as
+    compile-time constants, ``macros.constant_landmark_columns``; a permission in the shipped
+    prefill config since session 39): under the permission, baked exactly where the chunk view serves the call and
     ``K * C == block_N`` (the view baked: its consumer zeroes no V rows, whose ``lmk_rows_j0``
     form has no constant variant). There every key tile of every query block (``lo`` as
     ``macros.block_key_range`` takes it, from the reference's ``window_left``; tiles
@@ -1463,8 +1463,8 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
     from tilelang_impl import macros
 
     p = _meta_problem(1, 4, 4, Lq, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
-    assert launch.shipped_config(D, D)[4 + launch._KNOB["lmk_const"]] is False  # a lab knob
-    cfg = launch.with_knobs(launch.shipped_config(D, D), lmk_const=True)
+    cfg = launch.shipped_config(D, D)
+    assert cfg[4 + launch._KNOB["lmk_const"]] is True  # the shipped permission (session 39)
     r, W, Cf = launch.frame(p)
     view = launch.v_chunk_call(p)
     key = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, Cf, 0.2, view=view)[1]
@@ -1499,7 +1499,7 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
 
 @pytest.mark.parametrize("D, C, cols", [(64, 64, (63, 127)), (64, 128, (127,)), (128, 64, (63,))])
 def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
-    """The kernels of lmk_const (the lab's ``lmkconst`` at the calls launch.lmk_const_acts
+    """The kernels of lmk_const (shipped since session 39, at the calls launch.lmk_const_acts
     admits) trace (``fwd_tc.get_tir``, no compile) with the landmark test as compares against
     the constant columns and no per-tile first-landmark register; and without TileLang's
     builder warning that a Python value (the tuple of columns) stood as a condition, which it
@@ -1510,7 +1510,7 @@ def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
     import tilelang.language.eager.builder as builder
     from tilelang_impl import kernels
 
-    cfg = launch.with_knobs(launch.shipped_config(D, D), lmk_const=True)
+    cfg = launch.shipped_config(D, D)
     kind, args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, C,
                                       launch.LOG2E * 0.125, view=True)
     assert kind == "fwd_tc" and args[launch._KNOBS_AT + launch._KNOB["lmk_const"]] is True
@@ -1529,7 +1529,8 @@ def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
     want = " or ".join(f"j == {c}" for c in cols)
     tests = re.findall(r"lmk: T\.bool = ([^\n]*)", tir)
     assert tests and set(tests) == {want}, tests
-    # the control: the shipped kernel of the same call tests against the tile's register
+    # the control: the same call without the permission tests against the tile's register
     kind, args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False,
-                                      launch.shipped_config(D, D), C, launch.LOG2E * 0.125, view=True)
+                                      launch.with_knobs(cfg, lmk_const=False), C,
+                                      launch.LOG2E * 0.125, view=True)
     assert want not in str(kernels.fwd_tc.get_tir(*args))

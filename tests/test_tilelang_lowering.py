@@ -38,7 +38,8 @@ def test_the_tier_reaches_every_kind_of_kernel():
 def test_widened_kernels_are_the_same_kernels_built_wide():
     """``--wide`` (tl_lower.widened): every landmark-testing kernel of the tier once more,
     with only the knob ``wide`` on (after the knobs it had, their defaults filled in; the
-    knobs after it, session 38's ``lmk_const``, at their defaults left out as the launcher does), the
+    knobs after it, session 38's ``lmk_const``, kept where set and left out at their defaults as the
+    launcher does), the
     kernel a call past 2**22 positions takes; the combine left out. The tier's ``long4m``
     cases (a cache of 2**22 + 1003 keys) ask for wide kernels themselves: those map to
     themselves."""
@@ -56,12 +57,15 @@ def test_widened_kernels_are_the_same_kernels_built_wide():
             n = len(args) - launch._KNOBS_AT
             assert wargs[:min(len(args), at)] == args[:at]  # the knobs it had, kept
             assert wargs[len(args):at] == defaults[n:launch._KNOB["wide"]] and wargs[at] is True
-            assert len(wargs) == at + 1
+            assert wargs[at + 1:] == args[at + 1:]  # the knobs after it (lmk_const), kept
+            assert len(wargs) == max(len(args), at + 1)
         else:
             assert wargs == args[:6] + launch.FP32_TILE + (True,)
         if f"k{LONG4M_LK}-" in " ".join(cases):
             assert wargs == args  # built wide already
     assert any(f"k{LONG4M_LK}-" in " ".join(c) for c in WANTED.values())
+    lc = launch._KNOBS_AT + launch._KNOB["lmk_const"]
+    assert any(len(a) > lc and a[lc] for k, a in WANTED if k == "fwd_tc")  # kept past wide
 
 
 def test_a_widened_kernel_without_trailing_knobs_lowers():

@@ -233,10 +233,13 @@ def ctas_per_sm(config) -> int:
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
     knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
-    :data:`TC_MIN_BLOCKS`; rows not packed. What :func:`run_cuda` uses when none is
+    :data:`TC_MIN_BLOCKS`, the chunk view of ``v`` (``v_chunk`` = :data:`TC_V_CHUNK`) and
+    ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100
+    at fe9de2e, four runs back to back, L2 not flushed: D = 128 L = 8K / 16K +3..+4% every
+    run, the D = 64 GQA rows +1..+9%, chunked prefill +0..+9%; never slower); rows not packed. What :func:`run_cuda` uses when none is
     given is :func:`prefill_config` (this, packed where :func:`packs`)."""
     cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
-    return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK)
+    return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK, lmk_const=True)
             if max(Dqk, Dv) <= 128 else cfg)
 
 
@@ -332,7 +335,7 @@ def prefill_config(p) -> tuple:
 #: sets it where :func:`wide_positions`; a config may only force it on (a lab timing it).
 #: It follows ``v_chunk`` and puts the optional ``ws`` after itself (index 17 of a config):
 #: a config written for the layout before it would have its ``ws`` read as ``wide``.
-#: ``lmk_const`` (session 38, a permission; a lab knob, off in every shipped config): the
+#: ``lmk_const`` (session 38, a permission; on in :func:`shipped_config` since session 39): the
 #: landmark columns as compile-time constants where :func:`lmk_const_acts` holds for the call
 #: (``kernels.fwd_tc``); ``ws`` moves to index 18.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),

@@ -216,7 +216,7 @@ VARIANTS = {
     "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
                      "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
                      "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
-    # session 38 (written on the CPU, not run): on calls the chunk view serves, every tile
+    # session 38 (written on the CPU; run in session 39): on calls the chunk view serves, every tile
     # starts a chunk, so with K * C == block_N its landmark columns are C - 1, ..., block_N - 1
     # at every tile (launch.lmk_const_acts): compile-time constants instead of K compares per
     # score against the tile's j0 register (macros.constant_landmark_columns). SASS (sm_90a,
@@ -225,13 +225,14 @@ VARIANTS = {
     # ISETP / FSEL / LOP3 of the landmark selects go where the thread's column cannot be one.
     # Triton's compile-time landmark column (session 37) took -12% of its inside block's
     # instructions for -3..-9% kernel time.
-    "lmkconst": (lambda D: _full(_launch().shipped_config(D, D), lmk_const=True),
-                 "shipped config with the landmark columns as compile-time constants where the "
-                 "call allows it (launch.lmk_const_acts: the view of v and K * C == block_N; "
-                 "every SHAPES row, C = 64)",
-                 "D=64 rows +5-12% over shipped (the loop -24% of its instructions, the "
-                 "landmark selects sit on the softmax's serial chain), D=128 rows +3-8% (-15%); "
-                 "chunked row like D=128"),
+    # Shipped in session 39 (launch.shipped_config: lmk_const=True): lab on an H100 at
+    # fe9de2e, four runs back to back (L2 not flushed): D=128 L=8K / 16K +3..+4% every run,
+    # the D=64 GQA rows +1..+9%, chunked prefill +0..+9%; predicted +5-12% / +3-8%. The
+    # control below runs shipped without it.
+    "nolmkconst": (lambda D: _full(_launch().shipped_config(D, D), lmk_const=False),
+                   "shipped config with the landmark columns tested against the tile's j0 "
+                   "register (lmk_const off: before session 39)",
+                   "shipped +1-9% over it (session 39 lab, H100, fe9de2e)"),
     "ovl-s3": (lambda D: _ovl(D, stages=3),
                "ovl with three stages (the K/V lag one more tile behind the math)",
                "within 3% of ovl (D=128: may not fit two CTAs per SM)"),
@@ -494,9 +495,9 @@ CASES = [
     ("D128 Lq<Lk kv_start=128 C64 view nan", 128, (True, True),
      dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=1024, window_size=200, chunk_size=64, kv_start=128,
           nan_slots=True, tail_nan=True)),
-    # C == the tile's block_N (D=64: 128-key tiles, one chunk each; lmkconst's column 127),
+    # C == the tile's block_N (D=64: 128-key tiles, one chunk each; lmk_const's column 127),
     # and C = 2 block_N (a landmark in every other tile: launch.lmk_const_acts refuses it,
-    # lmkconst runs the shipped kernel)
+    # the shipped kernel tests the columns against j0 there)
     ("D64 C128 view kv_start=256 nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=2, Lq=700, Lk=1280, window_size=400, chunk_size=128, kv_start=256,
           nan_slots=True, tail_nan=True)),
