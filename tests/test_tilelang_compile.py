@@ -167,8 +167,8 @@ TC_VARIANTS = {
     "d64-nolmk": _tc(64, 64, lmk=False),
     # session 25: v through the chunk view (v_chunk; calls with kv_start and Lk multiples of
     # C, launch.v_chunk_call) where C is a multiple of block_N: D = 128 at C = 64 (a tile
-    # is a chunk; C = 128, half a chunk a tile, bakes the same kernel: C is dynamic), BLHD,
-    # GQA-packed rows; D = 64 at C = 128
+    # is a chunk; C = 128, half a chunk a tile, baked the same kernel until session 39's
+    # lmk_const: d128-vchunk-c128 below), BLHD, GQA-packed rows; D = 64 at C = 128
     "d128-vchunk": _tc(128, 128, view=True),
     "d128-vchunk-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True, view=True),
     "d128-vchunk-pack4": _tc(128, 128, knobs=_shipped_knobs(128, pack=4, view=True)),
@@ -186,6 +186,12 @@ TC_VARIANTS = {
         64, 64, "bfloat16", True, True, False, False,
         launch.with_knobs((128, 64, 2, 256) + launch.shipped_config(64, 64)[4:], min_blocks=2,
                           v_chunk=True), 64, launch.LOG2E * default_scale(64), view=True)[1],
+    # session 39: the view kernels above bake lmk_const (the landmark columns as constants,
+    # launch.lmk_const_acts: K * C == block_N); the view where a landmark falls in every
+    # other tile only keeps the compares against the tile's j0: D = 128 at C = 128 (and 256,
+    # the same kernel), D = 64 at C = 256
+    "d128-vchunk-c128": _tc(128, 128, C=128, view=True),
+    "d64-vchunk-c256": _tc(64, 64, C=256, view=True),
     # the split-KV kernel with the view (shipped since session 28, launch.split_config)
     "d128-split-vchunk": _tc(128, 128, split=True, view=True),
     # session 31: built wide (a cache past 2**22 keys, launch.wide_positions: the landmark
@@ -227,7 +233,16 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     # kernel, one landmark column per tile, rows from k0 % C)
     for C in (64, 128, 256):
         assert _tc(128, 128, C=C, view=True) in have, C
-    assert _tc(64, 64, C=128, view=True) in have and _tc(64, 64, C=64, view=True) in have
+    for C in (64, 128, 256):
+        assert _tc(64, 64, C=C, view=True) in have, C
+    lc = launch._KNOBS_AT + launch._KNOB["lmk_const"]
+    baked = {name: len(a) > lc and a[lc] for name, a in TC_VARIANTS.items() if "vchunk" in name}
+    # not baked: a landmark in every other tile, the split kernel (split_config: no
+    # permission), and C = 32 at D = 64 (K = 4 columns, past the lmk_cols cap of 2: the
+    # general test)
+    assert baked == {**{n: True for n in baked}, "d128-vchunk-c128": False,
+                     "d64-vchunk-c256": False, "d128-split-vchunk": False,
+                     "d64-vchunk4": False}, baked
 
 
 @pytest.mark.parametrize("plain_name, view_name", [("d128", "d128-vchunk"),
