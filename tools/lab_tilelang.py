@@ -770,6 +770,43 @@ DECODE_VARIANTS.update({
                "D128 B=1: 12.0 -> 12-14 us (a second wave); D64 = dec-shipped"),
 })
 
+
+
+def _dec_lmkconst(on):
+    """Session 39: the landmark columns as compile-time constants in decode (``lmk_const``,
+    launch.lmk_const_acts). ``on``: the split-KV kernel (Dv 96 / 128) with the permission,
+    which ``launch.split_config`` does not give (D <= 64: ``dec-shipped``, whose packed
+    prefill-grid kernel has it since ebd1760). Off: D <= 64's packed decode without it, as
+    shipped before ebd1760 (D > 64: ``dec-shipped``)."""
+    def cfg(D):
+        shipped, split = _dec_shipped(D)
+        if split and on:
+            return _full(shipped, lmk_const=True), split
+        if not split and not on:
+            return _full(shipped, lmk_const=False), split
+        return shipped, split
+    return cfg
+
+
+# Session 39 (written on the CPU, not run): ebd1760 ships lmk_const in the prefill config,
+# measured on prefill shapes only (+1..+9%); D = 64 decode runs that config packed, and the
+# split-KV kernel (64-key tiles, the view at C = 64: one landmark column, K * C == block_N)
+# could take it too. Decode is bound by the programs' fixed cost and the window's bytes, not
+# the key loop's instructions (about 2-3 key tiles a program): predicted within +-0.2 us of
+# dec-shipped either way (8 us at B=1 D128, L2 not flushed, session 28).
+# Run: --only dec-shipped,dec-lmkconst,dec-nolmkconst
+DECODE_VARIANTS.update({
+    "dec-lmkconst": (_dec_lmkconst(True),
+                     "split-KV (D128) with lmk_const; D64 = dec-shipped",
+                     "D128 B=1: -0..-0.2 us (the key loop -15% of its instructions, 2-3 tiles a "
+                     "program); D64 = dec-shipped"),
+    "dec-nolmkconst": (_dec_lmkconst(False),
+                       "D64's packed prefill-grid decode without lmk_const (before ebd1760); "
+                       "D128 = dec-shipped",
+                       "D64: +0..+0.2 us against dec-shipped (the control of ebd1760 on "
+                       "decode); D128 = dec-shipped"),
+})
+
 # Session 8's decode variants "dec-pdl" (the combine as a programmatic dependent launch:
 # 12.1 / 12.1 us against 12.0 / 12.0 at ab58094, lab12; with the cython launcher 12.1 /
 # 12.0 / 9.3 / 9.4 against 12.0 / 11.9 / 9.3 / 9.5 at 92218e9, lab14) and "dec-m16"
