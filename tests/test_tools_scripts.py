@@ -182,7 +182,9 @@ echo "$*" >> "$OUT/calls"
 case "$2" in
   tools.tl_lower) echo "FAIL fwd_tc(128, 128)"; echo "  ThreadSync"; echo "3/4 lower, 1 s"
                   exit "$FAKE_LOWER_RC" ;;
-  tools.cli) echo "hils-swa conformance ="; echo "$3 ran"; exit 0 ;;
+  tools.cli) echo "hils-swa conformance ="; echo "$3 ran"
+             prev=; for a in "$@"; do [ "$prev" = --json ] && echo "{}" > "$a"; prev=$a; done
+             exit 0 ;;
 esac
 exit 3
 """
@@ -190,11 +192,11 @@ exit 3
 
 def _gpu_all(tmp_path, **env):
     fake = tmp_path / "bin" / "python"
-    fake.parent.mkdir()
+    fake.parent.mkdir(exist_ok=True)
     fake.write_text(_FAKE_PYTHON)
     fake.chmod(0o755)
     out = tmp_path / "out"
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     full = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}", OUT=str(out),
                 TL_UNPACK="0", PART="conform", FAKE_LOWER_RC="0")
     full.update(env)
@@ -249,6 +251,29 @@ def test_gpu_all_pre_flight_gates_the_tier(tmp_path, env, ran, said):
                               else ("--fold-dtypes", "--build"))
             assert want in c.split() and not_want not in c.split(), c
             assert "-j" not in c.split(), c  # tl_lower's default: at most 16 (test below)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_gpu_all_shards_in_one_call_keep_their_files(tmp_path):
+    """Two shards run into one $OUT (session 39 ran shards 1 and 2 in one device call and
+    shard 2's conform.json replaced shard 1's): each shard writes conform-shardN.json /
+    .log and tl_lower-shardN.log, and a shard that finishes removes its own partial results
+    only, not another shard's (fake python)."""
+    out = tmp_path / "out"
+    res1, _, raw1 = _gpu_all(tmp_path, SHARD="1")
+    assert res1.returncode == 0, res1.stderr
+    (out / "conform-shard1.json").unlink()  # shard 1 left no report, only its partial one
+    (out / "conform-shard1.json.partial.jsonl").write_text("{}\n")
+    (out / "conform-shard2.json.partial.jsonl").write_text("{}\n")
+    res2, _, raw2 = _gpu_all(tmp_path, SHARD="2")
+    assert res2.returncode == 0, res2.stderr
+    assert f"--json {out}/conform-shard1.json" in raw1[-1], raw1
+    assert f"--json {out}/conform-shard2.json" in raw2[-1], raw2
+    names = {f.name for f in out.iterdir()}
+    assert {"conform-shard1.log", "conform-shard2.log", "tl_lower-shard1.log",
+            "tl_lower-shard2.log", "conform-shard2.json",
+            "conform-shard1.json.partial.jsonl"} <= names, names
+    assert "conform-shard2.json.partial.jsonl" not in names and "conform.json" not in names
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

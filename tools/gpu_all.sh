@@ -3,7 +3,9 @@
 #   bash tools/gpu_all.sh <commit>      (device tool: carry [".device"], $OUT set)
 # Unpacks TileLang (../shared/device/README.md), runs the full conformance tier
 # on CUDA and the benchmark suite, each under its own time cap, and leaves
-# conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT.
+# conform.json / bench.json / BENCHMARKS.md / bench.png and logs under $OUT (with SHARD=n the
+# tier's files are conform-shardn.json / .log and tl_lower-shardn.log, so that several shards
+# run in one call keep their results).
 # BACKEND_ARGS="--backend reference --backend triton --backend triton-tma --backend tilelang
 # --backend tilelang-split" adds optional backends to the conformance run. PART=conform or PART=bench runs one
 # half only: the full tier with all four backends (1084 cases at 677ea40: 469 s at
@@ -53,25 +55,26 @@ esac
 if [ "${TL_UNPACK:-1}" != 0 ]; then bash tools/tl_site.sh || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 COMMIT=${1:-unknown}
+tag=${SHARD:+-shard$SHARD}
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.csv" 2>&1
 crc=skipped; brc=skipped; lrc=skipped
 case " ${BACKEND_ARGS:-tilelang} " in *tilelang*) tl_run=1 ;; *) tl_run=0 ;; esac
 if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ] && [ "$tl_run" = 1 ]; then
   timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
-    "${mode[@]}" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower.log" 2>&1
+    "${mode[@]}" ${ONLY:+--only "$ONLY"} > "$OUT/tl_lower$tag.log" 2>&1
   lrc=$?
   case "$lrc" in
-    0) tail -1 "$OUT/tl_lower.log" ;;
-    1) grep -E '^(FAIL|  )|(lower|built), ' "$OUT/tl_lower.log" | head -30
+    0) tail -1 "$OUT/tl_lower$tag.log" ;;
+    1) grep -E '^(FAIL|  )|(lower|built), ' "$OUT/tl_lower$tag.log" | head -30
        echo "pre-flight: kernels that do not $did (above); the tier does not start" ;;
-    124|137) tail -3 "$OUT/tl_lower.log"
+    124|137) tail -3 "$OUT/tl_lower$tag.log"
        if [ "$did" = build ]; then
          echo "pre-flight: out of time (PRELOWER_S=${PRELOWER_S:-240}); the tier builds the rest"
          lrc="$lrc-time"
        else
          echo "pre-flight: out of time (PRELOWER_S=${PRELOWER_S:-240}); the tier does not start"
        fi ;;
-    *) tail -15 "$OUT/tl_lower.log"
+    *) tail -15 "$OUT/tl_lower$tag.log"
        echo "pre-flight: crashed (rc $lrc, above); the tier does not start" ;;
   esac
 fi
@@ -82,11 +85,11 @@ if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ] || [ 
     echo "tier not started: ${left} s of CONFORM_S=${CONFORM_S:-540} left"
   else
     timeout -s INT -k 15 "$left" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform.json" \
-      > "$OUT/conform.log" 2>&1
+      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" \
+      > "$OUT/conform$tag.log" 2>&1
     crc=$?
-    [ -f "$OUT/conform.json" ] && rm -f "$OUT"/*.partial.jsonl
-    sed -n '/hils-swa conformance =/,$p' "$OUT/conform.log" | head -60
+    [ -f "$OUT/conform$tag.json" ] && rm -f "$OUT/conform$tag.json.partial.jsonl"  # its own only
+    sed -n '/hils-swa conformance =/,$p' "$OUT/conform$tag.log" | head -60
   fi
 fi
 if [ "${PART:-all}" != conform ]; then
