@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="device of the cases (default: cuda when available, else cpu)")
     p.add_argument("--tier", choices=("quick", "full"), default="quick")
     p.add_argument("--json", metavar="PATH", help="write per-check results, matrix and workers as JSON")
+    p.add_argument("--commit", metavar="LABEL",
+                   help="the commit the JSON report names (default: the checkout's git describe --dirty; "
+                        "a copy of the tree whose .git is older passes the commit it holds)")
     p.add_argument("-n", "--workers", default=None, metavar="N",
                    help="pytest-xdist workers (a number or 'auto'); default: min(8, cores / 2) when "
                         "the cases run on CUDA (kernels JIT-compile in parallel), else this process only")
@@ -71,6 +74,8 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
         args += ["--exclude", names]
     if a.json:
         args += ["--conform-json", os.path.abspath(a.json)]
+    if a.commit:
+        args += ["--conform-commit", a.commit]
     if a.seed is not None:
         args += ["--seed", str(a.seed)]
     workers = a.workers if a.workers is not None else default_workers(a.device)

@@ -64,6 +64,9 @@ def pytest_addoption(parser):
                      f"printed in the report)")
     g.addoption("--conform-json", dest="conform_json", default=None, metavar="PATH",
                 help="write the per-check results and the matrix as JSON")
+    g.addoption("--conform-commit", dest="conform_commit", default=None, metavar="LABEL",
+                help="the commit the JSON report names (default: git describe --always --dirty "
+                     "of the checkout, tools._common.commit_label)")
     g.addoption("--check-timeout", dest="conform_check_timeout", default=None, type=float, metavar="S",
                 help="watchdog per check: an xdist worker stuck longer than S seconds (a hung kernel) "
                      "dumps its stack and exits, xdist reports the check failed and starts a new worker "
@@ -677,6 +680,9 @@ class Collector:
             w = r.get("worker") or {}
             workers.setdefault(w.get("worker", "main"), w)
         out = dict(tier=st["tier"], device=st["device"], run_seed=st["seed"],
+                   commit=self.config.getoption("conform_commit") or _commit_label(),
+                   versions=_versions(), only=names_of(self.config, "conform_only"),
+                   exclude=names_of(self.config, "conform_exclude"),
                    backends=list(backends(self.config)), exitstatus=int(session.exitstatus),
                    duration_s=round(time.time() - self.t0, 2), checks=len(self.results),
                    failed=sum(r["status"] == "fail" for r in self.results),
@@ -691,6 +697,30 @@ class Collector:
         if hasattr(self, "_jsonl"):
             self._jsonl.close()
             os.remove(path + ".partial.jsonl")  # the full report supersedes it
+
+
+def _commit_label() -> str:
+    """The checkout's ``git describe --dirty`` (``tools._common.commit_label``); ``unknown``
+    where the tools are not importable."""
+    try:
+        from tools._common import commit_label
+    except ImportError:
+        return "unknown"
+    return commit_label()
+
+
+def _versions() -> dict:
+    """Python and the installed versions of the packages a backend may run on (package
+    metadata only: nothing is imported); None for one that is not installed."""
+    import platform
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for name in ("torch", "triton", "tilelang"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def pytest_report_header(config):

@@ -21,8 +21,11 @@ def _run(*args, timeout=300):
 
 def test_pytest_args():
     a = cli._parser().parse_args(["--backend", "triton", "--only", "window,chunk", "--device", "cpu",
-                                  "--tier", "full", "--json", "x.json", "-n", "4", "--seed", "3"])
+                                  "--tier", "full", "--json", "x.json", "-n", "4", "--seed", "3",
+                                  "--commit", "abc1234"])
     args = cli.pytest_args(a)
+    assert args[args.index("--conform-commit") + 1] == "abc1234"
+    assert "--conform-commit" not in cli.pytest_args(cli._parser().parse_args([]))
     assert args[0].endswith("test_conformance.py")
     for flag, val in (("--backend", "triton"), ("--only", "window,chunk"), ("--device", "cpu"),
                       ("--tier", "full"), ("-n", "4"), ("--seed", "3")):
@@ -52,6 +55,11 @@ def test_passing_run_writes_matrix_and_json(tmp_path):
     ids = {r["case"] for r in data["results"]}
     assert len(ids) == 6 and all(r["worker"] for r in data["results"])
     assert "main" in data["workers"]
+    # what ran: the commit (the checkout's label without --commit), versions, the selection
+    assert data["commit"] and data["commit"] != "unknown", data["commit"]
+    assert data["versions"]["torch"] == __import__("torch").__version__
+    assert set(data["versions"]) == {"python", "torch", "triton", "tilelang"}
+    assert data["only"] == ["basic"] and data["exclude"] == []
 
 
 def test_clean_run_exits_zero():

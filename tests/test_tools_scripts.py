@@ -216,6 +216,7 @@ def test_gpu_all_shard_sets_the_categories(tmp_path, shard):
     want = ",".join(_var(f"SHARD_{shard}", "tools/gpu_all.sh"))
     assert ran == ["tools.tl_lower", "tools.cli conform"], raw
     assert all(f"--only {want}" in call for call in raw), raw
+    assert "--commit abc1234" in raw[-1], raw  # the report names the commit the call was given
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -85,7 +85,7 @@ if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ] || [ 
     echo "tier not started: ${left} s of CONFORM_S=${CONFORM_S:-540} left"
   else
     timeout -s INT -k 15 "$left" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" \
+      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" --commit "$COMMIT" \
       > "$OUT/conform$tag.log" 2>&1
     crc=$?
     [ -f "$OUT/conform$tag.json" ] && rm -f "$OUT/conform$tag.json.partial.jsonl"  # its own only
