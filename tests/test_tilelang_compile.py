@@ -355,11 +355,36 @@ def test_two_consumer_groups_two_ctas_fit_the_register_file():
     assert "STL" not in sass and "LDL" not in sass
 
 
+def test_three_ctas_of_64x64_fit_the_register_file():
+    """The lab's occ3-64x64v (session 39): D = 64 on the 64x64 tile, one consumer warp group,
+    three CTAs per SM: ``__launch_bounds__(256, 3)``, kernels.launch_regs(128, 3) = 80 at
+    launch, consumers kernels.consumer_regs(128, 3) = 136 after ``setmaxnreg``: 128 * 24 + 128
+    * 136 = 256 * 80, nothing asks for more than its CTA launched with (session 12's hang at
+    three: 144), and no register spills. (Shared memory: about 40 KB a CTA at two stages,
+    session 12's count; three fit an SM's 228 KB.)"""
+    import re
+    from tools import lab_tilelang as L
+    cfg = L.VARIANTS["occ3-64x64v"][0](64)
+    args = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 64,
+                                launch.LOG2E * default_scale(64), view=True)[1]
+    assert args[7:11] == (64, 64, 2, 128)
+    assert args[launch._KNOBS_AT + launch._KNOB["min_blocks"]] == 3
+    src, sass, res = _cubin(args)
+    launch_regs, consumers = kernels.launch_regs(128, 3), kernels.consumer_regs(128, 3)
+    assert (launch_regs, consumers) == (80, 136)
+    assert "__launch_bounds__(256, 3)" in src
+    assert f"warpgroup_reg_alloc<{consumers}>" in src
+    assert kernels.PRODUCER_REGS * 128 + consumers * 128 <= launch_regs * 256
+    assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
+    assert "STL" not in sass and "LDL" not in sass
+
+
 def test_min_blocks_refuses_what_was_not_run():
-    """Only 0 (TileLang's defaults) and 2 CTAs per SM are accepted: 3 and 4 hung on the
-    H200 (session 12 lab)."""
-    assert kernels.MIN_BLOCKS == (0, 2)
-    for bad in (1, 3, 4, True):
+    """0 (TileLang's defaults), 2 CTAs per SM (shipped) and 3 (the lab's occ3-64x64v, session
+    39, with the split that counts the launch registers) are accepted; 4 hung on the H200
+    with a split that fits (session 12 lab), 1 means nothing TileLang's defaults do not."""
+    assert kernels.MIN_BLOCKS == (0, 2, 3)
+    for bad in (1, 4, True):
         with pytest.raises(ValueError, match="min_blocks"):
             kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(64, min_blocks=bad)))
 

@@ -394,8 +394,27 @@ VARIANTS = {
                        "D64 within 3% of occ2-128x64 (the producer already waits for free "
                        "stages at two); D128 = shipped"),
     # "occ3-64x64" and "occ4-64x64" (64x64 at D=64 with three / four CTAs per SM, consumers
-    # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json) and are
-    # refused since (kernels.MIN_BLOCKS): their code is in 287ff31.
+    # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json): at three
+    # the consumers asked for more registers than the CTA launched with (80 a thread: 256 x 80
+    # < 128 x 24 + 128 x 144), four is refused (kernels.MIN_BLOCKS); their code is in 287ff31.
+    # Session 39 (written on the CPU, not run): three CTAs again with the split that counts
+    # the launch registers (kernels.consumer_regs(128, 3) = 136; no spills, sm_90a CPU
+    # compile), on today's knobs. SASS (sm_90a, CPU, bf16, C = 64, the consumer's key loop from
+    # its first instruction to its back branch): 64x128 shipped 729 instructions a 128-key
+    # tile, 64x64 464 a 64-key tile at two CTAs and 475 at three (+27..+30% a key). Session 12
+    # measured 64x64 8% slower than 64x128 at two CTAs (172.5 against 188.5 TF/s, GQA 32/4):
+    # each chain (softmax, then P @ V) is latency-bound (the tensor pipe 26-31% active at D=64,
+    # issue slots half idle), so a third CTA per SM is a third chain where the issue slots have
+    # room for it. Control: vchunk-64x64 (the same kernel at two CTAs).
+    "occ3-64x64v": (lambda D: (_full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True,
+                                     min_blocks=3) if D <= 64
+                               else _full(_launch().shipped_config(D, D))),
+                    "D<=64: shipped knobs (the view of v, lmk_const) on the 64x64 tile with three "
+                    "CTAs per SM (consumers 136 registers); D=128: shipped",
+                    "D64 rows -5..+20% against shipped (three latency-bound chains an SM where two "
+                    "ran, +27% instructions a key; against: the hang of session 12 if its cause "
+                    "was not only the register split: the lab's watchdog reports it), +10..+35% "
+                    "against vchunk-64x64; D128 = shipped"),
 }
 
 
