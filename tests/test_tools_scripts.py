@@ -190,7 +190,7 @@ exit 3
 """
 
 
-def _gpu_all(tmp_path, **env):
+def _gpu_all(tmp_path, commit="abc1234", **env):
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(_FAKE_PYTHON)
@@ -200,7 +200,8 @@ def _gpu_all(tmp_path, **env):
     full = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}", OUT=str(out),
                 TL_UNPACK="0", PART="conform", FAKE_LOWER_RC="0")
     full.update(env)
-    res = subprocess.run(["bash", str(ROOT / "tools/gpu_all.sh"), "abc1234"], cwd=ROOT, env=full,
+    res = subprocess.run(["bash", str(ROOT / "tools/gpu_all.sh"), *([commit] if commit else [])],
+                         cwd=ROOT, env=full,
                          capture_output=True, text=True, timeout=60)
     raw = (out / "calls").read_text().splitlines() if (out / "calls").exists() else []
     words = [c.split() for c in raw]  # "-m tools.cli conform ...": module, and the command of tools.cli
@@ -217,6 +218,15 @@ def test_gpu_all_shard_sets_the_categories(tmp_path, shard):
     assert ran == ["tools.tl_lower", "tools.cli conform"], raw
     assert all(f"--only {want}" in call for call in raw), raw
     assert "--commit abc1234" in raw[-1], raw  # the report names the commit the call was given
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_gpu_all_without_a_commit_leaves_the_report_its_own(tmp_path):
+    """Without the commit argument the tier gets no --commit, so the report takes the
+    checkout's git describe instead of the bench's placeholder "unknown"."""
+    res, _, raw = _gpu_all(tmp_path, commit=None)
+    assert res.returncode == 0, res.stderr
+    assert "tools.cli conform" in raw[-1] and "--commit" not in raw[-1], raw
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -234,9 +234,10 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
     knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
     :data:`TC_MIN_BLOCKS`, the chunk view of ``v`` (``v_chunk`` = :data:`TC_V_CHUNK`) and
-    ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100
-    at fe9de2e, four runs back to back, L2 not flushed: D = 128 L = 8K / 16K +3..+4% every
-    run, the D = 64 GQA rows +1..+9%, chunked prefill +0..+9%; never slower); rows not packed. What :func:`run_cuda` uses when none is
+    ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100,
+    four runs at fe9de2e and the control at ebd1760, L2 not flushed: D = 128 L = 8K / 16K
+    +2.1..+4.4%, the D = 64 GQA rows +0.5..+8.9%, chunked prefill +0.5..+8.7%; never slower
+    in any of the five pairs); rows not packed. What :func:`run_cuda` uses when none is
     given is :func:`prefill_config` (this, packed where :func:`packs`)."""
     cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
     return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK, lmk_const=True)
@@ -821,8 +822,9 @@ def _lk_key(p) -> int:
 def _c_key(C: int) -> int:
     """The kernel-frame chunk ``C`` as far as :func:`_tc_choice` depends on it: only through
     :func:`call_knobs`, by :func:`lmk_cols_for`'s ``ceil(block_N / C)`` (1 for every ``C >=
-    block_N``, and ``block_N <= PLAN_C_MAX``) and by :func:`v_chunk_span` for calls that admit
-    the view, whose ``C`` is ``chunk_size`` (a key of its own). A chunk that outlasts every
+    block_N``, and ``block_N <= PLAN_C_MAX``) and by :func:`v_chunk_span` and
+    :func:`lmk_const_acts` (``K * C == block_N``, only with the view baked) for calls that
+    admit the view, whose ``C`` is ``chunk_size`` (a key of its own). A chunk that outlasts every
     key reaches the kernel as ``Lk + 1``: without this bound, a decode loop in the first
     chunk of a long one planned once per step."""
     return min(C, PLAN_C_MAX)

@@ -19,7 +19,7 @@
 # the host's cores (tl_lower's default: at most 16 processes), when a TileLang backend is in the run
 # (BACKEND_ARGS empty: the defaults, TileLang among them); a kernel that does not lower,
 # or a pre-flight that crashes or outruns PRELOWER_S (240 s), keeps the tier from
-# starting (tl_lower.log: the kernel and its cases); the bench still runs. PRELOWER=0
+# starting (tl_lower.log, tl_lower-shardN.log: the kernel and its cases); the bench still runs. PRELOWER=0
 # skips it. PRELOWER=build builds the kernels instead (tools/tl_lower.py --build: nvcc included,
 # into TileLang's disk cache, each dtype its own kernel), so the workers find them built: a
 # kernel that does not build keeps the tier from starting as above, but running out of
@@ -85,7 +85,7 @@ if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ] || [ 
     echo "tier not started: ${left} s of CONFORM_S=${CONFORM_S:-540} left"
   else
     timeout -s INT -k 15 "$left" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" --commit "$COMMIT" \
+      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" ${1:+--commit "$1"} \
       > "$OUT/conform$tag.log" 2>&1
     crc=$?
     [ -f "$OUT/conform$tag.json" ] && rm -f "$OUT/conform$tag.json.partial.jsonl"  # its own only

@@ -225,14 +225,17 @@ VARIANTS = {
     # ISETP / FSEL / LOP3 of the landmark selects go where the thread's column cannot be one.
     # Triton's compile-time landmark column (session 37) took -12% of its inside block's
     # instructions for -3..-9% kernel time.
-    # Shipped in session 39 (launch.shipped_config: lmk_const=True): lab on an H100 at
-    # fe9de2e, four runs back to back (L2 not flushed): D=128 L=8K / 16K +3..+4% every run,
-    # the D=64 GQA rows +1..+9%, chunked prefill +0..+9%; predicted +5-12% / +3-8%. The
-    # control below runs shipped without it.
+    # Shipped in session 39 (launch.shipped_config: lmk_const=True): lab on an H100, four
+    # runs at fe9de2e and the control at ebd1760 (L2 not flushed): D=128 L=8K / 16K
+    # +2.1..+4.4%, the D=64 GQA rows +0.5..+8.9%, chunked prefill +0.5..+8.7%; predicted
+    # +5-12% (D=64) / +3-8% (D=128). The control below runs shipped without it. Every variant
+    # above and below built on launch.shipped_config takes lmk_const since ebd1760 (where
+    # the call allows it): vchunk-64x64, occ2-128x64 and the others measured before then
+    # ran without it, so their old figures and new ones differ by it as well.
     "nolmkconst": (lambda D: _full(_launch().shipped_config(D, D), lmk_const=False),
                    "shipped config with the landmark columns tested against the tile's j0 "
                    "register (lmk_const off: before session 39)",
-                   "shipped +1-9% over it (session 39 lab, H100, fe9de2e)"),
+                   "shipped +0.5-8.9% over it (session 39 lab, H100, fe9de2e / ebd1760)"),
     "ovl-s3": (lambda D: _ovl(D, stages=3),
                "ovl with three stages (the K/V lag one more tile behind the math)",
                "within 3% of ovl (D=128: may not fit two CTAs per SM)"),
