@@ -24,6 +24,7 @@ tilelang = pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 from reference.validation import default_scale  # noqa: E402
 from tilelang_impl import kernels, launch  # noqa: E402
+from tools import sass_loops  # noqa: E402
 
 if shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"):
     pytest.skip("nvcc is not installed (needed to build sm_90a cubins)", allow_module_level=True)
@@ -31,13 +32,7 @@ if shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc
 
 def _with_disassembler():
     """TileLang looks for cuobjdump/nvdisasm on PATH; the triton wheel ships both."""
-    try:
-        import triton
-        bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-        if os.path.isdir(bindir) and bindir not in os.environ.get("PATH", ""):
-            os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    except ImportError:
-        pass
+    sass_loops.with_disassembler()
 
 
 def _sass(kind, args, tmp_path):
@@ -291,26 +286,8 @@ def test_multi_chunk_v_tile_is_one_bulk_copy_per_chunk(name, span):
 
 def _cubin(args):
     """CUDA source, SASS and ``cuobjdump -res-usage`` text of the fwd_tc kernel with
-    factory arguments ``args`` (the cubin built as TileLang builds it)."""
-    import subprocess
-
-    from tilelang.contrib import nvcc as tl_nvcc
-    _with_disassembler()
-    ker = tilelang.compile(kernels.fwd_tc.get_tir(*args), target=kernels.HOPPER,
-                           pass_configs=kernels.fwd_tc.pass_configs)
-    src = ker.get_kernel_source()
-    with kernels.HOPPER:
-        cubin = tl_nvcc.compile_cuda(src, target_format="cubin",
-                                     options=tl_nvcc.default_compile_options(ker.compile_flags))
-    import tempfile
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        res = subprocess.run(["cuobjdump", "-res-usage", f.name], capture_output=True,
-                             text=True, check=True).stdout
-        sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True,
-                              text=True, check=True).stdout
-    return src, sass, res
+    factory arguments ``args`` (the cubin built as TileLang builds it: tools.sass_loops)."""
+    return sass_loops.build(args)
 
 
 @pytest.mark.parametrize("name", ["d64", "d128", "d96-general", "d64-pack", "d128-blhd",
@@ -377,6 +354,21 @@ def test_three_ctas_of_64x64_fit_the_register_file():
     assert kernels.PRODUCER_REGS * 128 + consumers * 128 <= launch_regs * 256
     assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
     assert "STL" not in sass and "LDL" not in sass
+
+
+def test_constant_landmark_columns_shorten_the_key_loop():
+    """lmk_const (shipped since session 39) takes the landmark compares against the tile's j0
+    register out of the consumer's key loop (tools.sass_loops: the first loop that issues
+    HGMMA): D = 64 at C = 64, two landmark columns a 128-key tile, 957 -> 729 instructions
+    at sm_90a when it was written (session 38); held here as at least 15% fewer, with the
+    loop's tensor work (HGMMA) and exponentials (MUFU.EX2) unchanged."""
+    on = TC_VARIANTS["d64-vchunk2"]
+    lc = launch._KNOBS_AT + launch._KNOB["lmk_const"]
+    assert on[lc] is True
+    off = on[:lc] + (False,) + on[lc + 1:]
+    (with_, *_), (without, *_) = (sass_loops.loops(_cubin(a)[1]) for a in (on, off))
+    assert with_["instructions"] <= 0.85 * without["instructions"], (with_, without)
+    assert (with_["hgmma"], with_["ex2"]) == (without["hgmma"], without["ex2"]) != (0, 0)
 
 
 def test_min_blocks_refuses_what_was_not_run():

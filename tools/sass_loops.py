@@ -1,0 +1,156 @@
+"""Static SASS of TileLang's tensor-core kernel on the CPU: registers, spills and the loops.
+
+    python -m tools.sass_loops --D 64 --variant shipped --variant occ3-64x64v [--C 64]
+
+Builds ``kernels.fwd_tc`` for sm_90a with nvcc (no GPU), as TileLang builds it, for each
+named config (a variant of ``tools/lab_tilelang.py``'s prefill table ``VARIANTS``, or
+``shipped``: ``launch.shipped_config``) at one call shape (bf16, both flags, BHLD, the
+default scale, kernel-frame chunk ``--C``, the chunk view of ``v`` where the call admits it:
+``kv_start`` and ``Lk`` whole chunks), and prints, per kernel: the registers a thread
+launches with, stack / local memory (spills), the ``setmaxnreg`` split, the instruction
+count, and every loop whose body issues ``HGMMA`` (instructions from the back branch's
+target to the branch, HGMMA, ``MUFU.EX2`` and the branch's address). The first such loop
+is the consumer's key loop: the figure sessions 38 and 39 compared (the shipped D = 64 key
+loop at C = 64: 957 instructions before ``lmk_const``, 729 with it).
+
+Counts are static: an instruction count is not a time (the loop is latency-bound, BENCHMARKS.md
+"What bounds each miss"); they are the evidence a lab prediction is written from.
+``build(args)`` and ``loops(sass)`` are what tests/test_tilelang_compile.py uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def with_disassembler() -> None:
+    """Put the triton wheel's ``cuobjdump`` / ``nvdisasm`` on PATH (TileLang looks there)."""
+    try:
+        import triton
+    except ImportError:
+        return
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    if os.path.isdir(bindir) and bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def build(args: tuple) -> tuple[str, str, str]:
+    """CUDA source, SASS and ``cuobjdump -res-usage`` text of the ``kernels.fwd_tc`` kernel
+    with factory arguments ``args``, its cubin built for sm_90a as TileLang builds it."""
+    import tilelang
+    from tilelang.contrib import nvcc as tl_nvcc
+
+    from tilelang_impl import kernels
+    with_disassembler()
+    ker = tilelang.compile(kernels.fwd_tc.get_tir(*args), target=kernels.HOPPER,
+                           pass_configs=kernels.fwd_tc.pass_configs)
+    src = ker.get_kernel_source()
+    with kernels.HOPPER:
+        cubin = tl_nvcc.compile_cuda(src, target_format="cubin",
+                                     options=tl_nvcc.default_compile_options(ker.compile_flags))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = subprocess.run(["cuobjdump", "-res-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+        sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    return src, sass, res
+
+
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
+_TARGET = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
+
+
+def instructions(sass: str) -> list[tuple[int, str]]:
+    """``(address, text)`` of every instruction of ``cuobjdump -sass`` output."""
+    return [(int(a, 16), t) for a, t in _INSTR.findall(sass)]
+
+
+def loops(sass: str) -> list[dict]:
+    """Every backward branch whose body (its target to the branch, both included) issues
+    ``HGMMA``: ``instructions``, ``hgmma``, ``ex2`` (``MUFU.EX2``), ``start`` and ``branch``
+    addresses, in the order of the branches."""
+    ins = instructions(sass)
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    out = []
+    for i, (a, text) in enumerate(ins):
+        m = _TARGET.search(text)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target >= a or target not in at:
+            continue
+        body = [t for _, t in ins[at[target]:i + 1]]
+        hgmma = sum("HGMMA" in t for t in body)
+        if hgmma:
+            out.append(dict(instructions=len(body), hgmma=hgmma,
+                            ex2=sum("MUFU.EX2" in t for t in body),
+                            start=hex(target), branch=hex(a)))
+    return out
+
+
+def summary(src: str, sass: str, res: str) -> dict:
+    """What :func:`main` prints of one kernel: registers at launch, stack and local bytes,
+    the ``setmaxnreg`` values in the source, spill instructions, instruction count, loops."""
+    def field(name):
+        m = re.search(rf"\b{name}:(\d+)", res)
+        return int(m.group(1)) if m else None
+    body = [t for _, t in instructions(sass)]
+    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in map(str.split, body) if w]
+    return dict(registers=field("REG"), stack=field("STACK"), local=field("LOCAL"),
+                setmaxnreg=[int(x) for x in re.findall(r"warpgroup_reg_(?:alloc|dealloc)<(\d+)>", src)],
+                spills=sum(op.startswith(("LDL", "STL")) for op in ops),
+                instructions=len(body), loops=loops(sass))
+
+
+def config_of(name: str, D: int) -> tuple:
+    """The config of ``name``: ``shipped`` or a prefill variant of tools/lab_tilelang.py."""
+    from tilelang_impl import launch
+    if name == "shipped":
+        return launch.shipped_config(D, D)
+    from tools import lab_tilelang
+    if name not in lab_tilelang.VARIANTS:
+        raise SystemExit(f"unknown variant {name!r}: 'shipped' or one of tools/lab_tilelang.py's "
+                         f"prefill variants ({', '.join(sorted(lab_tilelang.VARIANTS))})")
+    return lab_tilelang.VARIANTS[name][0](D)
+
+
+def kernel_args(config: tuple, D: int, C: int) -> tuple:
+    """``kernels.fwd_tc``'s factory arguments for the tool's call shape at head dim ``D``:
+    bf16, both flags, BHLD, the default scale, kernel-frame chunk ``C``, the chunk view of v
+    (the call admits it: ``kv_start`` and ``Lk`` whole chunks)."""
+    from reference.validation import default_scale
+    from tilelang_impl import launch
+    return launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, config, C,
+                                launch.LOG2E * default_scale(D), view=True)[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.sass_loops", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--D", type=int, default=64, help="head dim (Dqk = Dv)")
+    ap.add_argument("--C", type=int, default=64, help="kernel-frame chunk of the call")
+    ap.add_argument("--variant", action="append", default=None,
+                    help="'shipped' or a prefill variant of tools/lab_tilelang.py (repeatable; "
+                         "default: shipped)")
+    a = ap.parse_args(argv)
+    for name in a.variant or ["shipped"]:
+        cfg = config_of(name, a.D)
+        s = summary(*build(kernel_args(cfg, a.D, a.C)))
+        print(f"{name} D={a.D} C={a.C} tile {cfg[0]}x{cfg[1]}: {s['instructions']} instructions, "
+              f"{s['registers']} registers at launch, setmaxnreg {s['setmaxnreg']}, "
+              f"stack {s['stack']} local {s['local']}, {s['spills']} spill instructions")
+        for lp in s["loops"]:
+            print(f"  loop {lp['start']}..{lp['branch']}: {lp['instructions']} instructions, "
+                  f"{lp['hgmma']} HGMMA, {lp['ex2']} MUFU.EX2")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
