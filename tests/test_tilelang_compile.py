@@ -314,44 +314,38 @@ def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     assert "STL" not in sass and "LDL" not in sass
 
 
-def test_two_consumer_groups_two_ctas_fit_the_register_file():
-    """The lab's occ2-128x64 (session 26): 256 consumer threads and two CTAs per SM give
-    ``__launch_bounds__(384, 2)``, kernels.launch_regs(256, 2) = 80 registers at launch and
-    consumers kernels.consumer_regs(256, 2) = 104 after ``setmaxnreg`` (128 * 24 + 256 * 104
-    <= 384 * 80: nothing asks for more than its CTA holds), with no register spills."""
-    import re
-    args = TC_VARIANTS["d64-128x64-occ2"]
-    assert args[7:11] == (128, 64, 2, 256) and args[launch._V_CHUNK_AT] is True
-    src, sass, res = _cubin(args)
-    launch_regs, consumers = kernels.launch_regs(256, 2), kernels.consumer_regs(256, 2)
-    assert (launch_regs, consumers) == (80, 104)
-    assert "__launch_bounds__(384, 2)" in src
-    assert f"warpgroup_reg_alloc<{consumers}>" in src
-    assert kernels.PRODUCER_REGS * 128 + consumers * 256 <= launch_regs * 384
-    assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
-    assert "STL" not in sass and "LDL" not in sass
-
-
-def test_three_ctas_of_64x64_fit_the_register_file():
-    """The lab's occ3-64x64v (session 39): D = 64 on the 64x64 tile, one consumer warp group,
-    three CTAs per SM: ``__launch_bounds__(256, 3)``, kernels.launch_regs(128, 3) = 80 at
-    launch, consumers kernels.consumer_regs(128, 3) = 136 after ``setmaxnreg``: 128 * 24 + 128
-    * 136 = 256 * 80, nothing asks for more than its CTA launched with (session 12's hang at
-    three: 144), and no register spills. (Shared memory: about 40 KB a CTA at two stages,
-    session 12's count; three fit an SM's 228 KB.)"""
-    import re
+def _occ3_args():
+    """Factory arguments of the lab's occ3-64x64v at D = 64, C = 64, the view admitted."""
     from tools import lab_tilelang as L
-    cfg = L.VARIANTS["occ3-64x64v"][0](64)
-    args = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 64,
+    return launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False,
+                                L.VARIANTS["occ3-64x64v"][0](64), 64,
                                 launch.LOG2E * default_scale(64), view=True)[1]
-    assert args[7:11] == (64, 64, 2, 128)
-    assert args[launch._KNOBS_AT + launch._KNOB["min_blocks"]] == 3
+
+
+@pytest.mark.parametrize("name, tile, threads, n, want", [
+    ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104)),
+    ("occ3-64x64v", (64, 64, 2, 128), 128, 3, (80, 136)),
+])
+def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want):
+    """Two lab kernels whose CTAs split the register file finer than the shipped ones, with
+    ``__launch_bounds__(threads + 128, n)``, kernels.launch_regs registers at launch and
+    kernels.consumer_regs after ``setmaxnreg``, where 128 * 24 + threads * consumers <=
+    (threads + 128) * launch: nothing asks for more than its CTA launched with (session 12's
+    hang at three CTAs: consumers 144 where 136 fit), and no register spills.
+    occ2-128x64 (session 26): two consumer warp groups, two CTAs per SM, v through the view;
+    occ3-64x64v (session 39): D = 64 on the 64x64 tile, one consumer warp group, three CTAs
+    per SM (shared memory about 40 KB a CTA at two stages, session 12's count: three fit an
+    SM's 228 KB)."""
+    import re
+    args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args()
+    assert args[7:11] == tile and args[launch._V_CHUNK_AT]
+    assert args[launch._KNOBS_AT + launch._KNOB["min_blocks"]] == n
     src, sass, res = _cubin(args)
-    launch_regs, consumers = kernels.launch_regs(128, 3), kernels.consumer_regs(128, 3)
-    assert (launch_regs, consumers) == (80, 136)
-    assert "__launch_bounds__(256, 3)" in src
+    launch_regs, consumers = kernels.launch_regs(threads, n), kernels.consumer_regs(threads, n)
+    assert (launch_regs, consumers) == want
+    assert f"__launch_bounds__({threads + 128}, {n})" in src
     assert f"warpgroup_reg_alloc<{consumers}>" in src
-    assert kernels.PRODUCER_REGS * 128 + consumers * 128 <= launch_regs * 256
+    assert kernels.PRODUCER_REGS * 128 + consumers * threads <= launch_regs * (threads + 128)
     assert re.findall(r"REG:(\d+)", res) == [str(launch_regs)], res
     assert "STL" not in sass and "LDL" not in sass
 
