@@ -36,3 +36,21 @@ def test_summary_reads_registers_spills_and_the_register_split():
     s = sass_loops.summary(src, LISTING, res)
     assert (s["registers"], s["stack"], s["local"], s["setmaxnreg"]) == (80, 0, 0, [24, 136])
     assert s["spills"] == 1 and s["instructions"] == 10  # the predicated STL counts and len(s["loops"]) == 1
+
+
+def test_variants_name_their_kernel_kind():
+    """``shipped`` and the lab's prefill variants build the prefill grid's kernel; a decode
+    variant its plan's kernel (split-KV where it splits); an unknown name is refused with
+    the names there are."""
+    import pytest
+    pytest.importorskip("tilelang", reason="tilelang is not installed")
+    from tilelang_impl import launch
+    assert sass_loops.config_of("shipped", 64) == (launch.shipped_config(64, 64), False)
+    cfg, split = sass_loops.config_of("dec-lmkconst", 128)
+    assert split and cfg[4 + launch._KNOB["lmk_const"]] is True
+    assert sass_loops.config_of("dec-shipped", 128) == (launch.split_config(128, 128), True)
+    assert sass_loops.config_of("dec-shipped", 64)[1] is False  # D = 64 decode: the prefill grid
+    with pytest.raises(SystemExit, match="occ3-64x64v"):
+        sass_loops.config_of("no-such-variant", 64)
+    args = sass_loops.kernel_args(cfg, 128, 64, split=True)
+    assert args[11] is True  # fwd_tc's split argument

@@ -813,8 +813,10 @@ def _dec_lmkconst(on):
 # Session 39 (written on the CPU, not run): ebd1760 ships lmk_const in the prefill config,
 # measured on prefill shapes only (+1..+9%); D = 64 decode runs that config packed, and the
 # split-KV kernel (64-key tiles, the view at C = 64: one landmark column, K * C == block_N)
-# could take it too. Decode is bound by the programs' fixed cost and the window's bytes, not
-# the key loop's instructions (about 2-3 key tiles a program): predicted within +-0.2 us of
+# could take it too (SASS, sm_90a, CPU, `python -m tools.sass_loops --D 128 --variant
+# dec-shipped --variant dec-lmkconst`: the split kernel's key loop 514 -> 464 instructions,
+# -10%). Decode is bound by the programs' fixed cost and the window's bytes, not the key
+# loop's instructions (about 2-3 key tiles a program): predicted within +-0.2 us of
 # dec-shipped either way (8 us at B=1 D128, L2 not flushed, session 28).
 # Run: --only dec-shipped,dec-lmkconst,dec-nolmkconst
 DECODE_VARIANTS.update({

@@ -1,9 +1,11 @@
 """Static SASS of TileLang's tensor-core kernel on the CPU: registers, spills and the loops.
 
     python -m tools.sass_loops --D 64 --variant shipped --variant occ3-64x64v [--C 64]
+    python -m tools.sass_loops --D 128 --variant dec-shipped --variant dec-lmkconst
 
 Builds ``kernels.fwd_tc`` for sm_90a with nvcc (no GPU), as TileLang builds it, for each
-named config (a variant of ``tools/lab_tilelang.py``'s prefill table ``VARIANTS``, or
+named config (a variant of ``tools/lab_tilelang.py``: its prefill table ``VARIANTS``, or its
+decode table ``DECODE_VARIANTS``, whose split-KV variants build the split kernel; or
 ``shipped``: ``launch.shipped_config``) at one call shape (bf16, both flags, BHLD, the
 default scale, kernel-frame chunk ``--C``, the chunk view of ``v`` where the call admits it:
 ``kv_start`` and ``Lk`` whole chunks), and prints, per kernel: the registers a thread
@@ -109,26 +111,32 @@ def summary(src: str, sass: str, res: str) -> dict:
                 instructions=len(body), loops=loops(sass))
 
 
-def config_of(name: str, D: int) -> tuple:
-    """The config of ``name``: ``shipped`` or a prefill variant of tools/lab_tilelang.py."""
+def config_of(name: str, D: int) -> tuple[tuple, bool]:
+    """The config of ``name`` at head dim ``D`` and whether it is a split-KV kernel:
+    ``shipped``, a prefill variant of tools/lab_tilelang.py, or a decode variant (its plan's
+    split: the split kernel; else the prefill grid's kernel)."""
     from tilelang_impl import launch
     if name == "shipped":
-        return launch.shipped_config(D, D)
-    from tools import lab_tilelang
-    if name not in lab_tilelang.VARIANTS:
-        raise SystemExit(f"unknown variant {name!r}: 'shipped' or one of tools/lab_tilelang.py's "
-                         f"prefill variants ({', '.join(sorted(lab_tilelang.VARIANTS))})")
-    return lab_tilelang.VARIANTS[name][0](D)
+        return launch.shipped_config(D, D), False
+    from tools import lab_tilelang as lab
+    if name in lab.VARIANTS:
+        return lab.VARIANTS[name][0](D), False
+    if name in lab.DECODE_VARIANTS:
+        cfg, split = lab.DECODE_VARIANTS[name][0](D)
+        return cfg, bool(split)
+    raise SystemExit(f"unknown variant {name!r}: 'shipped' or one of tools/lab_tilelang.py's "
+                     f"variants ({', '.join(sorted(lab.VARIANTS) + sorted(lab.DECODE_VARIANTS))})")
 
 
-def kernel_args(config: tuple, D: int, C: int) -> tuple:
+def kernel_args(config: tuple, D: int, C: int, split: bool = False) -> tuple:
     """``kernels.fwd_tc``'s factory arguments for the tool's call shape at head dim ``D``:
     bf16, both flags, BHLD, the default scale, kernel-frame chunk ``C``, the chunk view of v
-    (the call admits it: ``kv_start`` and ``Lk`` whole chunks)."""
+    (the call admits it: ``kv_start`` and ``Lk`` whole chunks); the split-KV kernel with
+    ``split``."""
     from reference.validation import default_scale
     from tilelang_impl import launch
     return launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, config, C,
-                                launch.LOG2E * default_scale(D), view=True)[1]
+                                launch.LOG2E * default_scale(D), split=split, view=True)[1]
 
 
 def main(argv=None) -> int:
@@ -140,9 +148,10 @@ def main(argv=None) -> int:
                          "default: shipped)")
     a = ap.parse_args(argv)
     for name in a.variant or ["shipped"]:
-        cfg = config_of(name, a.D)
-        s = summary(*build(kernel_args(cfg, a.D, a.C)))
-        print(f"{name} D={a.D} C={a.C} tile {cfg[0]}x{cfg[1]}: {s['instructions']} instructions, "
+        cfg, split = config_of(name, a.D)
+        s = summary(*build(kernel_args(cfg, a.D, a.C, split)))
+        kind = "split-KV" if split else "tile"
+        print(f"{name} D={a.D} C={a.C} {kind} {cfg[0]}x{cfg[1]}: {s['instructions']} instructions, "
               f"{s['registers']} registers at launch, setmaxnreg {s['setmaxnreg']}, "
               f"stack {s['stack']} local {s['local']}, {s['spills']} spill instructions")
         for lp in s["loops"]:
