@@ -127,8 +127,10 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     :class:`UnsupportedConfig` for head dims outside 32..256 (multiples of
     16), ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
     kernels are built ``wide``, ``launch.wide_positions``), ``|sm_scale| > 2.3586e38`` (the
-    score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU, and
-    bf16/fp16 on a CUDA device that is not Hopper. Scores are float32: a score
+    score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU,
+    bf16/fp16 on a CUDA device that is not Hopper, and more than 65535 query heads on a CUDA
+    device (a launch grid's y extent holds one batch's heads; batches past the grid's bounds
+    run as slices). Scores are float32: a score
     ``sm_scale * <q_i, k_j>`` beyond the float32 range overflows as float32
     does (data-dependent, not checked).
     """
