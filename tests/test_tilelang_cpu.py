@@ -1442,7 +1442,7 @@ def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):
 
 @pytest.mark.parametrize("D, C, Lq, Lk, kv_start, want", [
     (64, 64, 3000, 8192, 0, (63, 127)), (64, 128, 3000, 8192 + 128, 128, (127,)),
-    (128, 64, 2000, 6144, 64, (63,)),
+    (128, 64, 2000, 6144, 64, (63,)), (96, 64, 1500, 4096, 128, (63,)),  # D = 128's tile
     (64, 256, 3000, 8192, 0, None),     # the view, a landmark in every other tile: refused
     (128, 128, 2000, 6144, 0, None),    # likewise on D = 128's 64-key tile
     (64, 64, 3000, 8192, 3, None),      # no view (kv_start inside a chunk): tiles off the chunks
