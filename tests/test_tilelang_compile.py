@@ -30,13 +30,8 @@ if shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc
     pytest.skip("nvcc is not installed (needed to build sm_90a cubins)", allow_module_level=True)
 
 
-def _with_disassembler():
-    """TileLang looks for cuobjdump/nvdisasm on PATH; the triton wheel ships both."""
-    sass_loops.with_disassembler()
-
-
 def _sass(kind, args, tmp_path):
-    _with_disassembler()
+    sass_loops.with_disassembler()  # TileLang looks for cuobjdump / nvdisasm on PATH
     jit = getattr(kernels, kind)
     func = jit.get_tir(*args)
     ker = tilelang.compile(func, target=kernels.HOPPER, pass_configs=jit.pass_configs)

@@ -349,7 +349,7 @@ _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> positi
 def with_knobs(config, **values) -> tuple:
     """``config`` (a tile 4-tuple and a prefix of :data:`TC_KNOBS`, without ``ws``)
     with every knob item present (defaults filled in) and the named ones set."""
-    full = list(config) + [d for _, d in TC_KNOBS[len(config) - 4:]]
+    full = list(config[:4]) + full_knobs(config[4:])
     for name, value in values.items():
         full[4 + _KNOB[name]] = value
     return tuple(full)

@@ -263,14 +263,11 @@ def _landmark_columns(j, j0, chunk_size, lmk_cols):
     """``j`` is one of ``j0, j0 + C, ..., j0 + (lmk_cols - 1) * C`` (plain Python:
     ``lmk_cols`` integer compares, unrolled at trace time); ``lmk_cols`` a tuple
     (:func:`constant_landmark_columns`): one of those columns, constants (``j0`` unused)."""
-    if isinstance(lmk_cols, tuple):
-        hit = j == lmk_cols[0]
-        for col in lmk_cols[1:]:
-            hit = T.Or(hit, j == col)
-        return hit
-    hit = j == j0
-    for m in range(1, lmk_cols):
-        hit = T.Or(hit, j == j0 + m * chunk_size)
+    cols = lmk_cols if isinstance(lmk_cols, tuple) else (
+        [j0] + [j0 + m * chunk_size for m in range(1, lmk_cols)])
+    hit = j == cols[0]
+    for col in cols[1:]:
+        hit = T.Or(hit, j == col)
     return hit
 
 
