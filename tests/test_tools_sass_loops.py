@@ -46,8 +46,8 @@ def test_variants_name_their_kernel_kind():
     pytest.importorskip("tilelang", reason="tilelang is not installed")
     from tilelang_impl import launch
     assert sass_loops.config_of("shipped", 64) == (launch.shipped_config(64, 64), False)
-    cfg, split = sass_loops.config_of("dec-lmkconst", 128)
-    assert split and cfg[4 + launch._KNOB["lmk_const"]] is True
+    cfg, split = sass_loops.config_of("dec-nolmkconst", 128)
+    assert split and cfg[4 + launch._KNOB["lmk_const"]] is False
     assert sass_loops.config_of("dec-shipped", 128) == (launch.split_config(128, 128), True)
     assert sass_loops.config_of("dec-shipped", 64)[1] is False  # D = 64 decode: the prefill grid
     with pytest.raises(SystemExit, match="occ3-64x64v"):

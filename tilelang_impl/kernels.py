@@ -581,7 +581,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     ``macros.is_landmark``; the first one once per tile where a tile tests its positions
     one by one, ``macros.tile_divisor``; baked per call by the launcher for ``Lk + C >= 2**22``,
     ``launch.wide_positions``; off, a kernel's IR is what it was before the knob) and
-    ``lmk_const`` (session 38; in the shipped prefill config since session 39; with
+    ``lmk_const`` (session 38; in the shipped prefill config since session 39, the
+    64 x 64 split-KV config since session 40; with
     ``v_chunk`` and ``lmk_cols = K > 0``: the landmark columns as the constants ``C - 1,
     2 C - 1, ..., block_N - 1`` instead of compares against the tile's ``j0`` register,
     ``macros.constant_landmark_columns``;

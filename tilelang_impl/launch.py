@@ -215,12 +215,19 @@ def split_config(Dqk: int, Dv: int, mask_lmk: bool = True, expand_to_chunk: bool
     The 64 x 64 split kernel reads ``v`` through the chunk view where a call admits it
     (``v_chunk`` = :data:`TC_V_CHUNK`, :func:`v_chunk_call`; since session 28): the copy
     engine zero-fills V's landmark rows instead of the consumer (session 28 lab, B=1
-    32/32/128 decode 9.1 -> 7.9 us, L2 not flushed)."""
+    32/32/128 decode 9.1 -> 7.9 us, L2 not flushed), and takes ``lmk_const`` (a
+    permission, :func:`lmk_const_acts`: at C = 64 the tile's one landmark column is its
+    last; since session 40. Lab on an H100 at 9aefa69, four runs, L2 not flushed, against
+    the kernel without it: B=1 32/32/128 8K 8.2-8.8 -> 8.0-8.2 us, 128K 8.2-8.6 -> 7.9-8.2
+    us, and split where the launcher packs it instead, B=8 GQA 32/8 D128 32K 20.7-20.9 ->
+    19.3-19.8 us: +3..+7% in every run; predicted +-0.2 us: the key loop's 514 -> 464
+    instructions mattered more than its two or three tiles a program suggested)."""
     if not splits_at(Dqk, Dv):
         raise ValueError(f"no split-KV variant for Dqk={Dqk}, Dv={Dv} (launch.splits_at)")
     if mask_lmk and not expand_to_chunk:
         return (128, 64, 2, 256) + SPLIT_KNOBS_NOEXP
-    return with_knobs((64, 64, 2, 128) + SPLIT_KNOBS, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK)
+    return with_knobs((64, 64, 2, 128) + SPLIT_KNOBS, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK,
+                      lmk_const=True)
 
 
 def ctas_per_sm(config) -> int:
@@ -336,7 +343,8 @@ def prefill_config(p) -> tuple:
 #: sets it where :func:`wide_positions`; a config may only force it on (a lab timing it).
 #: It follows ``v_chunk`` and puts the optional ``ws`` after itself (index 17 of a config):
 #: a config written for the layout before it would have its ``ws`` read as ``wide``.
-#: ``lmk_const`` (session 38, a permission; on in :func:`shipped_config` since session 39): the
+#: ``lmk_const`` (session 38, a permission; on in :func:`shipped_config` since session 39, in
+#: :func:`split_config`'s 64 x 64 kernel since session 40): the
 #: landmark columns as compile-time constants where :func:`lmk_const_acts` holds for the call
 #: (``kernels.fwd_tc``); ``ws`` moves to index 18.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
