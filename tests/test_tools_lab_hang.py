@@ -1,0 +1,47 @@
+"""tools/lab_hang.py's watchdog on the CPU: fake children that finish, stall after their first
+launch, stall before it, or fail (the GPU child runs on the device only)."""
+import sys
+
+import pytest
+
+from tools import lab_hang
+
+
+def _child(body):
+    return [sys.executable, "-c", "import sys, time\n" + body]
+
+
+def test_a_child_that_finishes_is_ok():
+    r = lab_hang.watch(_child("print('ready'); print('launches 5'); print('launches 10')"),
+                       "graph", 10, 5, 5.0, 5.0)
+    assert (r["status"], r["launches_done"], r["tail"]) == ("ok", 10, [])
+
+
+def test_a_child_that_stops_making_progress_is_killed_and_reported_hung():
+    r = lab_hang.watch(_child("print('ready', flush=True); print('launches 5', flush=True); "
+                              "time.sleep(60)"), "eager", 20, 5, 0.5, 5.0)
+    assert (r["status"], r["launches_done"], r["hang_within"]) == ("hung", 5, 5)
+    assert r["seconds"] < 30
+
+
+def test_a_child_that_never_launches_is_not_called_hung():
+    r = lab_hang.watch(_child("time.sleep(60)"), "eager", 20, 5, 0.5, 0.5)
+    assert (r["status"], r["launches_done"], r["hang_within"]) == (
+        "stalled before the first launch", 0, None)
+
+
+@pytest.mark.parametrize("body, status", [
+    ("print('ready'); sys.exit(3)", "rc 3"),
+    ("print('ready'); print('launches 5')", "stopped short"),
+])
+def test_a_child_that_fails_or_stops_short_is_reported_with_its_last_lines(body, status):
+    r = lab_hang.watch(_child(body), "graph", 10, 5, 5.0, 5.0)
+    assert r["status"] == status and r["tail"][0] == "ready"
+
+
+@pytest.mark.parametrize("argv", [["--every", "0"], ["--launches", "5", "--every", "10"],
+                                  ["--modes", "eager,replay"]])
+def test_bad_arguments_are_refused_before_any_child_starts(argv):
+    with pytest.raises(SystemExit) as e:
+        lab_hang.main(argv)
+    assert e.value.code == 2

@@ -1,0 +1,151 @@
+"""How often a TileLang lab variant hangs: one timed shape of ``tools/lab_tilelang.py``,
+launched many times, eager and under CUDA-graph replay, each mode in a child process that
+a watchdog kills when it stops making progress (GPU).
+
+    python -m tools.lab_hang --variant occ3-64x64v --shape "B4 GQA32/4 D64 L4K" \\
+        --launches 20000 --every 500 [--stall-s 20] [--out DIR]
+
+Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs per SM):
++8..+15% on the D = 64 GQA rows in five of six lab runs, and one run hung while timing
+``B4 GQA32/4 D64 L4K``. The child synchronises every ``--every`` launches and prints the
+count; the parent reports the last count it saw when the child stalls for ``--stall-s``
+(the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
+mode and writes ``lab_hang.json`` under ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+
+def child(variant: str, shape: str, launches: int, every: int, mode: str) -> int:
+    import torch
+    from reference.validation import check_inputs
+    from tilelang_impl import launch
+    from tools import lab_tilelang as lab
+    plan, _, shapes = lab._tables(variant)
+    (_, B, Hq, Hkv, Lq, Lk, D), = [s for s in shapes if s[0] == shape]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(B, H, L, D, dtype=torch.bfloat16, device="cuda", generator=g)
+               for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    p = check_inputs(q, k, v, window_size=lab.W_T, chunk_size=lab.C_T)
+    o, lse = p.new_outputs()
+    cfg, split = plan(D)
+    S = lab._splits(p, cfg, split)
+
+    def one():
+        launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=S, config=cfg)
+    one()
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    step = one
+    if mode == "graph":  # one graph of ``every`` launches, replayed
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            one()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(every):
+                one()
+        step = graph.replay
+    done = 0
+    while done < launches:
+        if mode == "graph":
+            step()
+        else:
+            for _ in range(every):
+                step()
+        torch.cuda.synchronize()
+        done += every
+        print(f"launches {done}", flush=True)
+    return 0
+
+
+def child_cmd(args, mode: str) -> list:
+    """The command line of one mode's child process."""
+    return [sys.executable, "-m", "tools.lab_hang", "--child", mode, "--variant", args.variant,
+            "--shape", args.shape, "--launches", str(args.launches), "--every", str(args.every)]
+
+
+def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
+          build_s: float) -> dict:
+    """Run ``cmd`` (a child: prints ``ready`` after its first launch, then ``launches N``
+    every ``every`` launches) and report how far it got: ``ok`` (all ``launches`` done,
+    exit 0), ``stopped short`` (exit 0 before them), ``hung`` (no line for ``stall_s`` after ``ready``: killed, the hang lies in the
+    ``every`` launches after ``launches_done``), ``stalled before the first launch`` (no
+    ``ready`` within ``build_s``: the build and the first launch) or ``rc N`` (the child
+    failed: its last lines in ``tail``)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for x in proc.stdout:
+            lines.put(x)
+        lines.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    last, ready, t0, tail = 0, False, time.time(), []
+    limit = build_s
+    while True:
+        try:
+            line = lines.get(timeout=limit)
+        except queue.Empty:
+            proc.kill()
+            proc.wait()
+            return dict(mode=mode, status="hung" if ready else "stalled before the first launch",
+                        launches_done=last, hang_within=every if ready else None,
+                        seconds=round(time.time() - t0, 1))
+        if line is None:
+            rc = proc.wait()
+            status = f"rc {rc}" if rc else ("ok" if last >= launches else "stopped short")
+            return dict(mode=mode, status=status, launches_done=last,
+                        seconds=round(time.time() - t0, 1), tail=tail[-8:] if status != "ok" else [])
+        line = line.rstrip()
+        tail.append(line)
+        if line == "ready":
+            ready, limit = True, stall_s
+        elif line.startswith("launches "):
+            last = int(line.split()[1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variant", default="occ3-64x64v")
+    ap.add_argument("--shape", default="B4 GQA32/4 D64 L4K")
+    ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--every", type=int, default=500)
+    ap.add_argument("--stall-s", type=float, default=20.0)
+    ap.add_argument("--build-s", type=float, default=120.0)
+    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--child", choices=("eager", "graph"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.every < 1 or args.launches < args.every:
+        ap.error("--every must be at least 1 and at most --launches")
+    if args.child:
+        return child(args.variant, args.shape, args.launches, args.every, args.child)
+    results = []
+    modes = args.modes.split(",")
+    if not set(modes) <= {"eager", "graph"}:
+        ap.error(f"--modes {args.modes}: eager and / or graph")
+    for mode in modes:
+        r = watch(child_cmd(args, mode), mode, args.launches, args.every, args.stall_s,
+                  args.build_s)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "lab_hang.json"), "w") as f:
+            json.dump(dict(variant=args.variant, shape=args.shape, every=args.every,
+                           commit=os.environ.get("COMMIT"), results=results), f, indent=1)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
