@@ -48,12 +48,14 @@ PRODUCER_REGS = 24
 SM_REGS, MAX_NREG = 65536, 240
 #: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
 #: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``) and 3, a lab
-#: value (session 39's ``occ3-64x64v``, not shipped and not yet run). Three and four CTAs
+#: value (session 39's ``occ3-64x64v``, not shipped: it hangs). Three and four CTAs
 #: per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
 #: 64x64 tiles, one consumer warp group; at three the consumers asked for 144 registers where
 #: the CTA launched with 80, :func:`consumer_regs` before it counted the launch registers: 136
-#: since, never run). Four, refused, hung with a split that fits (64 at launch, consumers 104),
-#: not explained.
+#: since). Four, refused, hung with a split that fits (64 at launch, consumers 104),
+#: not explained. Three with the split that fits (80 at launch, consumers 136) hung too
+#: (session 40, H100, ``tools/lab_hang``: within 1000 launches of D = 64 GQA 32/4, eager and
+#: graph; the same kernel at two CTAs ran 100,000): kept for the lab, to find out why.
 MIN_BLOCKS = (0, 2, 3)
 
 

@@ -409,6 +409,16 @@ VARIANTS = {
     # each chain (softmax, then P @ V) is latency-bound (the tensor pipe 26-31% active at D=64,
     # issue slots half idle), so a third CTA per SM is a third chain where the issue slots have
     # room for it. Control: vchunk-64x64 (the same kernel at two CTAs).
+    # Run (session 40, H100, six runs at 9aefa69 / 6baba3e, L2 not flushed): the D = 64 GQA
+    # rows +8..+15% over shipped in every run that finished them (GQA 32/4 8K 251-263 against
+    # 226-234 TF/s), D = 128 and chunked within +-2% (= shipped there); one run hung timing
+    # "B4 GQA32/4 D64 L4K" (the watchdog's restart). tools/lab_hang on that shape (6baba3e):
+    # hung within its first 1000 launches, eager and under graph replay, after one launch that
+    # finished; vchunk-64x64 (the same kernel at two CTAs, setmaxnreg [24, 232] against [24,
+    # 136]: both splits fill the launch registers exactly) 50,000 launches each mode, shipped
+    # 100,000 under graph replay, none hung. Not shipped: the hang's cause (the register split
+    # at 80 a thread, or three CTAs an SM) is not known. bench_results/tilelang-lab40-*.json,
+    # lab-hang-occ3-h100-6baba3e.json.
     "occ3-64x64v": (lambda D: (_full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True,
                                      min_blocks=3) if D <= 64
                                else _full(_launch().shipped_config(D, D))),
@@ -814,12 +824,12 @@ def _dec_nolmkconst(D):
 # 8.2-8.8 -> 8.0-8.2 us (B=1 8K), 8.2-8.6 -> 7.9-8.2 (128K), 20.7-20.9 -> 19.3-19.8 (B=8
 # GQA 32/8 32K), +3..+7% in every run, past the prediction; shipped in launch.split_config.
 # D = 64 (one run, dec-shipped against this control): B=1 GQA 32/4 8K 6.8 against 8.1 us,
-# B=8 32K 7.1 against 8.2 (-15%, ebd1760's unmeasured gain on decode).
+# B=8 32K 7.1 against 8.2 (-13..-16%, ebd1760's unmeasured gain on decode).
 DECODE_VARIANTS.update({
     "dec-nolmkconst": (_dec_nolmkconst,
                        "dec-shipped without lmk_const: split-KV (D128) and D64's packed "
                        "prefill-grid decode",
-                       "D128: +0.3..+0.6 us (B=1), +1.1..+1.4 us (B=8 32/8) against "
+                       "D128: +0.2..+0.6 us (B=1), +1.1..+1.4 us (B=8 32/8) against "
                        "dec-shipped; D64: +1.1..+1.3 us (session 40)"),
 })
 
