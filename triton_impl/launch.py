@@ -786,6 +786,12 @@ def _respun(plan: _Plan, path: str, fold: bool | None = None, **override) -> _Pl
                    fold=plan.fold if fold is None else fold)
 
 
+def _qk_scale(p: Problem) -> float:
+    """The scale the kernels take: ``sm_scale * log2(e)`` (they exponentiate in base 2 and
+    convert the LSE back to natural log); one formula for the launch and :func:`describe`."""
+    return p.sm_scale * LOG2E
+
+
 def _fold_ok(qk_scale: float) -> bool:
     """Whether a call may run ``FOLD`` (``kernels._softmax_p``): ``qk_scale``
     (``sm_scale * log2(e)``, passed as float32) must be a positive normal
@@ -1260,7 +1266,7 @@ def describe(p: Problem, q, k, v, **knobs) -> str:
     text = f"{kind} {cx['BLOCK_M']}x{cx['BLOCK_N']} w{plan.num_warps} s{plan.num_stages}"
     if st[4] is not None:
         text += f" r{st[4]}"
-    if runs.fold and _fold_ok(p.sm_scale * LOG2E):
+    if runs.fold and _fold_ok(_qk_scale(p)):
         text += " fold"
     if kind in ("prefill", "prefill_tma") and cx.get("PHASES"):
         text += " phases"
@@ -1327,7 +1333,7 @@ def launch(p: Problem, q, k, v, o, lse, *, path: str | None = None, config: Conf
 
 def _run(plan: _Plan, p: Problem, q, k, v, o, lse, tma, dev: int | None) -> str:
     """:func:`launch` on the current device ``dev`` (None: not a CUDA call)."""
-    qk_scale = p.sm_scale * LOG2E
+    qk_scale = _qk_scale(p)
     if plan.path == "prefill":
         ops = _tma_operands(plan, tma, q, k, v)
         if ops is not None:
