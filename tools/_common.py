@@ -81,8 +81,8 @@ def commit_label() -> str:
     label is the abbreviated hash). The device tool's copy of the tree can carry a ``.git``
     older than the tree (session 38: a tree at 8a91ade read HEAD as 6dbab1c); the label then
     ends in ``-dirty`` instead of naming the older commit as the tree. Scripts pass the commit
-    they ran (``tools/gpu_all.sh``'s ``--commit``; the TileLang labs take ``COMMIT`` from the
-    environment before this). ``unknown`` outside a git checkout."""
+    they ran (``tools/gpu_all.sh``'s ``--commit``; the labs take ``COMMIT`` from the
+    environment before this: :func:`run_commit`). ``unknown`` outside a git checkout."""
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
@@ -91,3 +91,10 @@ def commit_label() -> str:
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"
+
+
+def run_commit() -> str:
+    """The commit a lab names in its results: ``COMMIT`` from the environment (the device
+    tool's copy of ``.git`` can be older than the tree it runs, :func:`commit_label`), else
+    :func:`commit_label`."""
+    return os.environ.get("COMMIT") or commit_label()

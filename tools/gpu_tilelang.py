@@ -36,7 +36,7 @@ import torch
 
 from conformance.cases import poison_unseen
 from reference.validation import default_scale
-from tools._common import attention_flops, capture_graph, commit_label, visible_pairs
+from tools._common import attention_flops, capture_graph, run_commit, visible_pairs
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -408,7 +408,7 @@ def main(argv=None):
         big_d(a.big_d)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    commit = os.environ.get("COMMIT") or commit_label()
+    commit = run_commit()
     result = dict(commit=commit, device=torch.cuda.get_device_name(),
                   torch=torch.__version__)
     try:

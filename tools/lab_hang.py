@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from tools._common import run_commit
+
 
 def child(variant: str, shape: str, launches: int, every: int, mode: str) -> int:
     import torch
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "lab_hang.json"), "w") as f:
             json.dump(dict(variant=args.variant, shape=args.shape, every=args.every,
-                           commit=os.environ.get("COMMIT"), results=results), f, indent=1)
+                           commit=run_commit(), results=results), f, indent=1)
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 

@@ -1261,8 +1261,8 @@ def main(argv=None):
     for n in names:
         if n not in known:
             ap.error(f"unknown variant {n!r}; known: {list(known)}")
-    from tools._common import commit_label
-    commit = os.environ.get("COMMIT") or commit_label()
+    from tools._common import run_commit
+    commit = run_commit()
     result = dict(commit=commit, budget_s=a.budget_s, timing="CUDA-graph replay of 10 calls, "
                   "best/median of 5 replays, L2 not flushed",
                   shapes=[s[0] for s in SHAPES + DECODE_SHAPES],
