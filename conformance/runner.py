@@ -129,12 +129,10 @@ def _poison_allocator(case: Case, device: torch.device) -> None:
         return
     sizes = [case.B * case.Hq * case.Lq * case.Dv, case.B * case.Hq * case.Lq]
     for n in sizes:
-        if n:
-            t = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
-            del t
+        if n:  # filled, then freed at once: the allocator keeps the NaN block cached
+            torch.full((n,), float("nan"), dtype=torch.float32, device=device)
     if case.dtype != "fp32" and sizes[0]:
-        t = torch.full((sizes[0],), float("nan"), dtype=case.torch_dtype, device=device)
-        del t
+        torch.full((sizes[0],), float("nan"), dtype=case.torch_dtype, device=device)
 
 
 #: The torch allocators whose floating results :func:`poisoned_empty` fills with NaN.

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
                             Lq=sz["Lq"], Lk=sz["Lk"], seconds=round(dt, 3),
                             peak_extra_MiB=round(extra / 2**20, 1),
                             inputs_MiB=round(in_bytes / 2**20, 1)))
-        del q, k, v, o, lse
+        q = k = v = o = lse = None  # free them (a closure above holds q, k, v)
     info = dict(torch=torch.__version__, threads=torch.get_num_threads(), cpu=platform.processor()
                 or platform.machine(), cores=os.cpu_count())
     print(f"reference.golden on CPU ({info['cores']} cores, torch {info['torch']})")

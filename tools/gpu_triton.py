@@ -327,7 +327,6 @@ def host_breakdown(res):
                    torch_empty_x2=per(lambda: (torch.empty(8, device="cuda"), torch.empty(8, device="cuda"))),
                    sdpa_tiny=per(lambda: torch.nn.functional.scaled_dot_product_attention(q[:, :, :1], k[:, :, :64], v[:, :, :64])))
         # pieces of one direct launch of the cached compiled kernel (launch._direct_launch)
-        import triton
         kern = L._SPLIT if Lq == 1 else (L._FWD_TMA if Lq >= 8192 else L._FWD)
         if kern.cache:
             ck = next(iter(kern.cache.values()))[0]  # (compiled kernel, _RawLaunch)

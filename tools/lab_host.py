@@ -339,7 +339,7 @@ def timings():
                 print(f"  {name:24s} {variant:22s} kern {row['kernel_us']:7.1f} eager {row['eager_us']:7.1f} "
                       f"host {row['host_us']:6.1f} e-k {row['eager_minus_kernel_us']:6.1f} b2b {b2b:6.1f} "
                       + " ".join(f"{k}={v:.1f}" for k, v in parts.items()), flush=True)
-        del sets
+        sets = None  # free them (closures above hold the cell)
         torch.cuda.empty_cache()
 
 
@@ -418,7 +418,7 @@ def interleaved(rounds=25):
             f"{var}: launch {row[var]['launch']['median']:.1f} (min {row[var]['launch']['min']:.1f}) "
             f"call {row[var]['call']['median']:.1f} (min {row[var]['call']['min']:.1f})" for var in VARIANTS),
             flush=True)
-        del q, k, v, o, lse
+        q = k = v = o = lse = None  # free them (closures above hold the cells)
         torch.cuda.empty_cache()
 
 
@@ -507,7 +507,7 @@ def tilelang_ab(rounds=25):
         n = 200 if Lq < 8192 else 20
         _timed_call(timing, name, "tilelang interleaved", variants, fast_call, lambda: tl_swa(q, k, v, **kw),
                     n, rounds)
-        del q, k, v
+        q = k = v = None  # free them (closures above hold the cells)
         torch.cuda.empty_cache()
     return ok
 
@@ -623,7 +623,7 @@ def scratch_ab(rounds=25):
         for name, fn in backends:
             _timed_call(timing, f"{name} {label}", "scratch interleaved", variants, scheme,
                         lambda: fn(q, k, v, **kw), 200, rounds)
-        del q, k, v
+        q = k = v = None  # free them (closures above hold the cells)
         torch.cuda.empty_cache()
     _scratch_micro(out)
     return ok
@@ -712,7 +712,7 @@ def plan_micro(rounds=7, n=5000):
         torch.cuda.synchronize()
         out[name] = row
         print(f"  plan micro {name:22s} " + " ".join(f"{k} {x:.2f}" for k, x in row.items()), flush=True)
-        del q, k, v
+        q = k = v = None  # free them (closures above hold the cells)
     torch.cuda.empty_cache()
 
 

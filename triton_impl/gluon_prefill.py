@@ -49,7 +49,7 @@ try:  # Gluon: Triton 3.5+ (the H200 image: 3.6; CI: 3.9)
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor  # noqa: F401 (launch.py)
 
     # A CTA-wide barrier: gl.thread_barrier up to Triton 3.6, gl.barrier later.
     _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
