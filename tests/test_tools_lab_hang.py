@@ -45,3 +45,26 @@ def test_bad_arguments_are_refused_before_any_child_starts(argv):
     with pytest.raises(SystemExit) as e:
         lab_hang.main(argv)
     assert e.value.code == 2
+
+
+def test_the_grid_line_is_kept_in_the_report():
+    r = lab_hang.watch(_child("print('programs 256 SMs 132 splits 1'); print('ready'); "
+                              "print('launches 5')"), "eager", 5, 5, 5.0, 5.0)
+    assert r["status"] == "ok" and r["grid"] == "programs 256 SMs 132 splits 1"
+
+
+def test_dims_are_checked_and_passed_to_the_child():
+    assert lab_hang.parse_dims("1,32,4,512,512,64") == (1, 32, 4, 512, 512, 64)
+    for bad in ("1,32,4,512,512", "1,32,5,512,512,64", "1,32,4,1024,512,64", "0,32,4,8,8,64",
+                "a,b,c,d,e,f"):
+        with pytest.raises(ValueError, match="--dims"):
+            lab_hang.parse_dims(bad)
+    with pytest.raises(SystemExit):
+        lab_hang.main(["--dims", "1,2,3"])
+
+    class A:
+        variant, shape, launches, every, dims = "occ3-64x64v", "x", 10, 5, "1,32,4,512,512,64"
+    cmd = lab_hang.child_cmd(A, "graph")
+    assert cmd[cmd.index("--dims") + 1] == "1,32,4,512,512,64" and "--child" in cmd
+    A.dims = None
+    assert "--dims" not in lab_hang.child_cmd(A, "graph")

@@ -4,13 +4,18 @@ a watchdog kills when it stops making progress (GPU).
 
     python -m tools.lab_hang --variant occ3-64x64v --shape "B4 GQA32/4 D64 L4K" \\
         --launches 20000 --every 500 [--stall-s 20] [--out DIR]
+    python -m tools.lab_hang --variant occ3-64x64v --dims 1,32,4,512,512,64   (any shape)
 
 Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs per SM):
 +8..+15% on the D = 64 GQA rows in five of six lab runs, and one run hung while timing
 ``B4 GQA32/4 D64 L4K``. The child synchronises every ``--every`` launches and prints the
 count; the parent reports the last count it saw when the child stalls for ``--stall-s``
 (the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
-mode and writes ``lab_hang.json`` under ``--out``.
+mode and writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` runs a shape of
+one's own (bf16, the lab's window and chunk): a prefill grid of at most two programs an SM
+(``launch.grid_programs`` against the SM count, which the child reports as ``programs``)
+cannot put three CTAs on one SM, so a three-CTA build that hangs there hangs for its code,
+not for its occupancy.
 """
 from __future__ import annotations
 
@@ -26,13 +31,32 @@ import time
 from tools._common import run_commit
 
 
-def child(variant: str, shape: str, launches: int, every: int, mode: str) -> int:
+def parse_dims(text: str) -> tuple:
+    """``B,Hq,Hkv,Lq,Lk,D`` -> six positive ints, ``Hq`` a multiple of ``Hkv`` and ``Lq <=
+    Lk`` (a ValueError otherwise)."""
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 6 or min(dims) < 1:
+        raise ValueError(f"--dims {text!r}: six positive integers B,Hq,Hkv,Lq,Lk,D")
+    B, Hq, Hkv, Lq, Lk, D = dims
+    if Hq % Hkv or Lq > Lk:
+        raise ValueError(f"--dims {text!r}: Hq a multiple of Hkv and Lq <= Lk")
+    return dims
+
+
+def child(variant: str, shape: str, launches: int, every: int, mode: str,
+          dims: tuple | None = None) -> int:
     import torch
     from reference.validation import check_inputs
     from tilelang_impl import launch
     from tools import lab_tilelang as lab
     plan, _, shapes = lab._tables(variant)
-    (_, B, Hq, Hkv, Lq, Lk, D), = [s for s in shapes if s[0] == shape]
+    if dims is not None:
+        B, Hq, Hkv, Lq, Lk, D = dims
+    else:
+        (_, B, Hq, Hkv, Lq, Lk, D), = [s for s in shapes if s[0] == shape]
     g = torch.Generator(device="cuda").manual_seed(1)
     q, k, v = (torch.randn(B, H, L, D, dtype=torch.bfloat16, device="cuda", generator=g)
                for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
@@ -45,6 +69,8 @@ def child(variant: str, shape: str, launches: int, every: int, mode: str) -> int
         launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=S, config=cfg)
     one()
     torch.cuda.synchronize()
+    print(f"programs {launch.grid_programs(p, cfg[0]) if S == 1 else None} "
+          f"SMs {launch.sm_count(p.device)} splits {S}", flush=True)
     print("ready", flush=True)
     step = one
     if mode == "graph":  # one graph of ``every`` launches, replayed
@@ -72,8 +98,9 @@ def child(variant: str, shape: str, launches: int, every: int, mode: str) -> int
 
 def child_cmd(args, mode: str) -> list:
     """The command line of one mode's child process."""
-    return [sys.executable, "-m", "tools.lab_hang", "--child", mode, "--variant", args.variant,
-            "--shape", args.shape, "--launches", str(args.launches), "--every", str(args.every)]
+    return ([sys.executable, "-m", "tools.lab_hang", "--child", mode, "--variant", args.variant,
+             "--shape", args.shape, "--launches", str(args.launches), "--every", str(args.every)]
+            + (["--dims", args.dims] if args.dims else []))
 
 
 def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
@@ -92,7 +119,7 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
             lines.put(x)
         lines.put(None)
     threading.Thread(target=pump, daemon=True).start()
-    last, ready, t0, tail = 0, False, time.time(), []
+    last, ready, t0, tail, grid = 0, False, time.time(), [], None
     limit = build_s
     while True:
         try:
@@ -102,15 +129,17 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
             proc.wait()
             return dict(mode=mode, status="hung" if ready else "stalled before the first launch",
                         launches_done=last, hang_within=every if ready else None,
-                        seconds=round(time.time() - t0, 1))
+                        seconds=round(time.time() - t0, 1), grid=grid)
         if line is None:
             rc = proc.wait()
             status = f"rc {rc}" if rc else ("ok" if last >= launches else "stopped short")
-            return dict(mode=mode, status=status, launches_done=last,
+            return dict(mode=mode, status=status, launches_done=last, grid=grid,
                         seconds=round(time.time() - t0, 1), tail=tail[-8:] if status != "ok" else [])
         line = line.rstrip()
         tail.append(line)
-        if line == "ready":
+        if line.startswith("programs "):
+            grid = line
+        elif line == "ready":
             ready, limit = True, stall_s
         elif line.startswith("launches "):
             last = int(line.split()[1])
@@ -119,7 +148,9 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", default="occ3-64x64v")
-    ap.add_argument("--shape", default="B4 GQA32/4 D64 L4K")
+    ap.add_argument("--shape", default="B4 GQA32/4 D64 L4K",
+                    help="one of the lab's timed shapes (tools/lab_tilelang.py SHAPES)")
+    ap.add_argument("--dims", default=None, help="B,Hq,Hkv,Lq,Lk,D instead of --shape")
     ap.add_argument("--launches", type=int, default=20000)
     ap.add_argument("--every", type=int, default=500)
     ap.add_argument("--stall-s", type=float, default=20.0)
@@ -130,8 +161,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.every < 1 or args.launches < args.every:
         ap.error("--every must be at least 1 and at most --launches")
+    dims = None
+    if args.dims:
+        try:
+            dims = parse_dims(args.dims)
+        except ValueError as e:
+            ap.error(str(e))
     if args.child:
-        return child(args.variant, args.shape, args.launches, args.every, args.child)
+        return child(args.variant, args.shape, args.launches, args.every, args.child, dims)
     results = []
     modes = args.modes.split(",")
     if not set(modes) <= {"eager", "graph"}:
@@ -144,7 +181,7 @@ def main(argv=None) -> int:
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "lab_hang.json"), "w") as f:
-            json.dump(dict(variant=args.variant, shape=args.shape, every=args.every,
+            json.dump(dict(variant=args.variant, shape=args.dims or args.shape, every=args.every,
                            commit=run_commit(), results=results), f, indent=1)
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
