@@ -21,7 +21,15 @@ def test_a_child_that_stops_making_progress_is_killed_and_reported_hung():
     r = lab_hang.watch(_child("print('ready', flush=True); print('launches 5', flush=True); "
                               "time.sleep(60)"), "eager", 20, 5, 0.5, 5.0)
     assert (r["status"], r["launches_done"], r["hang_within"]) == ("hung", 5, 5)
-    assert r["seconds"] < 30
+    assert r["seconds"] < 30 and r["killed"] and r["tail"] == ["ready", "launches 5"]
+
+
+def test_a_child_that_exits_while_a_grandchild_holds_its_output_is_not_called_hung():
+    r = lab_hang.watch(_child("import subprocess\n"
+                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'])\n"
+                              "print('ready'); print('launches 5', flush=True)"),
+                       "eager", 5, 5, 0.5, 5.0)
+    assert (r["status"], r["launches_done"]) == ("ok", 5), r
 
 
 def test_a_child_that_never_launches_is_not_called_hung():
@@ -40,7 +48,9 @@ def test_a_child_that_fails_or_stops_short_is_reported_with_its_last_lines(body,
 
 
 @pytest.mark.parametrize("argv", [["--every", "0"], ["--launches", "5", "--every", "10"],
-                                  ["--modes", "eager,replay"]])
+                                  ["--modes", "eager,replay"], ["--stall-s", "0"],
+                                  ["--build-s", "-1"], ["--variant", "no-such-variant"],
+                                  ["--shape", "no such shape"]])
 def test_bad_arguments_are_refused_before_any_child_starts(argv):
     with pytest.raises(SystemExit) as e:
         lab_hang.main(argv)

@@ -7,7 +7,7 @@ a watchdog kills when it stops making progress (GPU).
     python -m tools.lab_hang --variant occ3-64x64v --dims 1,32,4,512,512,64   (any shape)
 
 Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs per SM):
-+8..+15% on the D = 64 GQA rows in five of six lab runs, and one run hung while timing
++8..+15% on the D = 64 GQA rows in every lab run that finished them, and one of six hung while timing
 ``B4 GQA32/4 D64 L4K``. The child synchronises every ``--every`` launches and prints the
 count; the parent reports the last count it saw when the child stalls for ``--stall-s``
 (the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
@@ -83,6 +83,7 @@ def child(variant: str, shape: str, launches: int, every: int, mode: str,
             for _ in range(every):
                 one()
         step = graph.replay
+        print("captured", flush=True)
     done = 0
     while done < launches:
         if mode == "graph":
@@ -108,9 +109,11 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
     """Run ``cmd`` (a child: prints ``ready`` after its first launch, then ``launches N``
     every ``every`` launches) and report how far it got: ``ok`` (all ``launches`` done,
     exit 0), ``stopped short`` (exit 0 before them), ``hung`` (no line for ``stall_s`` after ``ready``: killed, the hang lies in the
-    ``every`` launches after ``launches_done``), ``stalled before the first launch`` (no
-    ``ready`` within ``build_s``: the build and the first launch) or ``rc N`` (the child
-    failed: its last lines in ``tail``)."""
+    ``every`` launches after ``launches_done``; under graph replay the warm-up launch and the
+    capture come first, ``captured`` in ``tail`` says they ended), ``stalled before the first
+    launch`` (no line for ``build_s`` before ``ready``: the build and the first launch; the
+    child's stderr, TileLang's build log among it, counts as lines) or ``rc N`` (the child
+    failed). ``tail`` holds the last lines seen where the status is not ``ok``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
 
@@ -125,11 +128,19 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
         try:
             line = lines.get(timeout=limit)
         except queue.Empty:
+            if proc.poll() is not None:  # exited; its output still open elsewhere
+                lines.put(None)
+                continue
             proc.kill()
-            proc.wait()
+            try:
+                proc.wait(timeout=60)
+                killed = True
+            except subprocess.TimeoutExpired:  # stuck in the driver: reported, not waited for
+                killed = False
             return dict(mode=mode, status="hung" if ready else "stalled before the first launch",
                         launches_done=last, hang_within=every if ready else None,
-                        seconds=round(time.time() - t0, 1), grid=grid)
+                        seconds=round(time.time() - t0, 1), grid=grid, killed=killed,
+                        tail=tail[-8:])
         if line is None:
             rc = proc.wait()
             status = f"rc {rc}" if rc else ("ok" if last >= launches else "stopped short")
@@ -161,6 +172,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.every < 1 or args.launches < args.every:
         ap.error("--every must be at least 1 and at most --launches")
+    if args.stall_s <= 0 or args.build_s <= 0:
+        ap.error("--stall-s and --build-s must be positive")
     dims = None
     if args.dims:
         try:
@@ -169,6 +182,13 @@ def main(argv=None) -> int:
             ap.error(str(e))
     if args.child:
         return child(args.variant, args.shape, args.launches, args.every, args.child, dims)
+    from tools import lab_tilelang as lab
+    try:
+        _, _, shapes = lab._tables(args.variant)
+    except KeyError:
+        ap.error(f"--variant {args.variant}: not a lab variant (tools/lab_tilelang.py)")
+    if dims is None and args.shape not in [s[0] for s in shapes]:
+        ap.error(f"--shape {args.shape!r}: one of {[s[0] for s in shapes]}, or --dims")
     results = []
     modes = args.modes.split(",")
     if not set(modes) <= {"eager", "graph"}:

@@ -823,14 +823,17 @@ def _dec_nolmkconst(D):
 # "dec-lmkconst", the split kernel with it, against dec-shipped without): D = 128 split
 # 8.2-8.8 -> 8.0-8.2 us (B=1 8K), 8.2-8.6 -> 7.9-8.2 (128K), 20.7-20.9 -> 19.3-19.8 (B=8
 # GQA 32/8 32K), +3..+7% in every run, past the prediction; shipped in launch.split_config.
+# Every split decode variant built on launch.split_config (dec-vchunk, dec-occ2, dec-occ2-s8,
+# dec-s8 and the rest) takes lmk_const since 6baba3e where the call allows it, those built
+# on the prefill config since ebd1760: their figures from before then ran without it.
 # D = 64 (one run, dec-shipped against this control): B=1 GQA 32/4 8K 6.8 against 8.1 us,
-# B=8 32K 7.1 against 8.2 (-13..-16%, ebd1760's unmeasured gain on decode).
+# B=8 32K 7.1 against 8.2 (-15%, -13%: ebd1760's unmeasured gain on decode).
 DECODE_VARIANTS.update({
     "dec-nolmkconst": (_dec_nolmkconst,
                        "dec-shipped without lmk_const: split-KV (D128) and D64's packed "
                        "prefill-grid decode",
-                       "D128: +0.2..+0.6 us (B=1), +1.1..+1.4 us (B=8 32/8) against "
-                       "dec-shipped; D64: +1.1..+1.3 us (session 40)"),
+                       "D128: +0..+0.2 us against dec-shipped (session 39's prediction for "
+                       "the split kernel's lmk_const, turned round); D64: +0..+0.2 us"),
 })
 
 # Session 8's decode variants "dec-pdl" (the combine as a programmatic dependent launch:
