@@ -78,3 +78,31 @@ def test_dims_are_checked_and_passed_to_the_child():
     assert cmd[cmd.index("--dims") + 1] == "1,32,4,512,512,64" and "--child" in cmd
     A.dims = None
     assert "--dims" not in lab_hang.child_cmd(A, "graph")
+
+
+def test_on_hang_sees_the_live_child_before_the_kill():
+    import os
+    seen = []
+
+    def probe(pid):
+        os.kill(pid, 0)  # alive: raises if it were gone
+        seen.append(pid)
+        return "warps: all waiting"
+    r = lab_hang.watch(_child("print('ready', flush=True); time.sleep(60)"), "eager", 5, 5, 0.5,
+                       5.0, on_hang=probe)
+    assert r["status"] == "hung" and r["on_hang"] == "warps: all waiting" and len(seen) == 1
+    # not called where the child never became ready, nor where it finished
+    r = lab_hang.watch(_child("time.sleep(60)"), "eager", 5, 5, 0.5, 0.5, on_hang=probe)
+    assert "on_hang" not in r and len(seen) == 1
+
+
+def test_gdb_commands_list_the_warps_before_the_instructions(monkeypatch):
+    cmds = lab_hang.gdb_commands(sms=2, warps=3)
+    assert cmds[-1] == "detach" and cmds.count("info cuda warps") == 2
+    assert cmds.index("info cuda warps") < cmds.index("cuda sm 0 warp 0 lane 0")
+    assert sum(c == "x/3i $pc" for c in cmds) == 6
+    monkeypatch.setattr(lab_hang.shutil, "which", lambda name: None)
+    assert "not on the PATH" in lab_hang.gdb_dump(12345)
+    with pytest.raises(SystemExit) as e:
+        lab_hang.main(["--gdb"])
+    assert e.value.code == 2

@@ -15,7 +15,9 @@ mode and writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` r
 one's own (bf16, the lab's window and chunk): a prefill grid of at most two programs an SM
 (``launch.grid_programs`` against the SM count, which the child reports as ``programs``)
 cannot put three CTAs on one SM, so a three-CTA build that hangs there hangs for its code,
-not for its occupancy.
+not for its occupancy. ``--gdb`` attaches cuda-gdb to a hung child before the kill and
+records where the warps of two SMs wait (their PCs and the instructions there: an
+``USETMAXREG`` that never returns, or a barrier wait).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -104,8 +107,39 @@ def child_cmd(args, mode: str) -> list:
             + (["--dims", args.dims] if args.dims else []))
 
 
+def gdb_commands(sms: int = 2, warps: int = 24) -> list[str]:
+    """cuda-gdb batch commands that say where a hung kernel's warps wait: the kernels, then on
+    SMs ``0 .. sms - 1`` every warp's PC and block (``info cuda warps``), then the instructions
+    at the PC of lane 0 of warps ``0 .. warps - 1`` there (a warp slot that is empty is an
+    error line, and the commands after it still run)."""
+    cmds = ["set pagination off", "set cuda break_on_launch none", "info cuda kernels"]
+    for sm in range(sms):
+        cmds += [f"cuda sm {sm}", "info cuda warps"]
+    for sm in range(sms):
+        for w in range(warps):
+            cmds += [f"cuda sm {sm} warp {w} lane 0", "x/3i $pc"]
+    return cmds + ["detach"]
+
+
+def gdb_dump(pid: int, timeout_s: float = 120.0, sms: int = 2) -> str:
+    """Attach cuda-gdb to ``pid`` (a hung child) and run :func:`gdb_commands`; its output,
+    or why there is none."""
+    exe = shutil.which("cuda-gdb")
+    if exe is None:
+        return "cuda-gdb is not on the PATH"
+    argv = [exe, "-nx", "-batch", "-p", str(pid)]
+    for c in gdb_commands(sms):
+        argv += ["-ex", c]
+    try:
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        return cp.stdout + cp.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return f"cuda-gdb timed out after {timeout_s} s\n" + out
+
+
 def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
-          build_s: float) -> dict:
+          build_s: float, on_hang=None) -> dict:
     """Run ``cmd`` (a child: prints ``ready`` after its first launch, then ``launches N``
     every ``every`` launches) and report how far it got: ``ok`` (all ``launches`` done,
     exit 0), ``stopped short`` (exit 0 before them), ``hung`` (no line for ``stall_s`` after ``ready``: killed, the hang lies in the
@@ -113,7 +147,9 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
     capture come first, ``captured`` in ``tail`` says they ended), ``stalled before the first
     launch`` (no line for ``build_s`` before ``ready``: the build and the first launch; the
     child's stderr, TileLang's build log among it, counts as lines) or ``rc N`` (the child
-    failed). ``tail`` holds the last lines seen where the status is not ``ok``."""
+    failed). ``tail`` holds the last lines seen where the status is not ``ok``. ``on_hang``
+    (``pid -> str``, e.g. :func:`gdb_dump`) runs on a hung child before it is killed; its
+    text is the report's ``on_hang``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
 
@@ -131,6 +167,7 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
             if proc.poll() is not None:  # exited; its output still open elsewhere
                 lines.put(None)
                 continue
+            seen = on_hang(proc.pid) if (ready and on_hang is not None) else None
             proc.kill()
             try:
                 proc.wait(timeout=60)
@@ -140,7 +177,7 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
             return dict(mode=mode, status="hung" if ready else "stalled before the first launch",
                         launches_done=last, hang_within=every if ready else None,
                         seconds=round(time.time() - t0, 1), grid=grid, killed=killed,
-                        tail=tail[-8:])
+                        tail=tail[-8:], **({} if seen is None else {"on_hang": seen}))
         if line is None:
             rc = proc.wait()
             status = f"rc {rc}" if rc else ("ok" if last >= launches else "stopped short")
@@ -167,6 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stall-s", type=float, default=20.0)
     ap.add_argument("--build-s", type=float, default=120.0)
     ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--gdb", action="store_true",
+                    help="on a hang, attach cuda-gdb first: where each warp of SMs 0-1 waits "
+                         "(gdb-MODE.txt under --out; its head in the report)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", choices=("eager", "graph"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -193,9 +233,17 @@ def main(argv=None) -> int:
     modes = args.modes.split(",")
     if not set(modes) <= {"eager", "graph"}:
         ap.error(f"--modes {args.modes}: eager and / or graph")
+    if args.gdb and shutil.which("cuda-gdb") is None:
+        ap.error("--gdb: cuda-gdb is not on the PATH")
     for mode in modes:
         r = watch(child_cmd(args, mode), mode, args.launches, args.every, args.stall_s,
-                  args.build_s)
+                  args.build_s, on_hang=gdb_dump if args.gdb else None)
+        if "on_hang" in r:
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                with open(os.path.join(args.out, f"gdb-{mode}.txt"), "w") as f:
+                    f.write(r["on_hang"])
+            r["on_hang"] = r["on_hang"][:3000]
         results.append(r)
         print(json.dumps(r), flush=True)
     if args.out:
