@@ -309,17 +309,18 @@ def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     assert "STL" not in sass and "LDL" not in sass
 
 
-def _occ3_args():
-    """Factory arguments of the lab's occ3-64x64v at D = 64, C = 64, the view admitted."""
+def _occ3_args(name="occ3-64x64v"):
+    """Factory arguments of a lab occ3 variant at D = 64, C = 64, the view admitted."""
     from tools import lab_tilelang as L
     return launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False,
-                                L.VARIANTS["occ3-64x64v"][0](64), 64,
+                                L.VARIANTS[name][0](64), 64,
                                 launch.LOG2E * default_scale(64), view=True)[1]
 
 
 @pytest.mark.parametrize("name, tile, threads, n, want", [
     ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104)),
     ("occ3-64x64v", (64, 64, 2, 128), 128, 3, (80, 136)),
+    ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128)),
 ])
 def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want):
     """Two lab kernels whose CTAs split the register file finer than the shipped ones, with
@@ -330,13 +331,18 @@ def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, wa
     occ2-128x64 (session 26): two consumer warp groups, two CTAs per SM, v through the view;
     occ3-64x64v (session 39): D = 64 on the 64x64 tile, one consumer warp group, three CTAs
     per SM (shared memory about 40 KB a CTA at two stages, session 12's count: three fit an
-    SM's 228 KB)."""
+    SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8 registers below
+    the pool's exact fill (kernels.REG_SLACKS)."""
     import re
-    args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args()
+    args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args(name)
     assert args[7:11] == tile and args[launch._V_CHUNK_AT]
     assert args[launch._KNOBS_AT + launch._KNOB["min_blocks"]] == n
+    rs = launch._KNOBS_AT + launch._KNOB["reg_slack"]
+    slack = args[rs] if len(args) > rs else 0
+    assert slack == (8 if name.endswith("slack8") else 0)
     src, sass, res = _cubin(args)
-    launch_regs, consumers = kernels.launch_regs(threads, n), kernels.consumer_regs(threads, n)
+    launch_regs = kernels.launch_regs(threads, n)
+    consumers = kernels.consumer_regs(threads, n, slack)
     assert (launch_regs, consumers) == want
     assert f"__launch_bounds__({threads + 128}, {n})" in src
     assert f"warpgroup_reg_alloc<{consumers}>" in src
@@ -371,6 +377,18 @@ def test_min_blocks_refuses_what_was_not_run():
     for bad in (1, 4, True):
         with pytest.raises(ValueError, match="min_blocks"):
             kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(64, min_blocks=bad)))
+
+
+def test_reg_slack_refuses_what_was_not_written_for():
+    """reg_slack (session 40, a lab knob) takes 0 or 8 registers, and 8 only where the
+    kernel sets its own register split (min_blocks): TileLang's default split has no pool
+    of ours to leave room in."""
+    assert kernels.REG_SLACKS == (0, 8)
+    assert kernels.consumer_regs(128, 3, 8) == kernels.consumer_regs(128, 3) - 8 == 128
+    for mb, bad in ((2, 4), (2, 16), (2, True), (0, 8)):
+        with pytest.raises(ValueError, match="reg_slack"):
+            kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(64, min_blocks=mb,
+                                                                      reg_slack=bad)))
 
 
 @pytest.mark.parametrize("D", [64, 128])

@@ -57,6 +57,11 @@ SM_REGS, MAX_NREG = 65536, 240
 #: (session 40, H100, ``tools/lab_hang``: within 1000 launches of D = 64 GQA 32/4, eager and
 #: graph; the same kernel at two CTAs ran 100,000): kept for the lab, to find out why.
 MIN_BLOCKS = (0, 2, 3)
+#: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
+#: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for
+#: the lab's three-CTA hang (``occ3-64x64v-slack8``: consumers 128 where they fill the pool at
+#: 136), to tell a pool filled to the register from the rest; never run on a GPU yet.
+REG_SLACKS = (0, 8)
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -68,14 +73,14 @@ def launch_regs(threads: int, min_blocks: int) -> int:
     return SM_REGS // (min_blocks * (threads + 128)) // 8 * 8
 
 
-def consumer_regs(threads: int, min_blocks: int) -> int:
+def consumer_regs(threads: int, min_blocks: int, slack: int = 0) -> int:
     """Registers per consumer thread after ``setmaxnreg``: what the CTA launched with
     (:func:`launch_regs`) less the producer's :data:`PRODUCER_REGS`, shared by the
-    ``threads`` consumers, a multiple of 8, at most :data:`MAX_NREG`. ``setmaxnreg.inc``
-    waits for registers the CTA's own warps released, so asking for more never
-    returns (a hang, not an error)."""
+    ``threads`` consumers, a multiple of 8, at most :data:`MAX_NREG`, less ``slack``
+    (:data:`REG_SLACKS`, a lab knob). ``setmaxnreg.inc`` waits for registers the CTA's own
+    warps released, so asking for more never returns (a hang, not an error)."""
     pool = launch_regs(threads, min_blocks) * (threads + 128) - 128 * PRODUCER_REGS
-    return min(MAX_NREG, pool // threads // 8 * 8)
+    return min(MAX_NREG, pool // threads // 8 * 8) - slack
 
 
 def _shape(blhd: bool, B, H, L, D):
@@ -271,13 +276,17 @@ V_CHUNK = (0, 1) + V_CHUNK_SPANS
 LMK_ZERO = ("tile", "rows")
 
 
-def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, **flags):
+def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
-    ``min_blocks`` one of :data:`MIN_BLOCKS`; the other knobs named in ``flags`` are
-    bools."""
+    ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
+    non-zero only with ``min_blocks`` (TileLang's default split has nothing of ours to
+    leave); the other knobs named in ``flags`` are bools."""
     if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
         raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
+    if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
+        raise ValueError(f"reg_slack={reg_slack!r}: one of {REG_SLACKS} (kernels.REG_SLACKS), "
+                         f"non-zero only with min_blocks")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
@@ -292,7 +301,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
-                 lmk_const=False):
+                 lmk_const=False, reg_slack=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -354,7 +363,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
-    _check_knobs(lmk_cols, pack, block_M, min_blocks, fast_exp2=fast_exp2, scale_fold=scale_fold,
+    _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
     if mask_lmk and not ws and lmk_zero == "rows":
@@ -417,7 +426,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             if min_blocks:  # occupancy: launch bounds and the warp groups' register split
                 T.annotate_min_blocks_per_sm(min_blocks)
                 T.annotate_producer_reg_dealloc(PRODUCER_REGS)
-                T.annotate_consumer_reg_alloc(consumer_regs(threads, min_blocks))
+                T.annotate_consumer_reg_alloc(consumer_regs(threads, min_blocks, reg_slack))
             Q_s = T.alloc_shared([block_M, Dqk], dtype)
             K_s = T.alloc_shared([block_N, Dqk], dtype)
             V_s = T.alloc_shared([block_N, Dv], dtype)
@@ -542,7 +551,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
-           wide: bool = False, lmk_const: bool = False):
+           wide: bool = False, lmk_const: bool = False, reg_slack: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -589,7 +598,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     2 C - 1, ..., block_N - 1`` instead of compares against the tile's ``j0`` register,
     ``macros.constant_landmark_columns``;
     exact only for calls with ``K * C == block_N`` whose every tile starts a chunk, which
-    ``launch.lmk_const_acts`` decides per call).
+    ``launch.lmk_const_acts`` decides per call) and ``reg_slack`` (session 40, a lab knob,
+    :data:`REG_SLACKS`: consumer registers left below the exact fill of the pool,
+    :func:`consumer_regs`; with ``min_blocks`` only).
     The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every
     call of a configuration.
@@ -597,7 +608,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide, lmk_const)
+                        overlap, v_chunk, wide, lmk_const, reg_slack)
 
 
 @tilelang.jit(target=HOPPER,
@@ -609,7 +620,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 fold: bool = False, lmk_cols: int = 0, fast_exp2: bool = False,
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
-                wide: bool = False, lmk_const: bool = False):
+                wide: bool = False, lmk_const: bool = False, reg_slack: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -624,7 +635,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide, lmk_const)
+                        overlap, v_chunk, wide, lmk_const, reg_slack)
 
 
 @tilelang.jit(target=HOPPER)

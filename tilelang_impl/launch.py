@@ -347,10 +347,12 @@ def prefill_config(p) -> tuple:
 #: :func:`split_config`'s 64 x 64 kernel since session 40): the
 #: landmark columns as compile-time constants where :func:`lmk_const_acts` holds for the call
 #: (``kernels.fwd_tc``); ``ws`` moves to index 18.
+#: ``reg_slack`` (session 40, a lab knob, ``kernels.REG_SLACKS``): consumer registers left
+#: below the exact fill of the CTA's pool; no shipped config sets it; ``ws`` moves to 19.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
-            ("wide", False), ("lmk_const", False))
+            ("wide", False), ("lmk_const", False), ("reg_slack", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 

@@ -428,6 +428,18 @@ VARIANTS = {
                     "ran, +27% instructions a key; against: the hang of session 12 if its cause "
                     "was not only the register split: the lab's watchdog reports it), +10..+35% "
                     "against vchunk-64x64; D128 = shipped"),
+    # Session 40 (written on the CPU, not run): occ3-64x64v with slack in its register split
+    # (kernels.REG_SLACKS: consumers 128 where 136 fill the CTA's pool; producer 24, launch
+    # 80), for the hang above: run beside occ3-64x64v under tools/lab_hang --gdb. If the
+    # consumers of the hung kernel wait at their setmaxnreg and this one does not hang, the
+    # exact fill is the cause; if both hang, it is not.
+    "occ3-64x64v-slack8": (lambda D: (_full((64, 64) + _launch().shipped_config(D, D)[2:],
+                                            v_chunk=True, min_blocks=3, reg_slack=8) if D <= 64
+                                      else _full(_launch().shipped_config(D, D))),
+                           "occ3-64x64v with consumers at 128 registers (8 below the pool's "
+                           "exact fill at 136); D=128: shipped",
+                           "D64: no hang if the exact fill caused occ3's; within -3..0% of "
+                           "occ3-64x64v's speed (no spills at 128: the CPU build); D128 = shipped"),
 }
 
 
