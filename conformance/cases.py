@@ -514,6 +514,15 @@ REACH: dict[str, tuple[dict, str]] = {
                         "a negative scale on both split-KV paths (TileLang's kernel without scale_fold)"),
     "scale-split-zero": (dict(B=1, Lq=1, Lk=1024, window=512, chunk=64, sm_scale=0.0),
                          "a zero scale on a split-KV decode"),
+    # session 40: a cache of 2**22 keys, a whole number of chunks: TileLang's wide kernels with
+    # the chunk view of v and constant landmark columns (long4m's 2**22 + 1003 keys admit no
+    # view), on both its paths
+    "wide-view-decode": (dict(B=1, Hq=4, Hkv=1, Lq=1, Lk=1 << 22, Dqk=128, Dv=128, window=512,
+                              chunk=64, nan_slots=True),
+                         "TileLang's split-KV kernel built wide with the view and lmk_const"),
+    "wide-view-prefill": (dict(B=1, Hq=32, Hkv=1, Lq=512, Lk=1 << 22, Dqk=128, Dv=128,
+                               window=512, chunk=64, nan_slots=True),
+                          "TileLang's prefill grid built wide with the view and lmk_const"),
 }
 
 
@@ -688,7 +697,7 @@ def _categories() -> list[Category]:
         "takes on the GPU (a coverage audit: REACH names each call's branch): BLHD caches beside "
         "a BHLD q, Triton's int64 frames, split tiles at D = 32 and the narrow 16 x 128, D = 48, "
         "fp32 prefill rows, flag pairs at D = 32 / 192 / 256, TileLang's 128 x 64 split tile, "
-        "explicit scales on split-KV",
+        "explicit scales on split-KV, TileLang's wide kernels with the view of v",
         lambda cuda: {"call": list(REACH)},
         _reach_build, cuda_only=True))
     C.append(Category(

@@ -97,7 +97,9 @@ def test_coverage_of_the_issue(cases):
 
 
 def test_cuda_tier_adds_long_keys():
-    assert max(c.Lk for c in FULL_CUDA if c.category != "long4m") == 131072
+    wide_view = [c.id for c in FULL_CUDA if c.category == "reach" and c.Lk == 1 << 22]
+    assert len(wide_view) == 2  # reach's wide-view calls (session 40), a cache of 2**22 keys
+    assert max(c.Lk for c in FULL_CUDA if c.category != "long4m" and c.id not in wide_view) == 131072
     assert {1000, 2080} <= {c.Lk for c in FULL_CUDA}
     assert "mixed_device" in {c.error for c in FULL_CUDA}
     assert all(c.category != "long" for c in FULL_CPU)
@@ -174,6 +176,8 @@ _REACH_PLANS = {
     "noexp-split-DqkDv": (None, r"^fwd_tc 128x64 .*S=\d+ .*lmk_cols=1", None),
     "scale-split-neg": (r"^splitkv ", r"^fwd_tc (?!.*scale_fold).*S=\d+", None),
     "scale-split-zero": (r"^splitkv 16x32 ", None, None),
+    "wide-view-decode": (None, r"^fwd_tc 64x64 .*S=\d+ .*v_chunk wide lmk_const\]", None),
+    "wide-view-prefill": (None, r"^fwd_tc 64x64 (?!.*S=).*v_chunk wide lmk_const\]", None),
 }
 
 
