@@ -1056,6 +1056,18 @@ def test_a_config_with_ws_where_min_blocks_sits_is_refused():
     assert launch.tc_kernel_args(full, True, 64, 0.2)[2][-1] == 2
 
 
+@pytest.mark.parametrize("ws", [False, True])
+def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
+    """``reg_slack`` (session 40) is TC_KNOBS' last item, where a config written before it
+    ends in ``ws``: a bool there is refused, not read as ``reg_slack = 0`` (dropped: the
+    warp-specialised kernel for a ``ws=False`` config) or as 1."""
+    full = launch.with_knobs(launch.shipped_config(64, 64))
+    rs = 4 + launch._KNOB["reg_slack"]
+    assert rs == len(full) - 1 and full[rs] == 0
+    with pytest.raises(ValueError, match="reg_slack"):
+        launch.tc_kernel_args(full[:rs] + (ws,), True, 64, 0.2)
+
+
 def test_lmk_rows_j0_kept_only_where_it_acts():
     """launch.call_knobs keeps lmk_rows_j0 only with mask_lmk, lmk_zero="rows" and baked
     landmark columns (one kernel where it changes nothing; its serial-loop form failed

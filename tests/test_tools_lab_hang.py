@@ -49,7 +49,8 @@ def test_a_child_that_fails_or_stops_short_is_reported_with_its_last_lines(body,
 
 @pytest.mark.parametrize("argv", [["--every", "0"], ["--launches", "5", "--every", "10"],
                                   ["--modes", "eager,replay"], ["--stall-s", "0"],
-                                  ["--build-s", "-1"], ["--variant", "no-such-variant"],
+                                  ["--build-s", "-1"], ["--gdb-s", "0"],
+                                  ["--variant", "no-such-variant"],
                                   ["--shape", "no such shape"]])
 def test_bad_arguments_are_refused_before_any_child_starts(argv):
     with pytest.raises(SystemExit) as e:
@@ -99,10 +100,26 @@ def test_on_hang_sees_the_live_child_before_the_kill():
 def test_gdb_commands_list_the_warps_before_the_instructions(monkeypatch):
     cmds = lab_hang.gdb_commands(sms=2, warps=3)
     assert cmds[-1] == "detach" and cmds.count("info cuda warps") == 2
-    assert cmds.index("info cuda warps") < cmds.index("cuda sm 0 warp 0 lane 0")
+    assert cmds.index("info cuda warps") < cmds.index("cuda device 0 sm 0 warp 0 lane 0")
+    assert len(lab_hang.gdb_commands()) == 3 + 2 * 2 + 2 * 64 * 3 + 1  # 64 warp slots an SM
     assert sum(c == "x/3i $pc" for c in cmds) == 6
     monkeypatch.setattr(lab_hang.shutil, "which", lambda name: None)
     assert "not on the PATH" in lab_hang.gdb_dump(12345)
     with pytest.raises(SystemExit) as e:
         lab_hang.main(["--gdb"])
     assert e.value.code == 2
+
+
+def test_a_probe_that_fails_still_gets_the_child_killed():
+    def probe(pid):
+        raise RuntimeError("no debugger")
+    r = lab_hang.watch(_child("print('ready', flush=True); time.sleep(60)"), "eager", 5, 5, 0.5,
+                       5.0, on_hang=probe)
+    assert r["status"] == "hung" and r["killed"] and "no debugger" in r["on_hang"]
+
+
+def test_the_report_keeps_the_dump_from_its_first_warp_table():
+    dump = "banner\n" * 500 + "  Wp Active Lanes Mask   Active PC\n*  0 0xffffffff 0x0d30\n"
+    head = lab_hang.report_head(dump, 60)
+    assert head.startswith(" Wp Active") and "0x0d30" in head
+    assert lab_hang.report_head("no table here", 5) == "no ta"

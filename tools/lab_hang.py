@@ -107,17 +107,21 @@ def child_cmd(args, mode: str) -> list:
             + (["--dims", args.dims] if args.dims else []))
 
 
-def gdb_commands(sms: int = 2, warps: int = 24) -> list[str]:
+def gdb_commands(sms: int = 2, warps: int = 64) -> list[str]:
     """cuda-gdb batch commands that say where a hung kernel's warps wait: the kernels, then on
-    SMs ``0 .. sms - 1`` every warp's PC and block (``info cuda warps``), then the instructions
-    at the PC of lane 0 of warps ``0 .. warps - 1`` there (a warp slot that is empty is an
-    error line, and the commands after it still run)."""
+    SMs ``0 .. sms - 1`` of device 0 every warp's PC and block (``info cuda warps``), then for
+    each warp slot ``0 .. warps - 1`` (Hopper has 64 an SM; resident warps need not sit in the
+    first ones) the slot it focuses and the instructions at its lane 0's PC. A slot with no
+    warp is an error line, the commands after it still run (gdb's ``-ex``), and ``cuda
+    device sm warp lane`` echoes the focus before each ``x/3i``, so an instruction listing is
+    read against the focus printed above it."""
     cmds = ["set pagination off", "set cuda break_on_launch none", "info cuda kernels"]
     for sm in range(sms):
-        cmds += [f"cuda sm {sm}", "info cuda warps"]
+        cmds += [f"cuda device 0 sm {sm}", "info cuda warps"]
     for sm in range(sms):
         for w in range(warps):
-            cmds += [f"cuda sm {sm} warp {w} lane 0", "x/3i $pc"]
+            cmds += [f"cuda device 0 sm {sm} warp {w} lane 0", "cuda device sm warp lane",
+                     "x/3i $pc"]
     return cmds + ["detach"]
 
 
@@ -134,8 +138,16 @@ def gdb_dump(pid: int, timeout_s: float = 120.0, sms: int = 2) -> str:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         return cp.stdout + cp.stderr
     except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                      for x in (e.stdout, e.stderr))
         return f"cuda-gdb timed out after {timeout_s} s\n" + out
+
+
+def report_head(text: str, n: int = 3000) -> str:
+    """The first ``n`` characters of a cuda-gdb dump from its first warp table on (the attach
+    banner and the host threads before it say nothing of the kernel)."""
+    start = text.find(" Wp ")  # the header of `info cuda warps`
+    return (text[start:] if start >= 0 else text)[:n]
 
 
 def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
@@ -167,7 +179,12 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
             if proc.poll() is not None:  # exited; its output still open elsewhere
                 lines.put(None)
                 continue
-            seen = on_hang(proc.pid) if (ready and on_hang is not None) else None
+            seen = None
+            try:
+                if ready and on_hang is not None:
+                    seen = on_hang(proc.pid)
+            except Exception as e:  # noqa: BLE001 (the child is killed whatever the probe did)
+                seen = f"on_hang failed: {e!r}"
             proc.kill()
             try:
                 proc.wait(timeout=60)
@@ -207,13 +224,15 @@ def main(argv=None) -> int:
     ap.add_argument("--gdb", action="store_true",
                     help="on a hang, attach cuda-gdb first: where each warp of SMs 0-1 waits "
                          "(gdb-MODE.txt under --out; its head in the report)")
+    ap.add_argument("--gdb-s", type=float, default=180.0,
+                    help="how long cuda-gdb may take to attach and answer")
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", choices=("eager", "graph"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.every < 1 or args.launches < args.every:
         ap.error("--every must be at least 1 and at most --launches")
-    if args.stall_s <= 0 or args.build_s <= 0:
-        ap.error("--stall-s and --build-s must be positive")
+    if args.stall_s <= 0 or args.build_s <= 0 or args.gdb_s <= 0:
+        ap.error("--stall-s, --build-s and --gdb-s must be positive")
     dims = None
     if args.dims:
         try:
@@ -237,13 +256,14 @@ def main(argv=None) -> int:
         ap.error("--gdb: cuda-gdb is not on the PATH")
     for mode in modes:
         r = watch(child_cmd(args, mode), mode, args.launches, args.every, args.stall_s,
-                  args.build_s, on_hang=gdb_dump if args.gdb else None)
+                  args.build_s,
+                  on_hang=(lambda pid: gdb_dump(pid, args.gdb_s)) if args.gdb else None)
         if "on_hang" in r:
             if args.out:
                 os.makedirs(args.out, exist_ok=True)
                 with open(os.path.join(args.out, f"gdb-{mode}.txt"), "w") as f:
                     f.write(r["on_hang"])
-            r["on_hang"] = r["on_hang"][:3000]
+            r["on_hang"] = report_head(r["on_hang"])
         results.append(r)
         print(json.dumps(r), flush=True)
     if args.out:
