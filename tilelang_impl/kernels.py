@@ -365,11 +365,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
-    if reg_slack and consumer_regs(threads, min_blocks, reg_slack) < launch_regs(threads, min_blocks):
-        raise ValueError(f"reg_slack={reg_slack}: consumers at {consumer_regs(threads, min_blocks, reg_slack)} "
-                         f"registers, fewer than the {launch_regs(threads, min_blocks)} they launch "
-                         f"with (threads={threads}, min_blocks={min_blocks}): setmaxnreg.inc "
-                         f"would lower them")
+    regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
+    if reg_slack and regs < launch_regs(threads, min_blocks):
+        raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "
+                         f"{launch_regs(threads, min_blocks)} they launch with (threads={threads}, "
+                         f"min_blocks={min_blocks}): setmaxnreg.inc would lower them")
     divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
     if mask_lmk and not ws and lmk_zero == "rows":
         # the software pipeline planner (no warp specialisation) refuses a second
@@ -431,7 +431,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             if min_blocks:  # occupancy: launch bounds and the warp groups' register split
                 T.annotate_min_blocks_per_sm(min_blocks)
                 T.annotate_producer_reg_dealloc(PRODUCER_REGS)
-                T.annotate_consumer_reg_alloc(consumer_regs(threads, min_blocks, reg_slack))
+                T.annotate_consumer_reg_alloc(regs)
             Q_s = T.alloc_shared([block_M, Dqk], dtype)
             K_s = T.alloc_shared([block_N, Dqk], dtype)
             V_s = T.alloc_shared([block_N, Dv], dtype)

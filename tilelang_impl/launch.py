@@ -501,14 +501,12 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     default kernel keeps the cache key ``("fwd_tc", ..., split)`` it always had."""
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
-    mb = _KNOB["min_blocks"]
-    if len(extra) > mb and isinstance(extra[mb], bool):
-        raise ValueError(f"config {config!r}: item {4 + mb} is min_blocks (an int, "
-                         f"kernels.MIN_BLOCKS); ws, if given, comes after it")
-    rs = _KNOB["reg_slack"]  # a config written before it ends in ws, a bool, where it stands
-    if len(extra) > rs and isinstance(extra[rs], bool):
-        raise ValueError(f"config {config!r}: item {4 + rs} is reg_slack (an int, "
-                         f"kernels.REG_SLACKS); ws, if given, comes after it")
+    # a config written before one of these int knobs ends in ws, a bool, where it stands
+    for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS")):
+        at = _KNOB[name]
+        if len(extra) > at and isinstance(extra[at], bool):
+            raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "
+                             f"kernels.{values}); ws, if given, comes after it")
     if len(extra) > len(TC_KNOBS):
         if len(extra) != len(TC_KNOBS) + 1:
             raise ValueError(f"config {config!r}: too many items")

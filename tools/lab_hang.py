@@ -52,7 +52,6 @@ def parse_dims(text: str) -> tuple:
 def child(variant: str, shape: str, launches: int, every: int, mode: str,
           dims: tuple | None = None) -> int:
     import torch
-    from reference.validation import check_inputs
     from tilelang_impl import launch
     from tools import lab_tilelang as lab
     plan, _, shapes = lab._tables(variant)
@@ -60,10 +59,7 @@ def child(variant: str, shape: str, launches: int, every: int, mode: str,
         B, Hq, Hkv, Lq, Lk, D = dims
     else:
         (_, B, Hq, Hkv, Lq, Lk, D), = [s for s in shapes if s[0] == shape]
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v = (torch.randn(B, H, L, D, dtype=torch.bfloat16, device="cuda", generator=g)
-               for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
-    p = check_inputs(q, k, v, window_size=lab.W_T, chunk_size=lab.C_T)
+    q, k, v, p = lab.timed_inputs(B, Hq, Hkv, Lq, Lk, D)
     o, lse = p.new_outputs()
     cfg, split = plan(D)
     S = lab._splits(p, cfg, split)

@@ -133,6 +133,16 @@ def _ovl(D, stages=None, tile=None, **knobs):
     return _full(cfg, **knobs)
 
 
+def _occ3(D, **knobs):
+    """Session 39's three-CTA build at ``D <= 64``: the shipped knobs (the view of v,
+    lmk_const) on the 64x64 tile with ``min_blocks = 3`` and ``knobs`` set; the shipped
+    config above."""
+    shipped = _launch().shipped_config(D, D)
+    if D > 64:
+        return _full(shipped)
+    return _full((64, 64) + shipped[2:], v_chunk=True, min_blocks=3, **knobs)
+
+
 VARIANTS = {
     "base": (lambda D: _base(D),
              "the session-11 tile (SESSION11_TILE) without knobs (lmk_zero=tile, full mask, "
@@ -419,9 +429,7 @@ VARIANTS = {
     # 100,000 under graph replay, none hung. Not shipped: the hang's cause (the register split
     # at 80 a thread, or three CTAs an SM) is not known. bench_results/tilelang-lab40-*.json,
     # lab-hang-occ3-h100-6baba3e.json.
-    "occ3-64x64v": (lambda D: (_full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True,
-                                     min_blocks=3) if D <= 64
-                               else _full(_launch().shipped_config(D, D))),
+    "occ3-64x64v": (lambda D: _occ3(D),
                     "D<=64: shipped knobs (the view of v, lmk_const) on the 64x64 tile with three "
                     "CTAs per SM (consumers 136 registers); D=128: shipped",
                     "D64 rows -5..+20% against shipped (three latency-bound chains an SM where two "
@@ -433,9 +441,7 @@ VARIANTS = {
     # 80), for the hang above: run beside occ3-64x64v under tools/lab_hang --gdb. If the
     # consumers of the hung kernel wait at their setmaxnreg and this one does not hang, the
     # exact fill is the cause; if both hang, it is not.
-    "occ3-64x64v-slack8": (lambda D: (_full((64, 64) + _launch().shipped_config(D, D)[2:],
-                                            v_chunk=True, min_blocks=3, reg_slack=8) if D <= 64
-                                      else _full(_launch().shipped_config(D, D))),
+    "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
                            "D64: no hang if the exact fill caused occ3's; within -3..0% of "
@@ -1086,6 +1092,17 @@ def check_case(run, D, lmk, exp, B, Hq, Hkv, Lq, Lk, window_size, chunk_size, kv
                 empty_rows_zero=zero_ok, nan=nan, nan_slots=n_nan, empty_rows=int(empty.sum()))
 
 
+def timed_inputs(B, Hq, Hkv, Lq, Lk, D):
+    """``(q, k, v, p)`` of a timed shape: bf16 CUDA tensors drawn with seed 1, checked at the
+    lab's window and chunk (``W_T``, ``C_T``); ``tools/lab_hang.py`` draws the same."""
+    import torch
+    from reference.validation import check_inputs
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(B, H, L, D, dtype=torch.bfloat16, device="cuda", generator=g)
+               for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    return q, k, v, check_inputs(q, k, v, window_size=W_T, chunk_size=C_T)
+
+
 def _splits(p, cfg, split):
     """The split count a variant runs a call with: 1 (prefill grid) or at least 2.
     ``split`` is False (prefill grid), True (``launch.splits_by_saturation``), ``"s5"``
@@ -1148,8 +1165,6 @@ def bench_graph(fn, calls=10, replays=5):
 
 
 def child(out, names):
-    import torch
-    from reference.validation import check_inputs
     from tilelang_impl import launch
     ev = open(os.path.join(out, "lab_events.jsonl"), "a")
     inputs = {}
@@ -1172,11 +1187,7 @@ def child(out, names):
             _emit(ev, ev="time_start", variant=name, shape=sname)
             try:
                 if sname not in inputs:
-                    g = torch.Generator(device="cuda").manual_seed(1)
-                    mk = lambda H, L: torch.randn(B, H, L, D, dtype=torch.bfloat16,  # noqa: E731
-                                                  device="cuda", generator=g)
-                    q, k, v = mk(Hq, Lq), mk(Hkv, Lk), mk(Hkv, Lk)
-                    p = check_inputs(q, k, v, window_size=W_T, chunk_size=C_T)
+                    q, k, v, p = timed_inputs(B, Hq, Hkv, Lq, Lk, D)
                     inputs[sname] = (q, k, v, p, p.new_outputs(), flops(B, Hq, Lq, Lk, D))
                 q, k, v, p, (o, lse), fl = inputs[sname]
                 cfg, split = plan(D)

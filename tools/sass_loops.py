@@ -119,13 +119,13 @@ def config_of(name: str, D: int) -> tuple[tuple, bool]:
     if name == "shipped":
         return launch.shipped_config(D, D), False
     from tools import lab_tilelang as lab
-    if name in lab.VARIANTS:
-        return lab.VARIANTS[name][0](D), False
-    if name in lab.DECODE_VARIANTS:
-        cfg, split = lab.DECODE_VARIANTS[name][0](D)
-        return cfg, bool(split)
-    raise SystemExit(f"unknown variant {name!r}: 'shipped' or one of tools/lab_tilelang.py's "
-                     f"variants ({', '.join(sorted(lab.VARIANTS) + sorted(lab.DECODE_VARIANTS))})")
+    try:
+        plan = lab._tables(name)[0]
+    except KeyError:
+        raise SystemExit(f"unknown variant {name!r}: 'shipped' or one of tools/lab_tilelang.py's "
+                         f"variants ({', '.join(sorted(lab.VARIANTS) + sorted(lab.DECODE_VARIANTS))})")
+    cfg, split = plan(D)
+    return cfg, bool(split)
 
 
 def kernel_args(config: tuple, D: int, C: int, split: bool = False) -> tuple:
