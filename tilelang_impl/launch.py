@@ -349,10 +349,13 @@ def prefill_config(p) -> tuple:
 #: (``kernels.fwd_tc``); ``ws`` moves to index 18.
 #: ``reg_slack`` (session 40, a lab knob, ``kernels.REG_SLACKS``): consumer registers left
 #: below the exact fill of the CTA's pool; no shipped config sets it; ``ws`` moves to 19.
+#: ``producer_warps`` (session 41, ``kernels.PRODUCER_WARPS``): 1, every kernel since then,
+#: the producer warp group's warp 0 alone runs its key loop (``producer_guard``: the fix of a
+#: hang); 4, a lab value, the four warps as TileLang generates them; ``ws`` moves to 20.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
-            ("wide", False), ("lmk_const", False), ("reg_slack", 0))
+            ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -502,7 +505,8 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
-    for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS")):
+    for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS"),
+                         ("producer_warps", "PRODUCER_WARPS")):
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
             raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "

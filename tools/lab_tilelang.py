@@ -441,6 +441,21 @@ VARIANTS = {
     # 80), for the hang above: run beside occ3-64x64v under tools/lab_hang --gdb. If the
     # consumers of the hung kernel wait at their setmaxnreg and this one does not hang, the
     # exact fill is the cause; if both hang, it is not.
+    # Session 41: the hang found (tools/lab_hang --gdb, H100 at 56da5a7: one producer warp
+    # left on the GPU, spinning on a key-stage mbarrier a round behind; slack8 hung too, and
+    # occ3 ran 100,000 launches on a grid of two CTAs an SM and hung at 14,000 on one of
+    # three). tilelang_impl/producer_guard.py: warp 0 alone runs the producer's loop, in every
+    # kernel since; occ3-64x64v is built with it, and this variant without it (the control).
+    "occ3-64x64v-allwarps": (lambda D: _occ3(D, producer_warps=4),
+                             "occ3-64x64v with the producer's four warps in its key loop, as "
+                             "TileLang 0.1.15 writes it (before the guard); D=128: shipped the same way",
+                             "hangs under tools/lab_hang where occ3-64x64v does not; speed "
+                             "within +-2% of occ3-64x64v where it finishes"),
+    "shipped-allwarps": (lambda D: _full(_launch().shipped_config(D, D), producer_warps=4),
+                         "launch.shipped_config with the producer's four warps in its key loop "
+                         "(the shipped kernel before session 41's guard)",
+                         "within +-2% of shipped (the guard removes three warps that only wait, "
+                         "suspended, in try-wait)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
@@ -846,7 +861,18 @@ def _dec_nolmkconst(D):
 # on the prefill config since ebd1760: their figures from before then ran without it.
 # D = 64 (one run, dec-shipped against this control): B=1 GQA 32/4 8K 6.8 against 8.1 us,
 # B=8 32K 7.1 against 8.2 (-15%, -13%: ebd1760's unmeasured gain on decode).
+def _dec_allwarps(D):
+    """``dec-shipped`` with the producer's four warps in the key loop (session 41's control
+    of ``producer_guard`` in decode)."""
+    shipped, split = _dec_shipped(D)
+    return _full(shipped, producer_warps=4), split
+
+
 DECODE_VARIANTS.update({
+    "dec-allwarps": (_dec_allwarps,
+                     "dec-shipped with the producer's four warps in the key loop (before "
+                     "session 41's producer guard)",
+                     "within +-0.2 us of dec-shipped"),
     "dec-nolmkconst": (_dec_nolmkconst,
                        "dec-shipped without lmk_const: split-KV (D128) and D64's packed "
                        "prefill-grid decode",
