@@ -1058,14 +1058,27 @@ def test_a_config_with_ws_where_min_blocks_sits_is_refused():
 
 @pytest.mark.parametrize("ws", [False, True])
 def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
-    """``reg_slack`` (session 40) is TC_KNOBS' last item, where a config written before it
+    """``reg_slack`` (session 40) was TC_KNOBS' last item, where a config written before it
     ends in ``ws``: a bool there is refused, not read as ``reg_slack = 0`` (dropped: the
     warp-specialised kernel for a ``ws=False`` config) or as 1."""
     full = launch.with_knobs(launch.shipped_config(64, 64))
     rs = 4 + launch._KNOB["reg_slack"]
-    assert rs == len(full) - 1 and full[rs] == 0
+    assert full[rs] == 0
     with pytest.raises(ValueError, match="reg_slack"):
         launch.tc_kernel_args(full[:rs] + (ws,), True, 64, 0.2)
+
+
+@pytest.mark.parametrize("ws", [False, True])
+def test_a_config_with_ws_where_producer_warps_sits_is_refused(ws):
+    """``producer_warps`` (session 41) is TC_KNOBS' last item: a config written before it
+    that ends in ``ws`` is refused there, not read as one producer warp (True) or none."""
+    full = launch.with_knobs(launch.shipped_config(64, 64))
+    pw = 4 + launch._KNOB["producer_warps"]
+    assert pw == len(full) - 1 and full[pw] == 1
+    with pytest.raises(ValueError, match="producer_warps"):
+        launch.tc_kernel_args(full[:pw] + (ws,), True, 64, 0.2)
+    # the default is left out of the kernel key: every shipped kernel keeps its arguments
+    assert launch.tc_kernel_args(full, True, 64, 0.2) == launch.tc_kernel_args(full[:pw], True, 64, 0.2)
 
 
 def test_lmk_rows_j0_kept_only_where_it_acts():

@@ -19,6 +19,8 @@ from reference.device import GRID_YZ_MAX, batch_slices, capability, device_type,
 from reference.errors import UnsupportedConfig
 from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f32
 
+from . import producer_guard
+
 
 # Head dims served (both Dqk and Dv): the wgmma K step is 16.
 MIN_D, MAX_D, D_STEP = 32, 256, 16
@@ -589,6 +591,8 @@ def _kernel(kind: str, *args):
     if ker is None:
         from . import kernels  # TileLang import deferred to the first launch
         ker = getattr(kernels, kind)(*args)
+        if kind == "fwd_tc":  # warp-specialised: built with the producer guard, or refused
+            producer_guard.check(ker, f"fwd_tc{args}")
         _cache[key] = ker
     return ker
 

@@ -163,8 +163,12 @@ def install() -> None:
 def check(ker, what: str = "") -> None:
     """Raise :class:`GuardError` if the built kernel ``ker`` (a ``JITKernel`` of
     :func:`kernels.fwd_tc`) is warp-specialised and lacks the guard: a post-processor
-    registered after ours replaced it (TileLang keeps one)."""
+    registered after ours replaced it (TileLang keeps one). ``launch._kernel`` asks it of
+    every ``fwd_tc`` kernel it builds; a ``producer_warps = 4`` kernel (entry point
+    :data:`KERNEL_ALL_WARPS`) passes."""
     src = ker.get_kernel_source()
+    if f"{KERNEL_ALL_WARPS}_kernel(" in src:  # the lab's control, unguarded by design
+        return
     if "warpgroup_reg_dealloc" in src and not guarded(src):
         raise GuardError(f"{what or KERNEL}: built without hils-swa's producer guard; another "
                          "TileLang CUDA post-processor replaced tilelang_impl.producer_guard's "

@@ -1,0 +1,177 @@
+"""tilelang_impl.producer_guard: the producer warp group's warps 1-3 leave before its key
+loop (session 41: the fix of a hang cuda-gdb pinned to a producer warp a round behind on a
+parity wait). The text transform on sources written here, then on kernels TileLang lowers
+for sm_90a on the CPU (no nvcc), then the check the launcher makes on every built kernel."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tilelang_impl import producer_guard as PG
+
+ENTRY = f'extern "C" __global__ void __launch_bounds__(256, 2) {PG.KERNEL}_kernel(int n) {{\n'
+PRE = "  __syncthreads();\n"
+PRODUCER = """  if (((int)threadIdx.x) < 128) {
+    tl::warpgroup_reg_dealloc<24>();
+    int rmod = (n % 3);
+    for (int kb = 0; kb < n; ++kb) {
+      mbarrier[((kb & 1) + 4)].wait((((kb & 3) >> 1) ^ 1));
+      if (tl::tl_shuffle_elect<128>()) {
+        mbarrier[(kb & 1)].arrive_and_expect_tx(8192);
+        #pragma unroll
+        for (int i_1 = 0; i_1 < 2; ++i_1) {
+          int rdiv_1 = (n / 3);
+          tl::tma_load(K_desc, mbarrier[(kb & 1)], K_s, i_1, rdiv_1);
+        }
+      }
+    }
+"""
+CONSUMER = """  } else {
+    tl::warpgroup_reg_alloc<232>();
+    mbarrier[4].arrive();
+  }
+"""
+END = "}\n"
+
+
+def source(producer=PRODUCER, consumer=CONSUMER, end=END, entry=ENTRY):
+    return entry + PRE + producer + consumer + end
+
+
+def test_warps_1_to_3_leave_right_before_the_key_loop():
+    out = PG.guard(source())
+    assert PG.guarded(out) and out.count(PG.MARK) == 1
+    leave = out.index("if (((int)threadIdx.x) >= 32) {")
+    assert out.index("tl::warpgroup_reg_dealloc<24>();") < out.index("int rmod") < leave
+    assert out[leave:].index("return;") < out[leave:].index("for (int kb = 0; ")
+    # nothing else changed, and a second pass changes nothing
+    assert re.sub(r"\n *if \(\(\(int\)threadIdx\.x\) >= 32\) \{[^\n]*\n *return;\n *\}", "",
+                  out) == source()
+    assert PG.guard(out) == out
+
+
+@pytest.mark.parametrize("entry", [
+    'extern "C" __global__ void main_kernel(int n) {\n',  # another TileLang kernel
+    f'extern "C" __global__ void {PG.KERNEL_ALL_WARPS}_kernel(int n) {{\n',  # the lab's control
+])
+def test_other_kernels_pass_through(entry):
+    assert PG.guard(source(entry=entry)) == source(entry=entry)
+
+
+def test_a_kernel_of_ours_without_warp_specialisation_passes_through():
+    flat = ENTRY + "  for (int kb = 0; kb < n; ++kb) {\n    acc += 1;\n  }\n" + END
+    assert PG.guard(flat) == flat
+
+
+@pytest.mark.parametrize("producer, consumer, end, what", [
+    # the producer's warps 1-3 write shared memory in the loop: they must stay
+    (PRODUCER.replace("      if (tl::tl_shuffle_elect<128>()) {",
+                      "      ((float*)V_s)[threadIdx.x] = 0.f;\n"
+                      "      if (tl::tl_shuffle_elect<128>()) {"), CONSUMER, END, "do more than wait"),
+    # or arrive on a barrier
+    (PRODUCER.replace("      if (tl::tl_shuffle_elect<128>()) {",
+                      "      mbarrier[3].arrive();\n      if (tl::tl_shuffle_elect<128>()) {"),
+     CONSUMER, END, "do more than wait"),
+    # work after the producer's loop
+    (PRODUCER + "    tl::fence_proxy_async();\n", CONSUMER, END, "after its key loop"),
+    # two key loops
+    (PRODUCER.replace("    int rmod = (n % 3);\n",
+                      "    int rmod = (n % 3);\n    for (int kb = 0; kb < n; ++kb) {\n    }\n"),
+     CONSUMER, END, "2 producer key loops"),
+    # the kernel goes on after the branches (warps 1-3 would skip it)
+    (PRODUCER, CONSUMER, "  __syncthreads();\n}\n", "goes on after"),
+    # setmaxnreg after the loop starts (warps 1-3 would leave without it)
+    (PRODUCER.replace("    tl::warpgroup_reg_dealloc<24>();\n", "").replace(
+        "      mbarrier[((kb & 1) + 4)]", "      tl::warpgroup_reg_dealloc<24>();\n"
+        "      mbarrier[((kb & 1) + 4)]"), CONSUMER, END, "setmaxnreg"),
+    # no consumer branch
+    (PRODUCER, "  }\n", END, "no consumer"),
+])
+def test_a_producer_of_another_shape_is_refused(producer, consumer, end, what):
+    with pytest.raises(PG.GuardError, match=what):
+        PG.guard(source(producer, consumer, end))
+
+
+def test_a_warp_specialised_kernel_without_the_known_branch_is_refused():
+    odd = source(PRODUCER.replace("threadIdx.x) < 128)", "threadIdx.x) >= 128)"))
+    with pytest.raises(PG.GuardError, match="without the producer branch"):
+        PG.guard(odd)
+
+
+class _Built:
+    def __init__(self, src):
+        self.src = src
+
+    def get_kernel_source(self):
+        return self.src
+
+
+def test_check_refuses_a_built_kernel_without_the_guard():
+    PG.check(_Built(PG.guard(source())))
+    PG.check(_Built(source(entry=f'extern "C" __global__ void {PG.KERNEL_ALL_WARPS}_kernel(int n) {{\n')))
+    PG.check(_Built(ENTRY + "  acc += 1;\n" + END))  # not warp-specialised
+    with pytest.raises(PG.GuardError, match="post-processor"):
+        PG.check(_Built(source()))
+
+
+# --- kernels TileLang lowers (sm_90a, no nvcc) ----------------------------------------
+
+
+def _lower(args):
+    import tilelang
+
+    from tilelang_impl import kernels
+    func = kernels.fwd_tc.get_tir(*args)
+    with tilelang.transform.PassContext(config=kernels.fwd_tc.pass_configs or {}), kernels.HOPPER:
+        return tilelang.lower(func, target=kernels.HOPPER).kernel_source
+
+
+def _args(D, split=False, **knobs):
+    from tilelang_impl import launch
+    from tools.sass_loops import kernel_args
+    cfg = launch.split_config(D, D) if split else launch.shipped_config(D, D)
+    args = kernel_args(launch.with_knobs(cfg, **knobs) if knobs else cfg, D, 64, split)
+    return args
+
+
+@pytest.mark.parametrize("D, split", [(64, False), (128, True)], ids=["prefill-D64", "split-D128"])
+def test_lowered_kernels_carry_the_guard(D, split):
+    """The shipped prefill kernel and the split-KV kernel as TileLang writes them for
+    sm_90a: the entry point is ours, the guard is in, once, before the producer's loop, and
+    after the producer's setmaxnreg. (The full tier's 200 fwd_tc kernels, lowered the same way
+    in session 41, all took it without a GuardError.)"""
+    src = _lower(_args(D, split))
+    assert f"{PG.KERNEL}_kernel(" in src and src.count(PG.MARK) == 1
+    producer = src[src.index("if (((int)threadIdx.x) < 128) {"):]
+    assert (producer.index("warpgroup_reg_dealloc") < producer.index(PG.MARK)
+            < producer.index("for (int kb = 0; "))
+
+
+def test_producer_warps_4_is_the_kernel_as_tilelang_writes_it():
+    """The lab's control (``producer_warps=4``): another entry point, no guard, and
+    otherwise the source of the guarded kernel."""
+    guarded = _lower(_args(64))
+    allwarps = _lower(_args(64, producer_warps=4))
+    assert f"{PG.KERNEL_ALL_WARPS}_kernel(" in allwarps and not PG.guarded(allwarps)
+    assert PG.guard(allwarps.replace(PG.KERNEL_ALL_WARPS, PG.KERNEL)) == guarded
+
+
+def test_reinstall_runs_after_a_post_processor_registered_since():
+    """Another CUDA post-processor registered after ours replaces it (TileLang keeps one):
+    ``reinstall`` chains it, so both edits land, and a kernel built without ours is what
+    ``check`` refuses."""
+    from tilelang.engine import register_cuda_postproc
+    ours = PG._installed
+    try:
+        register_cuda_postproc(lambda code, target: code + "\n// theirs\n")
+        src = _lower(_args(64))
+        assert src.endswith("// theirs\n") and not PG.guarded(src)
+        with pytest.raises(PG.GuardError):
+            PG.check(_Built(src))
+        PG.reinstall()
+        src = _lower(_args(64))
+        assert "// theirs" in src and PG.guarded(src)
+    finally:
+        register_cuda_postproc(ours)
+        PG._installed = ours
