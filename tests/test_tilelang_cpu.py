@@ -1086,11 +1086,13 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     landmark columns (one kernel where it changes nothing; its serial-loop form failed
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
-    ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const`` and session 40's
-    ``reg_slack`` follow it, default off) so older cache keys stay."""
+    ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
+    ``reg_slack`` and session 41's ``producer_warps`` follow it, at their defaults) so
+    older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
-                                   ("lmk_const", False), ("reg_slack", 0))
+                                   ("lmk_const", False), ("reg_slack", 0),
+                                   ("producer_warps", 1))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
