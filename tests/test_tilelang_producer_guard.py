@@ -87,10 +87,34 @@ def test_a_kernel_of_ours_without_warp_specialisation_passes_through():
         "      mbarrier[((kb & 1) + 4)]"), CONSUMER, END, "setmaxnreg"),
     # no consumer branch
     (PRODUCER, "  }\n", END, "no consumer"),
+    # side effects hidden in what looks like an integer, a wait or a loop header
+    (PRODUCER.replace("    int rmod = (n % 3);\n    for (int kb = 0; kb < n; ++kb) {\n",
+                      "    for (int kb = 0; kb < n; ++kb) {\n      int x = atomicAdd((int*)K_s, 1);\n"),
+     CONSUMER, END, "do more than wait"),
+    (PRODUCER.replace("    for (int kb = 0; kb < n; ++kb) {\n",
+                      "    for (int kb = 0; kb < n; ++kb) {\n      int x = ((int*)K_s)[kb] = 0;\n"),
+     CONSUMER, END, "do more than wait"),
+    (PRODUCER.replace("    for (int kb = 0; kb < n; ++kb) {\n",
+                      "    for (int kb = 0; kb < n; ++kb) {\n      int x = *((int*)K_s);\n"),
+     CONSUMER, END, "do more than wait"),
+    (PRODUCER.replace("      mbarrier[((kb & 1) + 4)].wait((((kb & 3) >> 1) ^ 1));",
+                      "      mbarrier[4].wait(0), mbarrier[2].arrive();"), CONSUMER, END,
+     "do more than wait"),
+    (PRODUCER.replace("        for (int i_1 = 0; i_1 < 2; ++i_1) {",
+                      "        for (int i_1 = 0; i_1 < 2; ++i_1) {").replace(
+        "      mbarrier[((kb & 1) + 4)]", "      for (int j = 0; j < __shfl_sync(~0u, n, 0); ++j) {\n"
+        "      }\n      mbarrier[((kb & 1) + 4)]"), CONSUMER, END, "do more than wait"),
 ])
 def test_a_producer_of_another_shape_is_refused(producer, consumer, end, what):
     with pytest.raises(PG.GuardError, match=what):
         PG.guard(source(producer, consumer, end))
+
+
+def test_branches_nested_in_a_block_the_kernel_goes_on_after_are_refused():
+    nested = (ENTRY + PRE + "  if (n > 0) {\n" + PRODUCER + CONSUMER + "  }\n"
+              + "  __syncthreads();\n" + END)
+    with pytest.raises(PG.GuardError, match="goes on after"):
+        PG.guard(nested)
 
 
 def test_a_warp_specialised_kernel_without_the_known_branch_is_refused():
@@ -144,8 +168,8 @@ def test_lowered_kernels_carry_the_guard(D, split):
     src = _lower(_args(D, split))
     assert f"{PG.KERNEL}_kernel(" in src and src.count(PG.MARK) == 1
     producer = src[src.index("if (((int)threadIdx.x) < 128) {"):]
-    assert (producer.index("warpgroup_reg_dealloc") < producer.index(PG.MARK)
-            < producer.index("for (int kb = 0; "))
+    assert (producer.index("warpgroup_reg_dealloc") < producer.index("if (((int)threadIdx.x) >= 32)")
+            < producer.index(PG.MARK) < producer.index("return;") < producer.index("for (int kb = 0; "))
 
 
 def test_producer_warps_4_is_the_kernel_as_tilelang_writes_it():
@@ -157,21 +181,38 @@ def test_producer_warps_4_is_the_kernel_as_tilelang_writes_it():
     assert PG.guard(allwarps.replace(PG.KERNEL_ALL_WARPS, PG.KERNEL)) == guarded
 
 
-def test_reinstall_runs_after_a_post_processor_registered_since():
+def test_a_post_processor_registered_since_is_chained_before_a_build():
     """Another CUDA post-processor registered after ours replaces it (TileLang keeps one):
-    ``reinstall`` chains it, so both edits land, and a kernel built without ours is what
-    ``check`` refuses."""
+    ``active`` says so, a kernel built then lacks the guard and ``check`` refuses it;
+    ``ensure`` (what ``launch._kernel`` calls before a build) chains it, so both edits land."""
     from tilelang.engine import register_cuda_postproc
+
+    from tilelang_impl import kernels  # noqa: F401 (installs the guard)
     ours = PG._installed
+    assert ours is not None and PG.active()
     try:
-        register_cuda_postproc(lambda code, target: code + "\n// theirs\n")
+        register_cuda_postproc(lambda code, target: str(code) + "\n// theirs\n")
+        assert not PG.active()
         src = _lower(_args(64))
         assert src.endswith("// theirs\n") and not PG.guarded(src)
         with pytest.raises(PG.GuardError):
             PG.check(_Built(src))
-        PG.reinstall()
+        PG.ensure()
+        assert PG.active()
         src = _lower(_args(64))
         assert "// theirs" in src and PG.guarded(src)
     finally:
         register_cuda_postproc(ours)
         PG._installed = ours
+    assert PG.active()
+
+
+def test_the_launcher_refuses_a_kernel_built_without_the_guard(monkeypatch):
+    """``launch._kernel`` checks every ``fwd_tc`` kernel it builds (``producer_guard.check``)."""
+    from tilelang_impl import kernels, launch
+    monkeypatch.setattr(kernels, "fwd_tc", lambda *args: _Built(source()))
+    monkeypatch.setattr(launch, "_cache", {})
+    with pytest.raises(PG.GuardError, match="without hils-swa's producer guard"):
+        launch._kernel("fwd_tc", 1, 2, 3)
+    monkeypatch.setattr(kernels, "fwd_tc", lambda *args: _Built(PG.guard(source())))
+    assert PG.guarded(launch._kernel("fwd_tc", 1, 2, 3).get_kernel_source())

@@ -51,14 +51,17 @@ PRODUCER_REGS = 24
 SM_REGS, MAX_NREG = 65536, 240
 #: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
 #: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``) and 3, a lab
-#: value (session 39's ``occ3-64x64v``, not shipped: it hangs). Three and four CTAs
+#: value (session 39's ``occ3-64x64v``, not shipped yet). Three and four CTAs
 #: per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
 #: 64x64 tiles, one consumer warp group; at three the consumers asked for 144 registers where
 #: the CTA launched with 80, :func:`consumer_regs` before it counted the launch registers: 136
 #: since). Four, refused, hung with a split that fits (64 at launch, consumers 104),
 #: not explained. Three with the split that fits (80 at launch, consumers 136) hung too
 #: (session 40, H100, ``tools/lab_hang``: within 1000 launches of D = 64 GQA 32/4, eager and
-#: graph; the same kernel at two CTAs ran 100,000): kept for the lab, to find out why.
+#: graph; the same kernel at two CTAs ran 100,000). Session 41 found why: a producer warp a
+#: round behind on a parity wait (:mod:`producer_guard`, the fix, in every kernel since);
+#: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100; not
+#: shipped yet: its GPU conformance is not run).
 MIN_BLOCKS = (0, 2, 3)
 #: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
 #: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for
@@ -373,9 +376,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
-    if producer_warps not in PRODUCER_WARPS or isinstance(producer_warps, bool):
+    if producer_warps not in PRODUCER_WARPS or isinstance(producer_warps, bool) or (
+            producer_warps != 1 and not ws):
         raise ValueError(f"producer_warps={producer_warps!r}: one of {PRODUCER_WARPS} "
-                         f"(kernels.PRODUCER_WARPS)")
+                         f"(kernels.PRODUCER_WARPS), 1 without warp specialisation (no producer)")
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
         raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "
@@ -557,11 +561,12 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 else:
                     T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
-    if producer_warps == 1:
-        return hils_swa_fwd_tc
-    # another entry point, which producer_guard leaves as TileLang wrote it (and another
-    # disk-cache key: the name is in it)
-    return hils_swa_fwd_tc.with_attr("global_symbol", PG.KERNEL_ALL_WARPS)
+    func = hils_swa_fwd_tc
+    if producer_warps != 1:  # another entry point, which producer_guard leaves as TileLang
+        # wrote it (and another disk-cache key: the name is in it)
+        func = func.with_attr("global_symbol", PG.KERNEL_ALL_WARPS)
+    # the guard's version in TileLang's disk-cache key (producer_guard.GUARD_VERSION)
+    return func.with_attr("hils_swa_producer_guard", PG.GUARD_VERSION) if ws else func
 
 
 @tilelang.jit(target=HOPPER)
@@ -621,8 +626,12 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     exact only for calls with ``K * C == block_N`` whose every tile starts a chunk, which
     ``launch.lmk_const_acts`` decides per call) and ``reg_slack`` (session 40, a lab knob,
     :data:`REG_SLACKS`: consumer registers left below the exact fill of the pool,
-    :func:`consumer_regs`; with ``min_blocks`` only).
-    The knob defaults are the kernel as first shipped. Sequence lengths, batch, heads,
+    :func:`consumer_regs`; with ``min_blocks`` only) and ``producer_warps`` (session 41,
+    :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
+    :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
+    The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
+    kernel's entry point is ``hils_swa_fwd_tc_kernel`` (``_allwarps_kernel`` with
+    ``producer_warps = 4``). Sequence lengths, batch, heads,
     the window, the chunk and the scale are runtime arguments: one compile serves every
     call of a configuration.
     """

@@ -311,7 +311,8 @@ def prefill_config(p) -> tuple:
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
 #: the factory's positional order after ``split``, with the defaults that give
-#: the kernel as first shipped. A config passed to :func:`run_cuda` may be
+#: the kernel as first shipped (but for ``producer_warps``, whose default is the producer
+#: guard of session 41). A config passed to :func:`run_cuda` may be
 #: ``(block_M, block_N, num_stages, threads)`` or that tuple followed by these
 #: values (all or a prefix), plus optionally ``ws`` as the item after *all* of
 #: them (``False``: :func:`kernels.fwd_tc_nows`): see :func:`tc_kernel_args`.
@@ -503,7 +504,9 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     (:func:`call_knobs`: the ``lmk_cols`` item becomes :func:`lmk_cols_for` of
     the call, 0 without ``C``; ``scale_fold`` needs :func:`scale_fold_ok`, off
     without a scale). Trailing knobs at their defaults are left out, so the
-    default kernel keeps the cache key ``("fwd_tc", ..., split)`` it always had."""
+    default kernel keeps the cache key ``("fwd_tc", ..., split)`` it always had (the kernel
+    behind it changed with session 41's producer guard, ``producer_guard``; TileLang's disk
+    cache tells them apart by the prim_func's name and attributes)."""
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
@@ -590,8 +593,10 @@ def _kernel(kind: str, *args):
     ker = _cache.get(key)
     if ker is None:
         from . import kernels  # TileLang import deferred to the first launch
-        ker = getattr(kernels, kind)(*args)
         if kind == "fwd_tc":  # warp-specialised: built with the producer guard, or refused
+            producer_guard.ensure()
+        ker = getattr(kernels, kind)(*args)
+        if kind == "fwd_tc":
             producer_guard.check(ker, f"fwd_tc{args}")
         _cache[key] = ker
     return ker

@@ -28,11 +28,18 @@ TileLang kernel of the process passes through unchanged, after any post-processo
 registered before ours. Right before the producer's key loop, the producer's warps 1-3
 leave the kernel. They have already run the ``setmaxnreg`` that the whole group must
 run. Only warp 0 waits, and it is the warp that issues the loads, so it can never see a
-barrier more than one phase ahead. :func:`guard` first checks that leaving is safe: the
-loop does nothing outside the elected thread's blocks but waits and integer arithmetic,
-nothing follows the loop in the producer's branch, and the kernel ends with the
-producer / consumer branches. A ``fwd_tc`` source of any other shape raises :class:`GuardError`
-at build time, so a kernel is never built silently without the guard.
+barrier more than one phase ahead (its lanes 1-31 are tied to lane 0, the elected one, by
+the ``elect.sync`` of every round, which takes the full warp).
+
+:func:`guard` first checks that leaving is safe: outside the elected thread's blocks the
+loop only waits, declares integers from pure expressions and loops; nothing follows the
+loop in the producer's branch; and the kernel ends with the producer / consumer branches.
+A ``fwd_tc`` source of any other shape raises :class:`GuardError` at build time (TileLang
+passes it on as a ``RuntimeError`` with its message), so a kernel is never built silently
+without the guard. :func:`ensure` and :func:`check` see to it that a post-processor
+registered after ours does not build one either. The prim_func carries
+:data:`GUARD_VERSION` as an attribute, which is part of TileLang's disk-cache key: a change
+to :func:`guard` that bumps it builds every kernel again.
 """
 from __future__ import annotations
 
@@ -46,6 +53,10 @@ KERNEL = "hils_swa_fwd_tc"
 #: The entry point (less ``_kernel``) of a ``producer_warps = 4`` kernel (a lab value,
 #: ``kernels.PRODUCER_WARPS``): :func:`guard` leaves it as TileLang wrote it.
 KERNEL_ALL_WARPS = KERNEL + "_allwarps"
+#: Bumped with every change to what :func:`guard` writes: ``kernels.fwd_tc`` puts it in the
+#: prim_func's attributes (``hils_swa_producer_guard``), so TileLang's disk cache, whose key
+#: holds the prim_func's script but not the post-processing, builds the kernels again.
+GUARD_VERSION = 1
 #: The comment :func:`guard` leaves in the source (:func:`guarded` looks for it).
 MARK = "hils-swa producer guard"
 
@@ -53,10 +64,41 @@ _BRANCH = re.compile(r"\n([ \t]*)if \(\(\(int\)threadIdx\.x\) < 128\) \{\n")
 _LOOP = re.compile(r"\n([ \t]*)for \(int kb = 0; ")
 _ELECT = re.compile(r"if \(tl::tl_shuffle_elect<128>\(\)\) \{")
 #: What warps 1-3 may do in the producer's loop outside the elected thread's blocks: wait
-#: on an mbarrier, compute an integer, loop, and nothing else.
-_ALLOWED = re.compile(r"(mbarrier\[[^\]]+\]\.wait\([^;]*\);"
-                      r"|int(64_t)? \w+ = [^;]*;"
-                      r"|for \(int \w+ = [^{]*\{|\}|#pragma unroll|)")
+#: on an mbarrier, declare an integer, loop, and nothing else; every expression in them pure
+#: (:func:`_pure`).
+_WAIT = re.compile(r"mbarrier\[(.+)\]\.wait\((.+)\);")
+_DECL = re.compile(r"(?:int|int64_t) \w+ = (.+);")
+_FOR = re.compile(r"for \(int (\w+) = (\d+); \1 < (.+); \+\+\1\) \{")
+_CALL = re.compile(r"(\w+)\s*\(")
+
+
+def _pure(expr: str) -> bool:
+    """Whether ``expr`` (generated C) only computes: names, numbers, arithmetic, compares,
+    ``?:``, the casts ``(int)`` / ``(int64_t)`` and calls of ``max`` / ``min``; no memory
+    access (``[``, ``*p``), assignment, increment or other call."""
+    if re.search(r"[\[\]{};\"']|\+\+|--|->", expr):
+        return False
+    if "=" in re.sub(r"[=<>!]=", "", expr):
+        return False
+    if not re.fullmatch(r"[\w\s+\-*/%&|^<>!?:().,]*", expr):
+        return False
+    bare = re.sub(r"\((?:int|int64_t)\)", "", expr)  # the casts allowed
+    if re.search(r"(?:^|[^\w)\s])\s*\*|\*\s*\)", bare):
+        return False  # a dereference (a '*' after no operand) or a pointer cast
+    return all(m.group(1) in ("max", "min") for m in _CALL.finditer(expr)
+               if not re.fullmatch(r"int|int64_t", m.group(1)))
+
+
+def _allowed(line: str) -> bool:
+    """Whether one line of the producer's loop (outside the elected blocks) may be skipped by
+    warps 1-3: a wait, an integer declaration, a loop header, a brace, ``#pragma unroll``."""
+    if line in ("", "}", "#pragma unroll"):
+        return True
+    for pat in (_WAIT, _DECL, _FOR):
+        m = pat.fullmatch(line)
+        if m:
+            return all(_pure(g) for g in m.groups() if g is not None and not g.isidentifier())
+    return False
 
 
 class GuardError(RuntimeError):
@@ -106,7 +148,9 @@ def guard(code: str) -> str:
     if not re.match(r"\} else \{", code[close_at:]):
         raise GuardError(f"{KERNEL}: the producer branch has no consumer 'else'")
     else_close = _close(code, close_at + len("} else "))
-    if not code[else_close + 1:].lstrip().startswith("}"):
+    entry = re.search(rf"{KERNEL}_kernel\([^;{{]*\)\s*\{{", code)  # the definition
+    after = else_close + 1 + (len(code[else_close + 1:]) - len(code[else_close + 1:].lstrip()))
+    if entry is None or _close(code, entry.end() - 1) != after:
         raise GuardError(f"{KERNEL}: the kernel goes on after the producer / consumer branches "
                          "(warps 1-3 of the producer would skip it)")
     body = code[open_at + 1:close_at]
@@ -123,7 +167,7 @@ def guard(code: str) -> str:
         raise GuardError(f"{KERNEL}: the producer's setmaxnreg is not before its key loop")
     rest = _strip_elected(body[loop_open + 1:loop_close])
     for line in rest.splitlines():
-        if not _ALLOWED.fullmatch(line.strip()):
+        if not _allowed(line.strip()):
             raise GuardError(f"{KERNEL}: the producer's warps 1-3 do more than wait in the key "
                              f"loop: {line.strip()[:80]!r}")
     ind = lp.group(1)
@@ -170,9 +214,11 @@ def check(ker, what: str = "") -> None:
     if f"{KERNEL_ALL_WARPS}_kernel(" in src:  # the lab's control, unguarded by design
         return
     if "warpgroup_reg_dealloc" in src and not guarded(src):
-        raise GuardError(f"{what or KERNEL}: built without hils-swa's producer guard; another "
-                         "TileLang CUDA post-processor replaced tilelang_impl.producer_guard's "
-                         "(call tilelang_impl.producer_guard.reinstall() after registering it)")
+        raise GuardError(f"{what or KERNEL}: built without hils-swa's producer guard (a TileLang "
+                         "CUDA post-processor registered after tilelang_impl.producer_guard's "
+                         "replaced it when this kernel was built; launch._kernel reinstalls ours "
+                         "before a build, tilelang_impl.producer_guard.ensure()); clear this "
+                         "kernel from TileLang's caches (~/.tilelang/cache) and build it again")
 
 
 def reinstall() -> None:
@@ -180,3 +226,30 @@ def reinstall() -> None:
     global _installed
     _installed = None
     install()
+
+
+#: A source of the shape :func:`guard` edits, for :func:`active`.
+_PROBE = (f'extern "C" __global__ void {KERNEL}_kernel(int n) {{\n'
+          "  if (((int)threadIdx.x) < 128) {\n    tl::warpgroup_reg_dealloc<24>();\n"
+          "    for (int kb = 0; kb < n; ++kb) {\n      mbarrier[4].wait((kb & 1));\n    }\n"
+          "  } else {\n    tl::warpgroup_reg_alloc<240>();\n  }\n}\n")
+
+
+def active() -> bool:
+    """Whether TileLang's CUDA post-processor, as registered now, applies :func:`guard` (it
+    is run on a small source of our kernels' shape)."""
+    import tvm_ffi
+    from tvm.target import Target
+    f = tvm_ffi.get_global_func("tilelang_callback_cuda_postproc", allow_missing=True)
+    return f is not None and guarded(str(f(_PROBE, Target({"kind": "cuda", "arch": "sm_90a"}))))
+
+
+def ensure() -> None:
+    """Make :func:`guard` part of TileLang's CUDA post-processing before a build
+    (``launch._kernel`` calls it before building a ``fwd_tc`` kernel): :func:`install`, and
+    :func:`reinstall` if a post-processor registered since replaced ours. A kernel built
+    without the guard would go to TileLang's disk cache under its usual key, and every later
+    process would load it there (and :func:`check` would refuse it)."""
+    install()
+    if not active():
+        reinstall()

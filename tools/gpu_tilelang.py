@@ -354,8 +354,9 @@ def record_case_kernels(quick=False) -> list[tuple]:
 def precompile(quick=False):
     """Compile every variant this script launches, in parallel (nvcc per kernel):
     the timed shapes' kernels and those the correctness cases record."""
-    from tilelang_impl import kernels, launch
+    from tilelang_impl import kernels, launch, producer_guard
     t0 = time.time()
+    producer_guard.ensure()
     jobs = [("fwd_tc", c) for c in precompile_configs()]
     try:
         jobs += record_case_kernels(quick)
@@ -370,6 +371,8 @@ def precompile(quick=False):
             if kk is None:
                 failed.append(f"{kind}{c}")
             else:
+                if kind == "fwd_tc":  # as launch._kernel does
+                    producer_guard.check(kk, f"fwd_tc{c}")
                 launch._cache[(kind,) + c] = kk
     # the split path's combine of every split kernel (launch.combine_key; the recording stops at
     # the split kernel, before its combine is asked for; precompile_configs' split kernels
