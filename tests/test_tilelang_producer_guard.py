@@ -185,10 +185,11 @@ def test_a_post_processor_registered_since_is_chained_before_a_build():
     """Another CUDA post-processor registered after ours replaces it (TileLang keeps one):
     ``active`` says so, a kernel built then lacks the guard and ``check`` refuses it;
     ``ensure`` (what ``launch._kernel`` calls before a build) chains it, so both edits land."""
+    import tvm_ffi
     from tilelang.engine import register_cuda_postproc
 
     from tilelang_impl import kernels  # noqa: F401 (installs the guard)
-    ours = PG._installed
+    ours = tvm_ffi.get_global_func("tilelang_callback_cuda_postproc", allow_missing=True)
     assert ours is not None and PG.active()
     try:
         register_cuda_postproc(lambda code, target: str(code) + "\n// theirs\n")
@@ -203,7 +204,6 @@ def test_a_post_processor_registered_since_is_chained_before_a_build():
         assert "// theirs" in src and PG.guarded(src)
     finally:
         register_cuda_postproc(ours)
-        PG._installed = ours
     assert PG.active()
 
 

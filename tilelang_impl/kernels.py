@@ -42,7 +42,7 @@ HOPPER = Target({"kind": "cuda", "arch": "sm_90a"})
 
 _NEG_INF = -float("inf")
 
-PG.install()  # our warp-specialised kernels' producer: warp 0 alone waits (its docstring)
+PG.ensure()  # our warp-specialised kernels' producer: warp 0 alone waits (its docstring)
 
 #: Registers per thread the producer warp group keeps after ``setmaxnreg``
 #: (TileLang's default; the least the instruction allows).
@@ -287,17 +287,23 @@ V_CHUNK = (0, 1) + V_CHUNK_SPANS
 LMK_ZERO = ("tile", "rows")
 
 
-def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, **flags):
+def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
+                 ws=True, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
     non-zero only with ``min_blocks`` (TileLang's default split has nothing of ours to
-    leave); the other knobs named in ``flags`` are bools."""
+    leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
+    (``ws`` False: no producer); the other knobs named in ``flags`` are bools."""
     if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
         raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
     if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
         raise ValueError(f"reg_slack={reg_slack!r}: one of {REG_SLACKS} (kernels.REG_SLACKS), "
                          f"non-zero only with min_blocks")
+    if producer_warps not in PRODUCER_WARPS or isinstance(producer_warps, bool) or (
+            producer_warps != 1 and not ws):
+        raise ValueError(f"producer_warps={producer_warps!r}: one of {PRODUCER_WARPS} "
+                         f"(kernels.PRODUCER_WARPS), 1 without warp specialisation (no producer)")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
@@ -374,12 +380,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
-    _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, fast_exp2=fast_exp2, scale_fold=scale_fold,
+    _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
+                 fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
-    if producer_warps not in PRODUCER_WARPS or isinstance(producer_warps, bool) or (
-            producer_warps != 1 and not ws):
-        raise ValueError(f"producer_warps={producer_warps!r}: one of {PRODUCER_WARPS} "
-                         f"(kernels.PRODUCER_WARPS), 1 without warp specialisation (no producer)")
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
         raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "

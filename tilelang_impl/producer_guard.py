@@ -21,7 +21,7 @@ try-wait suspends the warp, and three CTAs per SM make that likely where two rar
 But the race is in every ``fwd_tc`` kernel, the shipped ones too.
 
 The fix, :func:`guard`: a CUDA post-processing step (TileLang's
-``tilelang_callback_cuda_postproc`` hook, registered by :func:`install` when
+``tilelang_callback_cuda_postproc`` hook, registered by :func:`ensure` when
 :mod:`tilelang_impl.kernels` is imported) rewrites the generated source of our kernels
 only. Those are the ones whose entry point is :data:`KERNEL` ``+ "_kernel"``; any other
 TileLang kernel of the process passes through unchanged, after any post-processor
@@ -76,7 +76,7 @@ def _pure(expr: str) -> bool:
     """Whether ``expr`` (generated C) only computes: names, numbers, arithmetic, compares,
     ``?:``, the casts ``(int)`` / ``(int64_t)`` and calls of ``max`` / ``min``; no memory
     access (``[``, ``*p``), assignment, increment or other call."""
-    if re.search(r"[\[\]{};\"']|\+\+|--|->", expr):
+    if re.search(r"\+\+|--|->", expr):  # brackets, braces, ';' and quotes: the charset below
         return False
     if "=" in re.sub(r"[=<>!]=", "", expr):
         return False
@@ -85,8 +85,7 @@ def _pure(expr: str) -> bool:
     bare = re.sub(r"\((?:int|int64_t)\)", "", expr)  # the casts allowed
     if re.search(r"(?:^|[^\w)\s])\s*\*|\*\s*\)", bare):
         return False  # a dereference (a '*' after no operand) or a pointer cast
-    return all(m.group(1) in ("max", "min") for m in _CALL.finditer(expr)
-               if not re.fullmatch(r"int|int64_t", m.group(1)))
+    return all(m.group(1) in ("max", "min") for m in _CALL.finditer(expr))
 
 
 def _allowed(line: str) -> bool:
@@ -149,7 +148,7 @@ def guard(code: str) -> str:
         raise GuardError(f"{KERNEL}: the producer branch has no consumer 'else'")
     else_close = _close(code, close_at + len("} else "))
     entry = re.search(rf"{KERNEL}_kernel\([^;{{]*\)\s*\{{", code)  # the definition
-    after = else_close + 1 + (len(code[else_close + 1:]) - len(code[else_close + 1:].lstrip()))
+    after = len(code) - len(code[else_close + 1:].lstrip())  # the first character past it
     if entry is None or _close(code, entry.end() - 1) != after:
         raise GuardError(f"{KERNEL}: the kernel goes on after the producer / consumer branches "
                          "(warps 1-3 of the producer would skip it)")
@@ -182,28 +181,6 @@ def guarded(source: str) -> bool:
     return MARK in source
 
 
-_installed = None
-
-
-def install() -> None:
-    """Register :func:`guard` as TileLang's CUDA post-processor (once per process), after
-    whatever post-processor was registered before: that one runs first and its result
-    goes through :func:`guard`."""
-    global _installed
-    if _installed is not None:
-        return
-    import tvm_ffi
-    from tilelang.engine import register_cuda_postproc
-    before = tvm_ffi.get_global_func("tilelang_callback_cuda_postproc", allow_missing=True)
-
-    def postproc(code, target):
-        if before is not None:
-            code = before(code, target)
-        return guard(str(code))
-    register_cuda_postproc(postproc)
-    _installed = postproc
-
-
 def check(ker, what: str = "") -> None:
     """Raise :class:`GuardError` if the built kernel ``ker`` (a ``JITKernel`` of
     :func:`kernels.fwd_tc`) is warp-specialised and lacks the guard: a post-processor
@@ -216,16 +193,9 @@ def check(ker, what: str = "") -> None:
     if "warpgroup_reg_dealloc" in src and not guarded(src):
         raise GuardError(f"{what or KERNEL}: built without hils-swa's producer guard (a TileLang "
                          "CUDA post-processor registered after tilelang_impl.producer_guard's "
-                         "replaced it when this kernel was built; launch._kernel reinstalls ours "
-                         "before a build, tilelang_impl.producer_guard.ensure()); clear this "
+                         "replaced it when this kernel was built; launch._kernel chains ours "
+                         "again before a build, tilelang_impl.producer_guard.ensure()); clear this "
                          "kernel from TileLang's caches (~/.tilelang/cache) and build it again")
-
-
-def reinstall() -> None:
-    """Register :func:`guard` again, after the post-processor registered now."""
-    global _installed
-    _installed = None
-    install()
 
 
 #: A source of the shape :func:`guard` edits, for :func:`active`.
@@ -245,11 +215,20 @@ def active() -> bool:
 
 
 def ensure() -> None:
-    """Make :func:`guard` part of TileLang's CUDA post-processing before a build
-    (``launch._kernel`` calls it before building a ``fwd_tc`` kernel): :func:`install`, and
-    :func:`reinstall` if a post-processor registered since replaced ours. A kernel built
-    without the guard would go to TileLang's disk cache under its usual key, and every later
-    process would load it there (and :func:`check` would refuse it)."""
-    install()
-    if not active():
-        reinstall()
+    """Make :func:`guard` part of TileLang's CUDA post-processing (``kernels`` calls it on
+    import, ``launch._kernel`` before building a ``fwd_tc`` kernel): unless it is
+    :func:`active`, register a post-processor that runs the one registered now (if any) and
+    then :func:`guard`. A kernel built without the guard would go to TileLang's disk cache
+    under its usual key, and every later process would load it there (and :func:`check`
+    would refuse it)."""
+    if active():
+        return
+    import tvm_ffi
+    from tilelang.engine import register_cuda_postproc
+    before = tvm_ffi.get_global_func("tilelang_callback_cuda_postproc", allow_missing=True)
+
+    def postproc(code, target):
+        if before is not None:
+            code = before(code, target)
+        return guard(str(code))
+    register_cuda_postproc(postproc)
