@@ -42,17 +42,19 @@ def _sass(kind, args, tmp_path):
 
 
 def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, knobs=None,
-        C=64, scale=True, exp=True, view=False, wide=False):
+        C=64, scale=True, exp=True, view=False, wide=False, long=False):
     """Factory arguments of fwd_tc; without ``cfg`` / ``knobs``, what launch ships
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
-    ``split``; the prefill tile, the same for every ``Lq``; ``lmk_cols`` resolved by
+    ``split``; on the prefill grid, launch.short_config for a call of one query block, or
+    with ``long`` launch.shipped_config for one of several: two tiles at max(Dqk, Dv) <= 64
+    since session 42, one above; ``lmk_cols`` resolved by
     launch.lmk_cols_for) and the default
     ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``);
     ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call); ``wide``: its
     positions reach launch.MAX_POSITIONS (launch.wide_positions)."""
     if cfg is None and knobs is None:
         full = (launch.split_config(Dqk, Dv, lmk, exp) if split
-                else launch.shipped_config(Dqk, Dv))
+                else (launch.shipped_config if long else launch.short_config)(Dqk, Dv))
         sl2 = launch.LOG2E * default_scale(Dqk) if scale else None
         return launch.tc_kernel_key(Dqk, Dv, "bfloat16", lmk, exp, q_blhd, kv_blhd, full, C,
                                     sl2, split=split, view=view, wide=wide)[1]
@@ -70,19 +72,21 @@ def _lmk_cols(args):
 
 
 def _shipped_knobs(D, pack=0, view=False, C=64, **values):
-    """The knobs launch bakes for launch.shipped_config(D, D) with ``values`` set by name,
+    """The knobs launch bakes for launch.short_config(D, D) (a call of one query block: the
+    packed calls' config; launch.shipped_config above D = 64) with ``values`` set by name,
     ``pack`` heads per packed tile (0: not packed), for a call at chunk ``C`` with the
     default scale (launch.call_knobs), admitting the chunk view of v or not (``view``)."""
-    cfg = launch.with_knobs(launch.shipped_config(D, D), pack=pack > 0, **values)
+    cfg = launch.with_knobs(launch.short_config(D, D), pack=pack > 0, **values)
     return launch.call_knobs(cfg[4:], True, C, cfg[1], launch.LOG2E * default_scale(D), pack,
                              view, D)
 
 
 TC_VARIANTS = {
-    # shipped D <= 64 (every Lq): tile 64x128, 2 stages, one consumer warp group, two CTAs
-    # per SM (min_blocks); landmark rows of V, split mask, folded softmax; C = 64: two
-    # landmark columns per 128-key tile (lmk_cols = 2); fast_exp2, scale_fold (default
-    # sm_scale), win_u32, lmk_rows_j0
+    # shipped D <= 64 for calls of one query block (every Lq until session 42; decode and
+    # short chunks since, launch.short_config): tile 64x128, 2 stages, one consumer warp
+    # group, two CTAs per SM (min_blocks); landmark rows of V, split mask, folded softmax;
+    # C = 64: two landmark columns per 128-key tile (lmk_cols = 2); fast_exp2, scale_fold
+    # (default sm_scale), win_u32, lmk_rows_j0
     "d64": _tc(64, 64),
     # the same for a scale that cannot fold into the exponent (sm_scale <= 0)
     "d64-noscalefold": _tc(64, 64, scale=False),
@@ -189,6 +193,23 @@ TC_VARIANTS = {
     # the split-KV kernel, whose V landmark rows take the general test (C = 64)
     "d64-general-wide": _tc(64, 64, C=16, wide=True),
     "d128-split-wide": _tc(128, 128, split=True, wide=True),
+    # session 42: D <= 64 calls of several query blocks (launch.shipped_config: the 64x64
+    # tile, three CTAs per SM, the view of v one chunk a tile): C >= 64 one landmark column,
+    # 32 <= C < 64 two, C < 32 the general test, an unfoldable scale; the view at C = 64
+    # (lmk_const) and at C = 128 (a landmark in every other tile: no lmk_const); Dqk != Dv,
+    # D = 32, BLHD, both flags off, no mask_lmk, and built wide
+    "d64-long": _tc(64, 64, long=True),
+    "d64-long-lmk2": _tc(64, 64, C=32, long=True),
+    "d64-long-general": _tc(64, 64, C=16, long=True),
+    "d64-long-noscalefold": _tc(64, 64, scale=False, long=True),
+    "d64-long-vchunk": _tc(64, 64, view=True, long=True),
+    "d64-long-vchunk-c128": _tc(64, 64, C=128, view=True, long=True),
+    "d64x32-long": _tc(64, 32, long=True),
+    "d32-long": _tc(32, 32, long=True),
+    "d64-long-blhd": _tc(64, 64, q_blhd=True, kv_blhd=True, long=True),
+    "d64-long-noflags": _tc(64, 64, lmk=False, exp=False, long=True),
+    "d64-long-nolmk": _tc(64, 64, lmk=False, long=True),
+    "d64-long-general-wide": _tc(64, 64, C=16, wide=True, long=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -213,9 +234,9 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     have = set(TC_VARIANTS.values())
     for D in (64, 96, 128):
         for C in range(1, 300):
-            assert _tc(D, D, C=C) in have, C
+            assert _tc(D, D, C=C) in have and _tc(D, D, C=C, long=True) in have, C
     for D in (64, 128):
-        assert _tc(D, D, scale=False) in have
+        assert _tc(D, D, scale=False) in have and _tc(D, D, scale=False, long=True) in have
     for C in range(1, 300):
         assert _tc(128, 128, split=True, C=C) in have
         assert _tc(128, 128, split=True, exp=False, C=C) in have
@@ -225,13 +246,15 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
         assert _tc(128, 128, C=C, view=True) in have, C
     for C in (64, 128, 256):
         assert _tc(64, 64, C=C, view=True) in have, C
+        assert _tc(64, 64, C=C, view=True, long=True) in have, C
     lc = launch._KNOBS_AT + launch._KNOB["lmk_const"]
     baked = {name: len(a) > lc and a[lc] for name, a in TC_VARIANTS.items() if "vchunk" in name}
     # not baked: a landmark in every other tile, and C = 32 at D = 64 (K = 4 columns, past
     # the lmk_cols cap of 2: the general test); the split kernel bakes it since session 40
     # (split_config's permission; C = 64 on its 64-key tile)
     assert baked == {**{n: True for n in baked}, "d128-vchunk-c128": False,
-                     "d64-vchunk-c256": False, "d64-vchunk4": False}, baked
+                     "d64-vchunk-c256": False, "d64-vchunk4": False,
+                     "d64-long-vchunk-c128": False}, baked
     assert baked["d128-split-vchunk"] is True
 
 
@@ -319,20 +342,21 @@ def _occ3_args(name="occ3-64x64v"):
 
 @pytest.mark.parametrize("name, tile, threads, n, want", [
     ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104)),
-    ("occ3-64x64v", (64, 64, 2, 128), 128, 3, (80, 136)),
+    ("d64-long-vchunk", (64, 64, 2, 128), 128, 3, (80, 136)),
     ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128)),
 ])
 def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want):
-    """Two lab kernels whose CTAs split the register file finer than the shipped ones, with
+    """Kernels whose CTAs split the register file finer than the two-CTA ones, with
     ``__launch_bounds__(threads + 128, n)``, kernels.launch_regs registers at launch and
     kernels.consumer_regs after ``setmaxnreg``, where 128 * 24 + threads * consumers <=
     (threads + 128) * launch: nothing asks for more than its CTA launched with (session 12's
     hang at three CTAs: consumers 144 where 136 fit), and no register spills.
     occ2-128x64 (session 26): two consumer warp groups, two CTAs per SM, v through the view;
-    occ3-64x64v (session 39): D = 64 on the 64x64 tile, one consumer warp group, three CTAs
-    per SM (shared memory about 40 KB a CTA at two stages, session 12's count: three fit an
-    SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8 registers below
-    the pool's exact fill (kernels.REG_SLACKS)."""
+    the lab's occ3-64x64v (session 39; shipped since session 42 for D <= 64 calls of several
+    query blocks, d64-long-vchunk): D = 64 on the 64x64 tile, one consumer warp group, three
+    CTAs per SM (shared memory about 40 KB a CTA at two stages, session 12's count: three fit
+    an SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8 registers
+    below the pool's exact fill (kernels.REG_SLACKS)."""
     import re
     args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args(name)
     assert args[7:11] == tile and args[launch._V_CHUNK_AT]

@@ -787,9 +787,15 @@ def test_lmk_cols_rule_per_call():
     assert launch.tc_config(64, 64) == launch.tc_config(32, 64) == (64, 128, 2, 128)
     assert launch.tc_config(64, 80) == launch.tc_config(128, 128) == (64, 64, 2, 128)
     assert launch.tc_config(256, 256) == (64, 64, 2, 128) and launch.tc_knobs(256, 256) == ()
-    assert launch.shipped_config(32, 64) == launch.with_knobs(
+    assert launch.short_config(32, 64) == launch.with_knobs(
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
         v_chunk=launch.TC_V_CHUNK, lmk_const=True)
+    # unpacked at max(Dqk, Dv) <= 64 (session 42): 64 x 64, three CTAs per SM, the view of v
+    # at one chunk per tile; above 64 the packed and unpacked configs are one
+    assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
+        (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=3, v_chunk=1, lmk_const=True)
+    assert launch.shipped_config(64, 80) == launch.short_config(64, 80)
+    assert launch.shipped_config(128, 128) == launch.short_config(128, 128)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
@@ -1046,7 +1052,7 @@ def test_a_config_with_ws_where_min_blocks_sits_is_refused():
     follow ``pack``: a bool there is refused instead of being read as ``min_blocks=False``
     (a default, dropped: the warp-specialised kernel would run instead of the one asked
     for). ``ws`` after every knob still picks the factory."""
-    full = launch.with_knobs(launch.shipped_config(64, 64))
+    full = launch.with_knobs(launch.short_config(64, 64))
     mb = 4 + launch._KNOB["min_blocks"]
     assert len(full) == 4 + len(launch.TC_KNOBS) and full[mb] == launch.TC_MIN_BLOCKS
     with pytest.raises(ValueError, match="min_blocks"):
@@ -1102,7 +1108,7 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
         ship = launch.shipped_config(D, D)
         assert launch.tc_kernel_args(ship, True, 64)[2][launch._KNOB["lmk_rows_j0"]] is True
         assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True,
-                                                            False, 0, launch.TC_MIN_BLOCKS)
+                                                            False, 0, launch.ctas_per_sm(ship))
 
 
 def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
@@ -1303,10 +1309,11 @@ def test_v_chunk_spans_match_the_kernel():
 
 
 def test_v_chunk_two_chunk_permission_resolved_per_call():
-    """A permission of 2 bakes span 2 for D <= 64's 128-key tile at C = 64 (Dv passed down
-    by tc_kernel_key), True where the chunk holds whole tiles, nothing without the view."""
+    """A permission of 2 bakes span 2 for D <= 64's short-call 128-key tile (launch.short_config)
+    at C = 64 (Dv passed down by tc_kernel_key), True where the chunk holds whole tiles,
+    nothing without the view."""
     at = launch._KNOB["v_chunk"]
-    cfg = launch.with_knobs(launch.shipped_config(64, 64), v_chunk=2)
+    cfg = launch.with_knobs(launch.short_config(64, 64), v_chunk=2)
     key = launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False, cfg, 64, 0.2,
                                view=True)[1]
     assert key[launch._V_CHUNK_AT] == 2
@@ -1339,14 +1346,15 @@ def test_split_plan_takes_the_view(monkeypatch, Dv, C, kv_start, exp, want):
 
 @pytest.mark.parametrize("D, C, Lk, kv_start, want", [
     (128, 64, 8192, 0, True), (128, 64, 8192 + 64, 64, True), (128, 64, 8191, 0, False),
-    (128, 64, 8192, 3, False), (64, 64, 8192, 0, 2), (64, 128, 8192, 0, True), (64, 32, 8192, 0, False),
+    (128, 64, 8192, 3, False), (64, 64, 8192, 0, True), (64, 128, 8192, 0, True), (64, 32, 8192, 0, False),
     (128, 32, 8192, 0, False),
 ])
 def test_v_chunk_in_the_plan(monkeypatch, D, C, Lk, kv_start, want):
-    """The prefill plan of a long call bakes v_chunk exactly where the view serves it and
-    its chunk fills whole 64 x 64 (D = 128) or 64 x 128 (D = 64) tiles, or (span 2, the
-    permission shipped since session 28) two chunks fill D = 64's 128-key tile; the cached plan
-    keys it (Lk past the reach and kv_start are not in the key otherwise)."""
+    """The prefill plan of a long unpacked call bakes v_chunk exactly where the view serves it
+    and its chunk fills whole 64 x 64 tiles (D = 128, and D = 64 since session 42; its
+    permission is one chunk a tile, so C = 32 gets no view); the cached plan keys it (Lk past
+    the reach and kv_start are not in the key otherwise). Span 2 on the 128-key tile of one-block
+    calls: test_d64_tile_follows_the_query_blocks."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     p = _meta_problem(1, 32, 32, 2048, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
     S, kind, args = launch._plan(*_plan_args(p))
@@ -1359,6 +1367,34 @@ def test_v_chunk_in_the_plan(monkeypatch, D, C, Lk, kv_start, want):
     if want:
         args2 = launch._plan(*_plan_args(q))[2]
         assert not (len(args2) > launch._V_CHUNK_AT and args2[launch._V_CHUNK_AT])
+
+
+@pytest.mark.parametrize("B, Hq, Hkv, Lq, C, short", [
+    (8, 32, 4, 1, 64, True), (1, 32, 4, 8, 64, True), (8, 32, 4, 2048, 64, False),
+    (8, 32, 32, 1, 64, True), (1, 32, 32, 64, 64, True), (1, 32, 32, 65, 64, False),
+    (8, 32, 4, 1, 128, True), (8, 32, 4, 2048, 128, False), (1, 32, 4, 64, 64, True),
+])
+def test_d64_tile_follows_the_query_blocks(monkeypatch, B, Hq, Hkv, Lq, C, short):
+    """At D = 64 the plan's tile follows the call's query blocks (session 42): calls of one
+    64-row block (decode, short chunks; packed where launch.packs) run launch.short_config's
+    64 x 128 tile at two CTAs per SM, with span 2 of the view at C = 64; longer ones
+    launch.shipped_config's 64 x 64 tile at three CTAs per SM, the view one chunk a tile. The
+    knobs that follow the tile (landmark columns, lmk_const) follow it too."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    p = _meta_problem(B, Hq, Hkv, Lq, 8192, 64, 64, window_size=512, chunk_size=C)
+    S, kind, args = launch._plan(*_plan_args(p))
+    packed = launch.packs(p, 64)
+    assert S == 1 and kind == "fwd_tc" and packed is (Hq > Hkv and Hq // Hkv * Lq <= 64)
+    knob = dict(zip((n for n, _ in launch.TC_KNOBS), launch.full_knobs(args[launch._KNOBS_AT:])))
+    tile = args[launch._KNOBS_AT - 5:launch._KNOBS_AT - 1]  # then split (False), the knobs
+    if short:
+        assert tile == (64, 128, 2, 128) and knob["min_blocks"] == 2
+        assert knob["pack"] == (Hq // Hkv if packed else 0)
+        assert knob["v_chunk"] == (2 if C == 64 else True) and knob["lmk_cols"] == 128 // C
+    else:
+        assert tile == (64, 64, 2, 128) and knob["min_blocks"] == 3 and knob["pack"] == 0
+        assert knob["v_chunk"] is True and knob["lmk_cols"] == 1
+    assert knob["lmk_const"] is (C == tile[1] // knob["lmk_cols"])
 
 
 def test_run_cuda_hands_the_view_to_a_v_chunk_kernel(monkeypatch):
@@ -1467,15 +1503,19 @@ def test_more_query_heads_than_a_gpu_grid_holds_are_unsupported(monkeypatch):
     launch.check_limits(dataclasses.replace(p, device=torch.device("cpu")))
 
 
-@pytest.mark.parametrize("D, C, Lq, Lk, kv_start, want", [
-    (64, 64, 3000, 8192, 0, (63, 127)), (64, 128, 3000, 8192 + 128, 128, (127,)),
-    (128, 64, 2000, 6144, 64, (63,)), (96, 64, 1500, 4096, 128, (63,)),  # D = 128's tile
-    (64, 256, 3000, 8192, 0, None),     # the view, a landmark in every other tile: refused
-    (128, 128, 2000, 6144, 0, None),    # likewise on D = 128's 64-key tile
-    (64, 64, 3000, 8192, 3, None),      # no view (kv_start inside a chunk): tiles off the chunks
-    (128, 32, 2000, 6144, 0, None),     # view refused (two chunks of V rows TileLang cannot
-])                                      # split): V's rows zeroed by the consumer, not baked
-def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq, Lk, kv_start, want):
+@pytest.mark.parametrize("D, C, Lq, Lk, kv_start, want, short", [
+    (64, 64, 3000, 8192, 0, (63, 127), True), (64, 128, 3000, 8192 + 128, 128, (127,), True),
+    (64, 64, 3000, 8192, 0, (63,), False),  # D = 64's 64-key tile of long calls (session 42)
+    (128, 64, 2000, 6144, 64, (63,), False), (96, 64, 1500, 4096, 128, (63,), False),  # D = 128's
+    (64, 256, 3000, 8192, 0, None, True),   # the view, a landmark in every other tile: refused
+    (128, 128, 2000, 6144, 0, None, False),  # likewise on D = 128's 64-key tile
+    (64, 128, 3000, 8192, 0, None, False),  # and on D = 64's
+    (64, 64, 3000, 8192, 3, None, True),    # no view (kv_start inside a chunk): tiles off the chunks
+    (64, 32, 3000, 8192, 0, None, False),   # no view: two chunks a tile past the permission of 1
+    (128, 32, 2000, 6144, 0, None, False),  # view refused (two chunks of V rows TileLang cannot
+])                                          # split): V's rows zeroed by the consumer, not baked
+def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq, Lk, kv_start, want,
+                                                                        short):
     """launch.lmk_const_acts (session 38's knob ``lmk_const``: the landmark columns as
     compile-time constants, ``macros.constant_landmark_columns``; a permission in the shipped
     prefill config since session 39): under the permission, baked exactly where the chunk view serves the call and
@@ -1490,7 +1530,7 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
     from tilelang_impl import macros
 
     p = _meta_problem(1, 4, 4, Lq, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
-    cfg = launch.shipped_config(D, D)
+    cfg = (launch.short_config if short else launch.shipped_config)(D, D)
     assert cfg[4 + launch._KNOB["lmk_const"]] is True  # the shipped permission (session 39)
     r, W, Cf = launch.frame(p)
     view = launch.v_chunk_call(p)
@@ -1524,8 +1564,9 @@ def test_lmk_const_only_where_every_tile_has_constant_landmark_columns(D, C, Lq,
         assert len(tiles) > 1 and () in tiles, tiles  # C = 2 block_N: every other tile has none
 
 
-@pytest.mark.parametrize("D, C, cols", [(64, 64, (63, 127)), (64, 128, (127,)), (128, 64, (63,))])
-def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
+@pytest.mark.parametrize("D, C, cols, short", [(64, 64, (63, 127), True), (64, 128, (127,), True),
+                                                (64, 64, (63,), False), (128, 64, (63,), False)])
+def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols, short):
     """The kernels of lmk_const (shipped since session 39, at the calls launch.lmk_const_acts
     admits) trace (``fwd_tc.get_tir``, no compile) with the landmark test as compares against
     the constant columns and no per-tile first-landmark register; and without TileLang's
@@ -1537,7 +1578,7 @@ def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols):
     import tilelang.language.eager.builder as builder
     from tilelang_impl import kernels
 
-    cfg = launch.shipped_config(D, D)
+    cfg = (launch.short_config if short else launch.shipped_config)(D, D)
     kind, args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, C,
                                       launch.LOG2E * 0.125, view=True)
     assert kind == "fwd_tc" and args[launch._KNOBS_AT + launch._KNOB["lmk_const"]] is True

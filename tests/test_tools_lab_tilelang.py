@@ -45,8 +45,10 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         # session 40: occ3-64x64v-slack8 is shipped at D = 128, as occ3-64x64v is (which
         # stands for it there)
         skip |= {"occ3-64x64v-slack8"} if D == 128 else set()
-        # session 41: occ3-64x64v-allwarps is shipped-allwarps at D = 128
-        skip |= {"occ3-64x64v-allwarps"} if D == 128 else set()
+        # session 41: occ3-64x64v-allwarps is shipped-allwarps at D = 128, and at D = 64 since
+        # session 42 shipped occ3-64x64v; prev-64x128 (session 42) is the config it replaced:
+        # vchunk2's kernel at D = 64, the shipped one (occ3-64x64v's) at D = 128
+        skip |= {"occ3-64x64v-allwarps", "prev-64x128"}
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True, Dv=D)
                 for n in L.VARIANTS if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
@@ -66,20 +68,26 @@ def test_shipped_and_lmkcols_variants():
         def kern(name):
             return launch.tc_kernel_args(L.VARIANTS[name][0](D), True, L.C_T, sl2)
         now = launch.tc_kernel_args(launch.shipped_config(D, D), True, L.C_T, sl2)
-        assert kern("shipped") == now == kern("occ2-64x128")
-        assert now[1] == launch.tc_config(D, D) and L.VARIANTS["base"][0](D) == L.SESSION11_TILE
+        # session 42: shipped = occ3-64x64v at D = 64; prev-64x128 = the config it replaced,
+        # launch.short_config (session 12's occ2-64x128 tile and the knobs since): one config
+        # at D = 128
+        prev = kern("prev-64x128")
+        assert kern("shipped") == now == kern("occ3-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
+        assert now[1] == ((64, 64, 2, 128) if D == 64 else launch.tc_config(D, D))
+        assert (prev == now) == (D == 128) and prev[1] == launch.tc_config(D, D)
+        assert L.VARIANTS["base"][0](D) == L.SESSION11_TILE
         # the session-5 knobs, on session 12's tile with two CTAs per SM
         s5 = kern("s5-rows+fold")
         assert s5[1] == L.SESSION11_TILE
-        assert now[2] == launch.call_knobs(s5[2] + (False, launch.TC_MIN_BLOCKS), True, L.C_T,
-                                           now[1][1], sl2)
+        assert prev[2] == launch.call_knobs(s5[2] + (False, launch.TC_MIN_BLOCKS), True, L.C_T,
+                                            prev[1][1], sl2)
         if D == 128:  # every s5 variant is one kernel, and so is the session-5 lab's best
             assert kern("s5-rows") == kern("s5+fold") == kern("fexp+sfold+wu32+lmkj0") == s5
         else:  # D = 64: three kernels besides the session-4 one with the same three knobs
             ks = [kern(n) for n in ("s5-rows", "s5-rows+fold", "s5+fold", "fexp+sfold+wu32")]
             assert len(set(ks)) == 4
         for name in OCC:
-            assert (kern(name) == now) == (D == 128), name
+            assert (kern(name) == prev) == (D == 128), name
         assert ship[:7] == lmk[:7] and ship[7] == 0
         k_ship = launch.tc_kernel_args(ship, True, L.C_T)
         k_lmk = launch.tc_kernel_args(lmk, True, L.C_T)

@@ -50,8 +50,9 @@ PRODUCER_REGS = 24
 #: Register file of one SM (32-bit registers) and the most ``setmaxnreg`` gives.
 SM_REGS, MAX_NREG = 65536, 240
 #: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
-#: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``) and 3, a lab
-#: value (session 39's ``occ3-64x64v``, not shipped yet). Three and four CTAs
+#: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``) and 3
+#: (session 39's lab ``occ3-64x64v``, shipped in session 42 for calls of several query blocks
+#: at ``max(Dqk, Dv) <= 64``: ``launch.TC_OCC3``). Three and four CTAs
 #: per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
 #: 64x64 tiles, one consumer warp group; at three the consumers asked for 144 registers where
 #: the CTA launched with 80, :func:`consumer_regs` before it counted the launch registers: 136
@@ -60,8 +61,7 @@ SM_REGS, MAX_NREG = 65536, 240
 #: (session 40, H100, ``tools/lab_hang``: within 1000 launches of D = 64 GQA 32/4, eager and
 #: graph; the same kernel at two CTAs ran 100,000). Session 41 found why: a producer warp a
 #: round behind on a parity wait (:mod:`producer_guard`, the fix, in every kernel since);
-#: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100; not
-#: shipped yet: its GPU conformance is not run).
+#: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100).
 MIN_BLOCKS = (0, 2, 3)
 #: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
 #: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for

@@ -48,19 +48,36 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 #: measured as split variants.
 SPLIT_DV = (96, 128)
 
-#: CTAs per SM the prefill-grid kernel is built for at ``max(Dqk, Dv) <= 128`` (the
+#: CTAs per SM the prefill-grid kernel is built for at ``max(Dqk, Dv) <= 128`` (but for
+#: long calls at ``max(Dqk, Dv) <= 64``: :data:`TC_OCC3`; the
 #: ``min_blocks`` knob, :data:`kernels.MIN_BLOCKS`): launch bounds ``(256, 2)``, 128
 #: registers per thread at launch, consumers 232 after ``setmaxnreg``. Above 128 the
 #: kernel keeps TileLang's defaults (never measured otherwise; shared memory holds
 #: one 64 x 64 CTA at D = 192 / 256 anyway).
 TC_MIN_BLOCKS = 2
 
+#: The prefill grid's calls of several query blocks (``Lq > 64``) at ``max(Dqk, Dv) <= 64``
+#: (:func:`shipped_config`, session 42):
+#: the 64 x 64 tile with three CTAs per SM (``min_blocks`` 3: launch bounds ``(256, 3)``, 80
+#: registers per thread at launch, consumers 136 after ``setmaxnreg``), the chunk view of
+#: ``v`` at one chunk per tile (``v_chunk`` 1: C = 64, 128, ...) and ``lmk_const``; the lab
+#: variant ``occ3-64x64v`` of sessions 39-41. Three CTAs overlap more softmax with tensor
+#: work than two 64 x 128 CTAs, at about +27% instructions per key. Session 41 lab on an
+#: H100 with the producer guard (1977d21, three runs, L2 not flushed,
+#: bench_results/tilelang-lab41-guard-h100-1977d21-{1,2,3}.json), against the 64 x 128 tile
+#: of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-234 -> 253-268 TFLOP/s, 16/2 L=8K
+#: +9..+20%, batch 4 x 4K likewise; before the guard (:mod:`producer_guard`) this build hung
+#: within a few hundred launches. Calls of one query block (decode, short chunks, packed or
+#: not: :func:`prefill_config`) keep :func:`short_config`'s 64 x 128 tile, the one their
+#: numbers were measured on.
+TC_OCC3 = {"tile": (64, 64), "min_blocks": 3, "v_chunk": 1, "max_d": 64}
+
 
 #: The ``v_chunk`` permission of the prefill-grid config at ``max(Dqk, Dv) <= 128``
-#: (:func:`shipped_config`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
+#: (:func:`short_config`; 1 in :data:`TC_OCC3`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
 #: that admit it (:func:`v_chunk_call`) and whose chunk is a multiple of the tile's
 #: ``block_N`` (:func:`call_knobs`: C = 64, 128, ... on the 64 x 64 tile of D = 128; C =
-#: 128, 256, ... on the 64 x 128 tile of D <= 64). The copy engine then writes each
+#: 128, 256, ... on the 64 x 128 tile of D <= 64's one-block calls). The copy engine then writes each
 #: chunk's landmark row of the V tile as zeros, and the consumer's landmark-row zeroing
 #: (a shared-memory write, two named barriers and a proxy fence per tile before
 #: ``P @ V``) goes. Session 25 lab (tools/lab_tilelang.py ``vchunk`` against ``shipped``,
@@ -95,9 +112,11 @@ V_CHUNK_SPAN_DV = (32, 64)
 
 def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     """``(block_M, block_N, num_stages, threads)`` of the tensor-core kernel on the
-    prefill grid: 64-row tiles with one consumer warp group (128 threads) for every
-    head dim and every ``Lq``, 64 x 128 at ``max(Dqk, Dv) <= 64``, 64 x 64 above; two
+    prefill grid (:func:`short_config`'s tile): 64-row tiles with one consumer warp group
+    (128 threads) for every head dim, 64 x 128 at ``max(Dqk, Dv) <= 64``, 64 x 64 above; two
     CTAs per SM at ``max(Dqk, Dv) <= 128`` (:data:`TC_MIN_BLOCKS`, set by
+    :func:`short_config`). Since session 42 calls of several query blocks at ``max(Dqk, Dv)
+    <= 64`` run another tile, 64 x 64 at three CTAs per SM (:data:`TC_OCC3`,
     :func:`shipped_config`).
 
     Session 12 lab (tools/lab_tilelang.py ``occ2-64x128``,
@@ -239,18 +258,34 @@ def ctas_per_sm(config) -> int:
 
 
 @functools.cache  # a constant per head-dim pair: asked on every plan (prefill_config)
-def shipped_config(Dqk: int, Dv: int) -> tuple:
-    """The prefill-grid config of head dims ``Dqk``/``Dv``: tile (:func:`tc_config`),
-    knobs (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
+def short_config(Dqk: int, Dv: int) -> tuple:
+    """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of one query block
+    (``Lq <= block_M``: decode and short chunks, packed or not, :func:`prefill_config`), and
+    for every call at ``max(Dqk, Dv) > 64``: tile (:func:`tc_config`), knobs
+    (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
     :data:`TC_MIN_BLOCKS`, the chunk view of ``v`` (``v_chunk`` = :data:`TC_V_CHUNK`) and
     ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100,
     four runs at fe9de2e and the control at ebd1760, L2 not flushed: D = 128 L = 8K / 16K
     +2.1..+4.4%, the D = 64 GQA rows +0.5..+8.9%, chunked prefill +0.5..+8.7%; never slower
-    in any of the five pairs); rows not packed. What :func:`run_cuda` uses when none is
-    given is :func:`prefill_config` (this, packed where :func:`packs`)."""
+    in any of the five pairs). Every call's config at ``max(Dqk, Dv) <= 64`` until session
+    42 (:func:`shipped_config` since, for calls of several query blocks)."""
     cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
     return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK, lmk_const=True)
             if max(Dqk, Dv) <= 128 else cfg)
+
+
+@functools.cache
+def shipped_config(Dqk: int, Dv: int) -> tuple:
+    """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of several query blocks
+    (``Lq > block_M``; rows not packed): :func:`short_config`, but at ``max(Dqk, Dv) <= 64``
+    (:data:`TC_OCC3`) the 64 x 64 tile with three CTAs per SM (``min_blocks`` 3) and the
+    chunk view of ``v`` at one chunk per tile (``v_chunk`` 1). What :func:`run_cuda` uses
+    when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``)."""
+    cfg = short_config(Dqk, Dv)
+    if max(Dqk, Dv) > TC_OCC3["max_d"]:
+        return cfg
+    return with_knobs(TC_OCC3["tile"] + cfg[2:], min_blocks=TC_OCC3["min_blocks"],
+                      v_chunk=TC_OCC3["v_chunk"])
 
 
 def packs(p, block_M: int) -> bool:
@@ -303,10 +338,14 @@ def pack_lowers(G: int, Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool
 
 def prefill_config(p) -> tuple:
     """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
-    :func:`shipped_config` of its head dims, with the ``pack`` permission
-    set where :func:`packs` (the kernel then bakes ``G``, :func:`call_knobs`)."""
-    cfg = shipped_config(p.Dqk, p.Dv)
-    return with_knobs(cfg, pack=True) if packs(p, cfg[0]) else cfg
+    :func:`shipped_config` of its head dims for calls of several query blocks (``Lq >
+    block_M``), else :func:`short_config` (decode, short chunks: the tile their numbers were
+    measured on), with the ``pack`` permission set where :func:`packs` (the kernel then bakes
+    ``G``, :func:`call_knobs`). Both tiles have 64 rows."""
+    short = short_config(p.Dqk, p.Dv)
+    if p.Lq > short[0]:
+        return shipped_config(p.Dqk, p.Dv)
+    return with_knobs(short, pack=True) if packs(p, short[0]) else short
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in
@@ -881,9 +920,10 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
 
 def clear_plans() -> None:
     """Forget every cached launch plan (:func:`_plan`) and the memoised configs
-    (:func:`shipped_config`, :func:`split_config`): after replacing a table or a planning
+    (:func:`short_config`, :func:`shipped_config`, :func:`split_config`): after replacing a table or a planning
     function of this module at run time."""
     _PLANS.clear()
+    short_config.cache_clear()
     shipped_config.cache_clear()
     split_config.cache_clear()
 

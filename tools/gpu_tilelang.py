@@ -315,9 +315,10 @@ def precompile_configs() -> list[tuple]:
         cfgs.append(args)
     for D in (64, 96, 128):
         tc(D, D)
-    # GQA decode at D = 64 (the timed B=8 GQA 32/4 shape): packed rows, G = 8 (decode at
-    # G = 1 runs the prefill tile above, launch.tc_config)
-    tc(64, 64, cfg=launch.with_knobs(launch.shipped_config(64, 64), pack=True), group=8)
+    # decode at D = 64: one query block, launch.short_config's tile (launch.prefill_config),
+    # at G = 1 and GQA-packed with G = 8 (the timed B=8 GQA 32/4 shape)
+    tc(64, 64, cfg=launch.short_config(64, 64))
+    tc(64, 64, cfg=launch.with_knobs(launch.short_config(64, 64), pack=True), group=8)
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)
     tc(64, 64, lmk=False)

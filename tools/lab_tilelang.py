@@ -121,10 +121,19 @@ def _other_tile(D):
     return (128, 64) if _base(D)[1] == 128 else (128, 128)
 
 
+def _ship(D):
+    """The config the variants below build on: ``launch.short_config``, the prefill config
+    of every head dim before session 42 (at D <= 64 the 64x128 tile, two CTAs per SM, the view
+    of v up to two chunks a tile) and still what decode and other one-block calls run. Since
+    session 42 long calls at D <= 64 run ``launch.shipped_config`` (occ3-64x64v's build,
+    the ``shipped`` variant); the variants keep the base they were measured on."""
+    return _launch().short_config(D, D)
+
+
 def _ovl(D, stages=None, tile=None, **knobs):
     """The shipped prefill config of head dim D with the ``overlap`` knob (session 25),
     on another ``tile`` (block_M, block_N, num_stages, threads) or pipeline depth."""
-    cfg = _launch().shipped_config(D, D)
+    cfg = _ship(D)
     knobs = dict(dict(overlap=1, v_chunk=False), **knobs)  # v_chunk: not with overlap
     if tile is not None:
         cfg = tuple(tile) + cfg[4:]
@@ -137,7 +146,7 @@ def _occ3(D, **knobs):
     """Session 39's three-CTA build at ``D <= 64``: the shipped knobs (the view of v,
     lmk_const) on the 64x64 tile with ``min_blocks = 3`` and ``knobs`` set; the shipped
     config above."""
-    shipped = _launch().shipped_config(D, D)
+    shipped = _ship(D)
     if D > 64:
         return _full(shipped)
     return _full((64, 64) + shipped[2:], v_chunk=True, min_blocks=3, **knobs)
@@ -197,7 +206,7 @@ VARIANTS = {
             "more iteration per block (K tile n-1 twice, V tile 0 twice)",
             "D=128 +10-25% (the softmax, ~1/3 of a tile's serial chain, hidden behind P @ V), "
             "D=64 +5-20%, chunked +0-10% (short loops: the added iteration costs more)"),
-    "zero-rows": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=False),
+    "zero-rows": (lambda D: _full(_ship(D), v_chunk=False),
                   "the shipped config without the chunk view of v (the prefill kernel shipped "
                   "before session 25: the consumer zeroes V's landmark rows)",
                   "reference point of vchunk"),
@@ -205,7 +214,7 @@ VARIANTS = {
                    "control of ovl: the same loop (one more iteration, V one tile behind) with "
                    "each product waited for at once",
                    "slower than ovl by what the overlap gains"),
-    "vchunk": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=True),
+    "vchunk": (lambda D: _full(_ship(D), v_chunk=True),
                "shipped config with v through the chunk view (session 25): the copy engine "
                "zero-fills each chunk's landmark row, the consumer no longer zeroes V rows "
                "(no per-tile named barriers and proxy fence before P @ V); where C % block_N "
@@ -213,7 +222,7 @@ VARIANTS = {
                "D=128 +2-6%, D=64 shapes unchanged (C=64 < block_N); shipped in session 25 "
                "(launch.TC_V_CHUNK), so equal to 'shipped' from then on at D=128; at D=64 "
                "the zeroing kernel shipped before session 28 (permission 1)"),
-    "vchunk2": (lambda D: _full(_launch().shipped_config(D, D), v_chunk=2),
+    "vchunk2": (lambda D: _full(_ship(D), v_chunk=2),
                 "shipped config with the view allowed to span two chunks per tile (session 26): "
                 "at C = 64 D=64's 128-key tile is two chunks, filled by one bulk copy each "
                 "(kernels._load_v_chunks), so the consumer's landmark-row zeroing (a shared-"
@@ -223,7 +232,7 @@ VARIANTS = {
                 "has twice the softmax per barrier), chunked and D=128 rows within 1%; "
                 "measured +5-6% (session 28) and shipped (launch.TC_V_CHUNK = 2): equal to "
                 "'shipped' since"),
-    "vchunk-64x64": (lambda D: _full((64, 64) + _launch().shipped_config(D, D)[2:], v_chunk=True),
+    "vchunk-64x64": (lambda D: _full((64, 64) + _ship(D)[2:], v_chunk=True),
                      "vchunk on the 64x64 tile at every D (D=64: C=64 fits the view)",
                      "D=64 +0-8% over shipped's 64x128 (the 64x64 tile lost 8% with zeroing)"),
     # session 38 (written on the CPU; run in session 39): on calls the chunk view serves, every tile
@@ -242,7 +251,7 @@ VARIANTS = {
     # above and below built on launch.shipped_config takes lmk_const since ebd1760 (where
     # the call allows it): vchunk-64x64, occ2-128x64 and the others measured before then
     # ran without it, so their old figures and new ones differ by it as well.
-    "nolmkconst": (lambda D: _full(_launch().shipped_config(D, D), lmk_const=False),
+    "nolmkconst": (lambda D: _full(_ship(D), lmk_const=False),
                    "shipped config with the landmark columns tested against the tile's j0 "
                    "register (lmk_const off: before session 39)",
                    "shipped +0.5-8.9% over it (session 39 lab, H100, fe9de2e / ebd1760)"),
@@ -255,7 +264,7 @@ VARIANTS = {
                     "D=128 +0-20% over ovl (one CTA per SM loses the inter-CTA overlap)"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
-                "fexp+sfold+wu32+lmkj0)",
+                "fexp+sfold+wu32+lmkj0; since session 42 at D<=64 occ3-64x64v)",
                 "measured on the H200: ~236 TF/s H32 D128 L8K (fexp+sfold+wu32+lmkj0, "
                 "1a0b87e), ~156 TF/s GQA D64 (s5-rows+fold, tree of 7e93d56)"),
     "lmkcols": (lambda D: _session4(D),
@@ -449,7 +458,7 @@ VARIANTS = {
     # three). tilelang_impl/producer_guard.py: warp 0 alone runs the producer's loop, in every
     # kernel since; occ3-64x64v is built with it, and this variant without it (the control).
     "occ3-64x64v-allwarps": (lambda D: (_occ3(D, producer_warps=4) if D <= 64 else
-                                        _full(_launch().shipped_config(D, D), producer_warps=4)),
+                                        _full(_ship(D), producer_warps=4)),
                              "occ3-64x64v with the producer's four warps in its key loop, as "
                              "TileLang 0.1.15 writes it (before the guard); D=128: shipped the same way",
                              "hangs under tools/lab_hang where occ3-64x64v does not; speed "
@@ -459,6 +468,14 @@ VARIANTS = {
                          "(the shipped kernel before session 41's guard)",
                          "within +-2% of shipped (the guard removes three warps that only wait, "
                          "suspended, in try-wait)"),
+    # Session 42: occ3-64x64v shipped for long calls at D <= 64 (launch.shipped_config, the
+    # ``shipped`` variant since); the control is the config it replaced.
+    "prev-64x128": (lambda D: _full(_ship(D)),
+                    "launch.short_config: D<=64 the 64x128 tile with two CTAs per SM and the view "
+                    "of v up to two chunks a tile (every call's config until session 42, decode "
+                    "and one-block calls' since); D=128: shipped",
+                    "D64 rows 9-20% below shipped (session 41 lab, H100: occ3-64x64v against "
+                    "it); D128 = shipped"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
@@ -472,7 +489,7 @@ def _occ2_128x64(D, stages):
     consumer warp groups (256 threads), ``stages`` deep, two CTAs per SM, v through the chunk
     view (span 1 at C = 64); above, the shipped config (its accumulators need more than the
     104 registers a consumer thread gets)."""
-    cfg = _launch().shipped_config(D, D)
+    cfg = _ship(D)
     if D > 64:
         return _full(cfg)
     return _full((128, 64, stages, 256) + tuple(cfg[4:]), min_blocks=2, v_chunk=True)
@@ -482,7 +499,7 @@ def _occ(D, tile, stages, min_blocks):
     """The shipped knobs of head dim D on a ``tile`` with one consumer warp group (128
     threads), ``stages`` and the ``min_blocks`` occupancy knob; without the chunk view of
     v (session 12's variants, measured before it existed)."""
-    cfg = _launch().shipped_config(D, D)
+    cfg = _ship(D)
     return _full(tuple(tile) + (stages, 128) + tuple(cfg[4:]), min_blocks=min_blocks,
                  v_chunk=False)
 
@@ -628,7 +645,7 @@ def _dec_shipped(D):
     launch = _launch()
     if launch.splits_at(D, D):
         return launch.split_config(D, D), True
-    return _full(launch.shipped_config(D, D), pack=True), False  # decode cases: Lq <= 3
+    return _full(launch.short_config(D, D), pack=True), False  # decode cases: Lq <= 3
 
 
 def _dec_session5(D):
@@ -686,7 +703,7 @@ DECODE_VARIANTS = {
                    "zeroing's barriers and fence part of it); D64 decodes within 0.5 us; "
                    "measured 9.1 -> 7.9 us and -0.8 us (session 28) and shipped: equal to "
                    "'dec-shipped' since"),
-    "dec-prefill": (lambda D: (_full(_launch().shipped_config(D, D)), False),
+    "dec-prefill": (lambda D: (_full(_ship(D)), False),
                     "the prefill grid with the prefill knobs at every head dim",
                     "D128 B=1: slower than split (32 programs for 132 SMs, each 5 key tiles "
                     "in series): +30-80% time; D64 = dec-s5"),
@@ -770,7 +787,7 @@ def _dec_pack(split):
             return _dec_shipped(D)
         if split:
             return _full(SESSION5_SPLIT[:4] + SPLIT_KNOBS_S5, pack=True), "pack"
-        return _full(_launch().shipped_config(D, D), pack=True), False
+        return _full(_ship(D), pack=True), False
     return cfg
 
 
