@@ -8,7 +8,9 @@ no query sees (landmark rows included) and the outputs poisoned, the view kernel
 the suite's verdict and give the bits of the same call on the kernel that zeroes the rows
 (``v_chunk`` off), for both layouts, Lq < Lk, GQA-packed rows and the chunk sizes the view
 serves on each tile (one chunk; since session 26 two or four whole chunks of D <= 64's
-128-key tile, the view permitted up to four here whatever ``launch.TC_V_CHUNK`` ships); and
+128-key tile, which since session 42 serves calls of one query block only, long ones running
+the 64-key tile of ``launch.shipped_config``; the view permitted up to four here whatever
+the shipped config permits); and
 nothing behind the tensor may be read (NaN placed right after it). The split-KV kernel,
 which ships with the view since session 28 (session 26's lab variant ``dec-vchunk``), is held
 to the bits of its zeroing form.
@@ -34,18 +36,22 @@ CASES = [
     (1, 8, 8, 2048, 2048, 128, dict(window_size=512, chunk_size=64)),        # a tile is a chunk
     (2, 8, 2, 300, 1024, 128, dict(window_size=200, chunk_size=64, kv_start=128)),  # GQA, Lq < Lk
     (1, 16, 4, 700, 1536, 128, dict(window_size=300, chunk_size=128, kv_start=256)),  # half a chunk
-    (1, 4, 1, 1500, 2048, 64, dict(window_size=512, chunk_size=128)),         # D = 64's 128-key tile
+    (1, 4, 1, 1500, 2048, 64, dict(window_size=512, chunk_size=128)),         # D = 64, long: half a chunk
     (2, 32, 4, 1, 4096, 128, dict(window_size=100, chunk_size=64)),           # decode, packed rows
     (1, 4, 4, 257, 512, 96, dict(window_size=90, chunk_size=64)),             # Dv = 96
     # session 26: D <= 64's 128-key tile of whole chunks (kernels.V_CHUNK), the last tile
-    # past Lk where Lk is not a multiple of 128
-    (1, 8, 2, 2048, 2048, 64, dict(window_size=512, chunk_size=64)),          # two chunks
-    (2, 4, 1, 333, 1088, 64, dict(window_size=300, chunk_size=32, kv_start=64)),  # four
-    (1, 4, 4, 500, 960, 32, dict(window_size=130, chunk_size=64)),            # D = 32
+    # past Lk where Lk is not a multiple of 128; since session 42 the long calls among them
+    # run the 64-key tile (a chunk a tile at C = 64; two at C = 32, past the shipped
+    # permission of one: zeroing, the view here only), one-block calls the 128-key tile
+    (1, 8, 2, 2048, 2048, 64, dict(window_size=512, chunk_size=64)),          # long: one chunk
+    (2, 4, 1, 333, 1088, 64, dict(window_size=300, chunk_size=32, kv_start=64)),  # long: two
+    (1, 4, 4, 500, 960, 32, dict(window_size=130, chunk_size=64)),            # D = 32, long
     (2, 32, 4, 1, 4032, 64, dict(window_size=100, chunk_size=64)),            # packed, two chunks
+    (1, 8, 2, 48, 2048, 64, dict(window_size=512, chunk_size=64)),            # one block: two
+    (2, 4, 1, 64, 1088, 64, dict(window_size=300, chunk_size=32, kv_start=64)),  # one block: four
 ]
 #: The view's permission the tests run (launch.v_chunk_span: up to four chunks a tile);
-#: the public call runs launch.TC_V_CHUNK's.
+#: the public call runs the shipped config's (launch.prefill_config).
 CAP = max(launch.V_CHUNK_SPANS)
 
 
@@ -84,10 +90,11 @@ def test_view_kernel_matches_the_zeroing_kernel_bit_for_bit(case, blhd):
     p = check_inputs(q, k, v, **kw)
     if not launch.v_chunk_call(p):
         pytest.fail(f"premise: the case must admit the view ({kw}, Lk={Lk})")
-    block_N, C = launch.prefill_config(p)[1], kw["chunk_size"]
+    cfg, C = launch.prefill_config(p), kw["chunk_size"]
+    block_N = cfg[1]
     if not launch.v_chunk_span(CAP, C, block_N, D):
         pytest.fail(f"premise: the tile must be served by the view ({kw}, D={D})")
-    shipped = bool(launch.v_chunk_span(launch.TC_V_CHUNK, C, block_N, D))
+    shipped = bool(launch.v_chunk_span(cfg[4 + launch._KNOB["v_chunk"]], C, block_N, D))
     assert ("v_chunk" in describe_call(q, k, v, **kw)) is shipped, describe_call(q, k, v, **kw)
     clean = (k.clone(), v.clone())
     dead = poison_unseen(k, v, Lq, kw)
@@ -101,15 +108,16 @@ def test_view_kernel_matches_the_zeroing_kernel_bit_for_bit(case, blhd):
     assert torch.equal(o_pub, o) and torch.equal(lse_pub, lse)
 
 
-@pytest.mark.parametrize("D, C, Lk", [(64, 128, 1024), (128, 64, 1024), (64, 64, 1088)])
-def test_nothing_past_lk_is_read(D, C, Lk):
+@pytest.mark.parametrize("D, C, Lk, Lq", [(64, 128, 1024, 300), (128, 64, 1024, 300),
+                                          (64, 64, 1088, 300), (64, 64, 1088, 48)])
+def test_nothing_past_lk_is_read(D, C, Lk, Lq):
     """``v`` a slice of a longer buffer whose rows past ``Lk`` hold NaN: the view ends at
-    ``Lk`` (a tile of one chunk ends there too; the last tile of two chunks, at Lk = 1088,
-    reaches past it, into chunks the view does not have, which the copy engine fills with
-    zeros), so nothing behind the tensor reaches an output (the kernel takes the view's
-    strides; the public call would copy such a ``v`` first, and the plain kernel could not
-    take it at all)."""
-    B, Hq, Hkv, Lq = 1, 4, 2, 300
+    ``Lk`` (a tile of one chunk ends there too; the last tile of two chunks, at Lk = 1088 on
+    the 128-key tile of a one-block call at D = 64, reaches past it, into chunks the view
+    does not have, which the copy engine fills with zeros), so nothing behind the tensor
+    reaches an output (the kernel takes the view's strides; the public call would copy such
+    a ``v`` first, and the plain kernel could not take it at all)."""
+    B, Hq, Hkv = 1, 4, 2
     kw = dict(window_size=200, chunk_size=C)
     g = torch.Generator(device="cuda").manual_seed(D)
     q = torch.randn(B, Hq, Lq, D, device="cuda", dtype=torch.bfloat16, generator=g)
