@@ -66,7 +66,10 @@ TC_MIN_BLOCKS = 2
 #: H100 with the producer guard (1977d21, three runs, L2 not flushed,
 #: bench_results/tilelang-lab41-guard-h100-1977d21-{1,2,3}.json), against the 64 x 128 tile
 #: of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-234 -> 253-268 TFLOP/s, 16/2 L=8K
-#: +9..+20%, batch 4 x 4K likewise; before the guard (:mod:`producer_guard`) this build hung
+#: 214-226 -> 241-255, batch 4 x 4K 228-238 -> 265-274. Session 42 at 72984ca (one run,
+#: ``shipped`` against ``prev-64x128``, bench_results/tilelang-lab42-occ3-shipped-h100-72984ca.json):
+#: 234.2 -> 266.5, 226.1 -> 243.2, 230.2 -> 271.1; 100,000 launches without a hang
+#: (``tools/lab_hang``). Before the guard (:mod:`producer_guard`) this build hung
 #: within a few hundred launches. Calls of one query block (decode, short chunks, packed or
 #: not: :func:`prefill_config`) keep :func:`short_config`'s 64 x 128 tile, the one their
 #: numbers were measured on.
