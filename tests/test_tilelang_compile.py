@@ -178,7 +178,7 @@ TC_VARIANTS = {
     # groups and two CTAs per SM, v through the chunk view at C = 64
     "d64-128x64-occ2": launch.tc_kernel_key(
         64, 64, "bfloat16", True, True, False, False,
-        launch.with_knobs((128, 64, 2, 256) + launch.shipped_config(64, 64)[4:], min_blocks=2,
+        launch.with_knobs((128, 64, 2, 256) + launch.short_config(64, 64)[4:], min_blocks=2,
                           v_chunk=True), 64, launch.LOG2E * default_scale(64), view=True)[1],
     # session 39: the view kernels above bake lmk_const (the landmark columns as constants,
     # launch.lmk_const_acts: K * C == block_N); the view where a landmark falls in every
@@ -225,8 +225,9 @@ def test_tensor_core_variant_has_hgmma_and_tma(name, tmp_path):
 def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     """Every kernel run_cuda can pick with mask_lmk for D = 64, 96 and 128 on the
     prefill grid (lmk_cols 0, 1, 2), for D = 128 on split-KV with and without
-    expand_to_chunk (0, 1, 2) is among the compiled variants (the prefill tile is the
-    same for every ``Lq`` since session 12); D = 96 split-KV at C = 64 only, other head dims
+    expand_to_chunk (0, 1, 2) is among the compiled variants (the prefill tile was the
+    same for every ``Lq`` from session 12 to 41; since session 42 D = 64 has two, both here:
+    launch.grid_config); D = 96 split-KV at C = 64 only, other head dims
     below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
@@ -340,12 +341,14 @@ def _occ3_args(name="occ3-64x64v"):
                                 launch.LOG2E * default_scale(64), view=True)[1]
 
 
-@pytest.mark.parametrize("name, tile, threads, n, want", [
-    ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104)),
-    ("d64-long-vchunk", (64, 64, 2, 128), 128, 3, (80, 136)),
-    ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128)),
+@pytest.mark.parametrize("name, tile, threads, n, want, view", [
+    ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104), True),
+    ("d64-long-vchunk", (64, 64, 2, 128), 128, 3, (80, 136), True),
+    ("d64-long-general", (64, 64, 2, 128), 128, 3, (80, 136), False),
+    ("d64-long-general-wide", (64, 64, 2, 128), 128, 3, (80, 136), False),
+    ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128), True),
 ])
-def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want):
+def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want, view):
     """Kernels whose CTAs split the register file finer than the two-CTA ones, with
     ``__launch_bounds__(threads + 128, n)``, kernels.launch_regs registers at launch and
     kernels.consumer_regs after ``setmaxnreg``, where 128 * 24 + threads * consumers <=
@@ -353,13 +356,14 @@ def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, wa
     hang at three CTAs: consumers 144 where 136 fit), and no register spills.
     occ2-128x64 (session 26): two consumer warp groups, two CTAs per SM, v through the view;
     the lab's occ3-64x64v (session 39; shipped since session 42 for D <= 64 calls of several
-    query blocks, d64-long-vchunk): D = 64 on the 64x64 tile, one consumer warp group, three
-    CTAs per SM (shared memory about 40 KB a CTA at two stages, session 12's count: three fit
-    an SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8 registers
-    below the pool's exact fill (kernels.REG_SLACKS)."""
+    query blocks, d64-long-vchunk; the general landmark test per score without the view, the
+    heaviest of its kernels, plain and built wide): D = 64 on the 64x64 tile, one consumer warp
+    group, three CTAs per SM (shared memory about 40 KB a CTA at two stages, session 12's count:
+    three fit an SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8
+    registers below the pool's exact fill (kernels.REG_SLACKS)."""
     import re
     args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args(name)
-    assert args[7:11] == tile and args[launch._V_CHUNK_AT]
+    assert args[7:11] == tile and bool(len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]) is view
     assert args[launch._KNOBS_AT + launch._KNOB["min_blocks"]] == n
     rs = launch._KNOBS_AT + launch._KNOB["reg_slack"]
     slack = args[rs] if len(args) > rs else 0
@@ -394,8 +398,8 @@ def test_constant_landmark_columns_shorten_the_key_loop(name, most):
 
 
 def test_min_blocks_refuses_what_was_not_run():
-    """0 (TileLang's defaults), 2 CTAs per SM (shipped) and 3 (the lab's occ3-64x64v, session
-    39, with the split that counts the launch registers) are accepted; 4 hung on the H200
+    """0 (TileLang's defaults), 2 CTAs per SM (shipped) and 3 (session 39's lab occ3-64x64v,
+    with the split that counts the launch registers; shipped since session 42) are accepted; 4 hung on the H200
     with a split that fits (session 12 lab), 1 means nothing TileLang's defaults do not."""
     assert kernels.MIN_BLOCKS == (0, 2, 3)
     for bad in (1, 4, True):

@@ -417,7 +417,8 @@ def test_cached_plan_is_the_uncached_choice(monkeypatch):
     monkeypatch.setattr(launch, "PLANS_MAX", 10 ** 9)
     for D in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
         for Dv in range(launch.MIN_D, launch.MAX_D + 1, launch.D_STEP):
-            assert launch.tc_config(D, Dv)[1] <= launch.PLAN_C_MAX  # launch._c_key's bound
+            for cfg in (launch.tc_config(D, Dv), launch.shipped_config(D, Dv)):
+                assert cfg[1] <= launch.PLAN_C_MAX  # launch._c_key's bound, on both grid tiles
             if launch.splits_at(D, Dv):
                 for ml in (False, True):
                     for ex in (False, True):
@@ -524,7 +525,7 @@ def test_decode_loop_inside_a_long_first_chunk_plans_once_per_key_tile(monkeypat
 
 def test_clear_plans_follows_a_patched_table(monkeypatch):
     """A cached plan outlives a patched table until launch.clear_plans(), which also
-    forgets the memoised configs (shipped_config, split_config); tests/conftest.py calls it
+    forgets the memoised configs (short_config, shipped_config, split_config); tests/conftest.py calls it
     around every test of tests/."""
     monkeypatch.setattr(launch, "_PLANS", {})
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
@@ -539,7 +540,7 @@ def test_clear_plans_follows_a_patched_table(monkeypatch):
     assert tile == (64, 64)
     monkeypatch.setattr(launch, "tc_config", lambda Dqk, Dv: (128, 64, 2, 256))
     launch.clear_plans()
-    assert launch._plan(*pre)[2][7:9] == (128, 64)  # shipped_config's memo forgotten too
+    assert launch._plan(*pre)[2][7:9] == (128, 64)  # the configs' memos forgotten too
     # (tests/conftest.py clears again after monkeypatch restores tc_config)
 
 
@@ -790,8 +791,9 @@ def test_lmk_cols_rule_per_call():
     assert launch.short_config(32, 64) == launch.with_knobs(
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
         v_chunk=launch.TC_V_CHUNK, lmk_const=True)
-    # unpacked at max(Dqk, Dv) <= 64 (session 42): 64 x 64, three CTAs per SM, the view of v
-    # at one chunk per tile; above 64 the packed and unpacked configs are one
+    # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, three CTAs per
+    # SM, the view of v at one chunk per tile; above 64 the two configs (one-block calls, packed
+    # or not, and longer ones: launch.grid_config) are one
     assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
         (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=3, v_chunk=1, lmk_const=True)
     assert launch.shipped_config(64, 80) == launch.short_config(64, 80)

@@ -151,21 +151,24 @@ def _lower(args):
         return tilelang.lower(func, target=kernels.HOPPER).kernel_source
 
 
-def _args(D, split=False, **knobs):
+def _args(D, split=False, short=False, **knobs):
     from tilelang_impl import launch
     from tools.sass_loops import kernel_args
-    cfg = launch.split_config(D, D) if split else launch.shipped_config(D, D)
+    cfg = (launch.split_config(D, D) if split else
+           launch.short_config(D, D) if short else launch.shipped_config(D, D))
     args = kernel_args(launch.with_knobs(cfg, **knobs) if knobs else cfg, D, 64, split)
     return args
 
 
-@pytest.mark.parametrize("D, split", [(64, False), (128, True)], ids=["prefill-D64", "split-D128"])
-def test_lowered_kernels_carry_the_guard(D, split):
-    """The shipped prefill kernel and the split-KV kernel as TileLang writes them for
-    sm_90a: the entry point is ours, the guard is in, once, before the producer's loop, and
-    after the producer's setmaxnreg. (The full tier's 200 fwd_tc kernels, lowered the same way
-    in session 41, all took it without a GuardError.)"""
-    src = _lower(_args(D, split))
+@pytest.mark.parametrize("D, split, short", [(64, False, False), (64, False, True), (128, True, False)],
+                         ids=["prefill-D64", "short-D64", "split-D128"])
+def test_lowered_kernels_carry_the_guard(D, split, short):
+    """The shipped prefill kernels (D = 64: the long calls' three-CTA 64x64 tile and the
+    one-block calls' 64x128 tile, launch.grid_config) and the split-KV kernel as TileLang
+    writes them for sm_90a: the entry point is ours, the guard is in, once, before the
+    producer's loop, and after the producer's setmaxnreg. (The full tier's 200 fwd_tc kernels,
+    lowered the same way in session 41, all took it without a GuardError.)"""
+    src = _lower(_args(D, split, short))
     assert f"{PG.KERNEL}_kernel(" in src and src.count(PG.MARK) == 1
     producer = src[src.index("if (((int)threadIdx.x) < 128) {"):]
     assert (producer.index("warpgroup_reg_dealloc") < producer.index("if (((int)threadIdx.x) >= 32)")

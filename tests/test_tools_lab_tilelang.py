@@ -10,15 +10,17 @@ from tilelang_impl import launch  # noqa: E402
 
 # "nolmkcols" is the pre-lmk_cols shipped kernel, the same kernel as another variant
 # per head dim (D=64: split, D=128: all); "shipped" is launch.shipped_config, the same
-# kernel as "s5-rows+fold" since session 5 (and at D=128 as "fexp+sfold+wu32+lmkj0";
-# "lmkcols" before); the lab compiles shared kernels once.
+# kernel as "s5-rows+fold" from session 5 to 11 (and at D=128 as "fexp+sfold+wu32+lmkj0";
+# "lmkcols" before), as "occ3-64x64v" at D = 64 since session 42; the lab compiles shared
+# kernels once.
 ALIASES = {"nolmkcols", "shipped"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
 # shipped kernel (noise checks); at D = 64 "s5-rows+fold" is what shipped after that lab
 S5 = {"s5-rows", "s5-rows+fold", "s5+fold"}
 # session 12's occupancy variants: occ2-64x128 shipped (the "shipped" kernel at both head
-# dims); at D = 128 all five are its kernel (64x64 with two CTAs per SM: the others' D = 64
-# tiles and CTA counts do not fit D = 128's shared memory)
+# dims until session 42, "prev-64x128"'s since, but for the view); at D = 128 all five are
+# its kernel (64x64 with two CTAs per SM: the others' D = 64 tiles and CTA counts do not fit
+# D = 128's shared memory)
 OCC = {"occ2-64x128-s3", "occ2-64x64"}
 
 

@@ -65,7 +65,7 @@ TC_MIN_BLOCKS = 2
 #: work than two 64 x 128 CTAs, at about +27% instructions per key. Session 41 lab on an
 #: H100 with the producer guard (1977d21, three runs, L2 not flushed,
 #: bench_results/tilelang-lab41-guard-h100-1977d21-{1,2,3}.json), against the 64 x 128 tile
-#: of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-234 -> 253-268 TFLOP/s, 16/2 L=8K
+#: of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-235 -> 253-268 TFLOP/s, 16/2 L=8K
 #: 214-226 -> 241-255, batch 4 x 4K 228-238 -> 265-274. Session 42 at 72984ca (one run,
 #: ``shipped`` against ``prev-64x128``, bench_results/tilelang-lab42-occ3-shipped-h100-72984ca.json):
 #: 234.2 -> 266.5, 226.1 -> 243.2, 230.2 -> 271.1; 100,000 launches without a hang
@@ -133,7 +133,8 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     instead of ~640. Without the knob the 64-row tile ran one CTA per SM (TileLang's
     launch bounds let ptxas give it 240 registers) and lost 37% at D=64 (session 3,
     ``all-64x64``). 64 x 128 at D=128 does not fit two CTAs' shared memory (160 KB);
-    three or four CTAs per SM of 64 x 64 hung (:data:`kernels.MIN_BLOCKS`).
+    three or four CTAs per SM of 64 x 64 hung (:data:`kernels.MIN_BLOCKS`; three for a producer
+    race, fixed in session 41, and shipped since session 42 for long calls, :data:`TC_OCC3`).
 
     History: D <= 64 with ``Lq <= 64`` (decode, short chunks) ran this 64 x 128 tile
     one CTA per SM since session 6 (bench_results/tilelang-lab8-89a7885.json, GQA
@@ -151,7 +152,7 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
 def tc_knobs(Dqk: int, Dv: int) -> tuple:
     """Values of :data:`TC_KNOBS` shipped per head dim (eight for D <= 128, all
     but ``pack``, which :func:`prefill_config` sets per call, and ``min_blocks``, a
-    property of the tile that :func:`shipped_config` adds: ``lmk_zero``,
+    property of the tile that :func:`short_config` and :func:`shipped_config` add: ``lmk_zero``,
     ``mask_split``, ``fold``, the ``lmk_cols`` cap, ``fast_exp2``, ``scale_fold``,
     ``win_u32``, ``lmk_rows_j0``; none above 128). The history
     that chose them, oldest first:
@@ -283,7 +284,8 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
     (``Lq > block_M``; rows not packed): :func:`short_config`, but at ``max(Dqk, Dv) <= 64``
     (:data:`TC_OCC3`) the 64 x 64 tile with three CTAs per SM (``min_blocks`` 3) and the
     chunk view of ``v`` at one chunk per tile (``v_chunk`` 1). What :func:`run_cuda` uses
-    when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``)."""
+    when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``,
+    :func:`grid_config`)."""
     cfg = short_config(Dqk, Dv)
     if max(Dqk, Dv) > TC_OCC3["max_d"]:
         return cfg
@@ -339,16 +341,21 @@ def pack_lowers(G: int, Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool
     return G & (G - 1) == 0 or G <= 8
 
 
+def grid_config(Dqk: int, Dv: int, Lq: int) -> tuple:
+    """The prefill-grid config of a call of ``Lq`` queries at head dims ``Dqk``/``Dv``, rows
+    not packed: :func:`shipped_config` for several query blocks (``Lq > block_M``), else
+    :func:`short_config` (decode, short chunks: the tile their numbers were measured on).
+    Both tiles have 64 rows; above head dim 64 they are one config."""
+    short = short_config(Dqk, Dv)
+    return shipped_config(Dqk, Dv) if Lq > short[0] else short
+
+
 def prefill_config(p) -> tuple:
     """The prefill-grid config :func:`run_cuda` uses for a call when none is given:
-    :func:`shipped_config` of its head dims for calls of several query blocks (``Lq >
-    block_M``), else :func:`short_config` (decode, short chunks: the tile their numbers were
-    measured on), with the ``pack`` permission set where :func:`packs` (the kernel then bakes
-    ``G``, :func:`call_knobs`). Both tiles have 64 rows."""
-    short = short_config(p.Dqk, p.Dv)
-    if p.Lq > short[0]:
-        return shipped_config(p.Dqk, p.Dv)
-    return with_knobs(short, pack=True) if packs(p, short[0]) else short
+    :func:`grid_config`, with the ``pack`` permission set where :func:`packs` (only calls of
+    one query block fit; the kernel then bakes ``G``, :func:`call_knobs`)."""
+    cfg = grid_config(p.Dqk, p.Dv, p.Lq)
+    return with_knobs(cfg, pack=True) if packs(p, cfg[0]) else cfg
 
 
 #: Knobs of :func:`kernels.fwd_tc` beyond the 4-tuple of :func:`tc_config`, in

@@ -1,6 +1,6 @@
 """Static SASS of TileLang's tensor-core kernel on the CPU: registers, spills and the loops.
 
-    python -m tools.sass_loops --D 64 --variant shipped --variant occ3-64x64v [--C 64]
+    python -m tools.sass_loops --D 64 --variant shipped --variant prev-64x128 [--C 64]
     python -m tools.sass_loops --D 128 --variant dec-shipped --variant dec-nolmkconst
 
 Builds ``kernels.fwd_tc`` for sm_90a with nvcc (no GPU), as TileLang builds it, for each
