@@ -638,16 +638,22 @@ _cache: dict[tuple, object] = {}
 
 
 def _kernel(kind: str, *args):
-    key = (kind,) + args
-    ker = _cache.get(key)
+    ker = _cache.get((kind,) + args)
     if ker is None:
         from . import kernels  # TileLang import deferred to the first launch
         if kind == "fwd_tc":  # warp-specialised: built with the producer guard, or refused
             producer_guard.ensure()
-        ker = getattr(kernels, kind)(*args)
-        if kind == "fwd_tc":
-            producer_guard.check(ker, f"fwd_tc{args}")
-        _cache[key] = ker
+        ker = _keep(kind, args, getattr(kernels, kind)(*args))
+    return ker
+
+
+def _keep(kind: str, args: tuple, ker):
+    """Cache the built kernel ``ker`` of ``kind(*args)`` for :func:`_kernel`, a ``fwd_tc``
+    kernel only if it carries the producer guard (``producer_guard.check``): :func:`_kernel`'s
+    builds and those compiled ahead in parallel (``tools/gpu_tilelang.py``)."""
+    if kind == "fwd_tc":
+        producer_guard.check(ker, f"fwd_tc{args}")
+    _cache[(kind,) + args] = ker
     return ker
 
 

@@ -372,9 +372,7 @@ def precompile(quick=False):
             if kk is None:
                 failed.append(f"{kind}{c}")
             else:
-                if kind == "fwd_tc":  # as launch._kernel does
-                    producer_guard.check(kk, f"fwd_tc{c}")
-                launch._cache[(kind,) + c] = kk
+                launch._keep(kind, c, kk)  # fwd_tc: only with the producer guard
     # the split path's combine of every split kernel (launch.combine_key; the recording stops at
     # the split kernel, before its combine is asked for; precompile_configs' split kernels
     # give bf16 Dv 96 and 128)
@@ -385,7 +383,7 @@ def precompile(quick=False):
             if kk is None:
                 failed.append(ckind + str(c))
             else:
-                launch._cache[(ckind,) + c] = kk
+                launch._keep(ckind, c, kk)
     _log(f"precompiled {len(jobs) + len(comb)} kernels in {time.time() - t0:.1f}s; failed: {failed}")
     return dict(seconds=time.time() - t0, count=len(jobs) + len(comb), failed=failed)
 

@@ -439,7 +439,8 @@ VARIANTS = {
     # lab-hang-occ3-h100-6baba3e.json. Session 41 found the cause (a producer warp a round
     # behind on a parity wait, tilelang_impl/producer_guard.py) and fixed it in every kernel:
     # with the guard, no hang in 100,000 launches and +9..+20% over shipped on the D = 64 GQA
-    # rows (three runs, H100, 1977d21). Not shipped yet: its GPU conformance is not run.
+    # rows (three runs, H100, 1977d21). Shipped in session 42 for calls of several query blocks
+    # (launch.shipped_config, the "shipped" variant at D <= 64).
     "occ3-64x64v": (lambda D: _occ3(D),
                     "D<=64: shipped knobs (the view of v, lmk_const) on the 64x64 tile with three "
                     "CTAs per SM (consumers 136 registers); D=128: shipped",
