@@ -347,6 +347,7 @@ def _occ3_args(name="occ3-64x64v"):
     ("d64-long-general", (64, 64, 2, 128), 128, 3, (80, 136), False),
     ("d64-long-general-wide", (64, 64, 2, 128), 128, 3, (80, 136), False),
     ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128), True),
+    ("occ4-64x64v", (64, 64, 2, 128), 128, 4, (64, 104), True),
 ])
 def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want, view):
     """Kernels whose CTAs split the register file finer than the two-CTA ones, with
@@ -360,7 +361,8 @@ def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, wa
     heaviest of its kernels, plain and built wide): D = 64 on the 64x64 tile, one consumer warp
     group, three CTAs per SM (shared memory about 40 KB a CTA at two stages, session 12's count:
     three fit an SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8
-    registers below the pool's exact fill (kernels.REG_SLACKS)."""
+    registers below the pool's exact fill (kernels.REG_SLACKS); occ4-64x64v (session 43): the
+    same kernel at four CTAs per SM, consumers 104 (four CTAs' shared memory fit too)."""
     import re
     args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args(name)
     assert args[7:11] == tile and bool(len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]) is view
@@ -398,11 +400,13 @@ def test_constant_landmark_columns_shorten_the_key_loop(name, most):
 
 
 def test_min_blocks_refuses_what_was_not_run():
-    """0 (TileLang's defaults), 2 CTAs per SM (shipped) and 3 (session 39's lab occ3-64x64v,
-    with the split that counts the launch registers; shipped since session 42) are accepted; 4 hung on the H200
-    with a split that fits (session 12 lab), 1 means nothing TileLang's defaults do not."""
-    assert kernels.MIN_BLOCKS == (0, 2, 3)
-    for bad in (1, 4, True):
+    """0 (TileLang's defaults), 2 CTAs per SM (shipped), 3 (session 39's lab occ3-64x64v,
+    with the split that counts the launch registers; shipped since session 42) and 4 (session
+    43's lab occ4-64x64v: session 12's four-CTA build, which hung before the producer guard)
+    are accepted; 1 means nothing TileLang's defaults do not, 5 leaves consumers 72 registers
+    (kernels.consumer_regs), below the 64 x 64 tile's two accumulators and its scores."""
+    assert kernels.MIN_BLOCKS == (0, 2, 3, 4)
+    for bad in (1, 5, True):
         with pytest.raises(ValueError, match="min_blocks"):
             kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(64, min_blocks=bad)))
 

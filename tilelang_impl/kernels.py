@@ -62,7 +62,9 @@ SM_REGS, MAX_NREG = 65536, 240
 #: graph; the same kernel at two CTAs ran 100,000). Session 41 found why: a producer warp a
 #: round behind on a parity wait (:mod:`producer_guard`, the fix, in every kernel since);
 #: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100).
-MIN_BLOCKS = (0, 2, 3)
+#: 4 (session 43, a lab value: ``occ4-64x64v``; 64 registers at launch, consumers 104) is
+#: the four-CTA build of session 12 again, now with the guard.
+MIN_BLOCKS = (0, 2, 3, 4)
 #: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
 #: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for
 #: the lab's three-CTA hang (``occ3-64x64v-slack8``: consumers 128 where they fill the pool at

@@ -142,14 +142,14 @@ def _ovl(D, stages=None, tile=None, **knobs):
     return _full(cfg, **knobs)
 
 
-def _occ3(D, **knobs):
+def _occ3(D, min_blocks=3, **knobs):
     """Session 39's three-CTA build at ``D <= 64``: the shipped knobs (the view of v,
-    lmk_const) on the 64x64 tile with ``min_blocks = 3`` and ``knobs`` set; the shipped
-    config above."""
+    lmk_const) on the 64x64 tile with ``min_blocks`` (3; 4 for session 43's
+    ``occ4-64x64v``) and ``knobs`` set; the shipped config above."""
     shipped = _ship(D)
     if D > 64:
         return _full(shipped)
-    return _full((64, 64) + shipped[2:], v_chunk=True, min_blocks=3, **knobs)
+    return _full((64, 64) + shipped[2:], v_chunk=True, min_blocks=min_blocks, **knobs)
 
 
 VARIANTS = {
@@ -477,6 +477,19 @@ VARIANTS = {
                     "and one-block calls' since); D=128: shipped",
                     "shipped +9..+20% over it on the D64 rows (session 41 lab, H100, "
                     "occ3-64x64v against it; +7.6..+17.8% in session 42's); D128 = shipped"),
+    # Session 43 (written on the CPU): four CTAs an SM of the same kernel. Session 12's
+    # occ4-64x64 hung with a split that fits (64 registers at launch, consumers 104): that
+    # was before session 41's producer guard, whose race three CTAs made likely; four make it
+    # likelier still. Shared memory 4 x 41 KB fits the SM's 227 KB. sm_90a CPU build (bf16,
+    # C = 64): see BENCHMARKS' session 43 for its registers, spills and key-loop length.
+    # Triton's fourth CTA at D = 64 gave +4% (session 8); TileLang's third gave +22..+24% on
+    # this tile (session 40, against vchunk-64x64).
+    "occ4-64x64v": (lambda D: _occ3(D, min_blocks=4),
+                    "occ3-64x64v with four CTAs per SM (min_blocks 4: 64 registers at launch, "
+                    "consumers 104); D=128: shipped",
+                    "D64 rows -8..+8% against shipped = occ3 (a fourth latency-bound chain an "
+                    "SM where issue slots were about half idle at two; against: 104 registers "
+                    "may spill, and L1 left to the four is 4 x 41 KB less); D128 = shipped"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
