@@ -728,9 +728,22 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
-    per thread, scalar FMA loops so fp32 stays fp32 instead of tf32)."""
+    per thread, scalar FMA loops so fp32 stays fp32 instead of tf32).
+
+    The GPU kernel's ``block_M`` threads walk the key range of their whole block
+    (:func:`macros.block_key_range` over its rows) and load each key tile once into
+    shared memory, all threads together; a thread adds to its output only the ``v`` rows of
+    keys in its own row's range, so a NaN in a ``v`` row that other rows of the block see
+    reaches none of its rows (no ``p = 0`` times NaN; the tensor-core kernel's documented
+    deviation does not apply here). Before session 43 each thread held its own ``K`` and
+    ``V`` tiles in local memory: 16.6 KB of stack a thread at D = 128, 34 KB at D = 256,
+    which the driver backs for every thread an SM can hold (2048 x 132 SMs: 4.5 / 9.2 GB
+    a process, kept for the context's life); conformance workers on one GPU ran out of
+    memory with it (sessions 41 and 43, ``layout``'s fp32 D = 128 cases)."""
     _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
                  lmk_rows_j0=lmk_rows_j0, wide=wide)
+    if gpu and lmk_zero != "tile":
+        raise ValueError(f"lmk_zero={lmk_zero!r}: the fp32 GPU kernel zero-fills on load ('tile')")
     divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
@@ -747,8 +760,12 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
         with T.Kernel(T.ceildiv(Lq, block_M), Hq, B, threads=threads) as (bx, by, bz):
             q_l = T.alloc_local([bm, Dqk], accum)
-            k_l = T.alloc_local([block_N, Dqk], accum)
-            v_l = T.alloc_local([block_N, Dv], accum)
+            if gpu:  # one key tile for the block's threads
+                k_l = T.alloc_shared([block_N, Dqk], accum)
+                v_l = T.alloc_shared([block_N, Dv], accum)
+            else:
+                k_l = T.alloc_local([block_N, Dqk], accum)
+                v_l = T.alloc_local([block_N, Dv], accum)
             acc_s = T.alloc_local([bm, block_N], accum)
             acc_o = T.alloc_local([bm, Dv], accum)
             m = T.alloc_local([bm], accum)
@@ -760,9 +777,10 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 
             hk = by // (Hq // Hkv)
             q0 = bx * block_M
-            if gpu:
+            lo, hi = M.block_key_range(q0, q0 + block_M, Lq, Lk, r, W, C, expand_to_chunk)
+            if gpu:  # this thread's row, and the keys it can see
                 q0 = bx * block_M + T.get_thread_binding()
-            lo, hi = M.block_key_range(q0, q0 + bm, Lq, Lk, r, W, C, expand_to_chunk)
+                row_lo, row_hi = M.block_key_range(q0, q0 + 1, Lq, Lk, r, W, C, expand_to_chunk)
             T.clear(q_l)
             for i, d in T.grid(bm, Dqk):
                 if q0 + i < Lq:
@@ -774,9 +792,19 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 j0 = None
                 if rows_j0:
                     j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
-                T.clear(k_l)
-                T.clear(v_l)
-                if lmk_zero == "rows":  # as the bulk copy: every row < Lk, then landmark rows
+                if gpu:
+                    j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
+                    for j, d in T.Parallel(block_N, Dqk):
+                        k_l[j, d] = T.if_then_else(
+                            M.key_kept(k0, j, hi, r, C, divisor(inv_c), mask_lmk, lmk_cols, j0),
+                            _elem(K, kv_blhd, bz, hk, k0 + j, d), T.Cast(accum, 0))
+                    for j, d in T.Parallel(block_N, Dv):
+                        v_l[j, d] = T.if_then_else(
+                            M.key_kept(k0, j, hi, r, C, divisor(inv_c), mask_lmk, lmk_cols, j0),
+                            _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(accum, 0))
+                elif lmk_zero == "rows":  # as the bulk copy: every row < Lk, then landmark rows
+                    T.clear(k_l)
+                    T.clear(v_l)
                     for j in T.serial(block_N):
                         if k0 + j < Lk:
                             for d in T.serial(Dqk):
@@ -787,6 +815,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                         M.zero_landmark_rows(v_l, k0, block_N, Dv, r, C, divisor(inv_c), accum,
                                              False, j0, lmk_cols)
                 else:
+                    T.clear(k_l)
+                    T.clear(v_l)
                     j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
                     for j in T.serial(block_N):
                         if M.key_kept(k0, j, hi, r, C, divisor(inv_c), mask_lmk, lmk_cols, j0):
@@ -813,9 +843,11 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
                                         False, fold, scale_log2 if scale_fold else None, fast_exp2)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
-                if gpu:
-                    for j, d in T.grid(block_N, Dv):
-                        acc_o[0, d] = acc_o[0, d] + acc_s[0, j] * v_l[j, d]
+                if gpu:  # v rows of keys outside this row's range: never added (NaN-safe)
+                    for j in T.serial(block_N):
+                        if T.And(k0 + j >= row_lo, k0 + j < row_hi):
+                            for d in T.serial(Dv):
+                                acc_o[0, d] = acc_o[0, d] + acc_s[0, j] * v_l[j, d]
                 else:
                     T.gemm(acc_s, v_l, acc_o)
             M.finalize_output(acc_o, l, bm, Dv, False)

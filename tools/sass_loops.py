@@ -41,16 +41,17 @@ def with_disassembler() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def build(args: tuple) -> tuple[str, str, str]:
-    """CUDA source, SASS and ``cuobjdump -res-usage`` text of the ``kernels.fwd_tc`` kernel
+def build(args: tuple, kind: str = "fwd_tc") -> tuple[str, str, str]:
+    """CUDA source, SASS and ``cuobjdump -res-usage`` text of the ``kernels.<kind>`` kernel
     with factory arguments ``args``, its cubin built for sm_90a as TileLang builds it."""
     import tilelang
     from tilelang.contrib import nvcc as tl_nvcc
 
     from tilelang_impl import kernels
     with_disassembler()
-    ker = tilelang.compile(kernels.fwd_tc.get_tir(*args), target=kernels.HOPPER,
-                           pass_configs=kernels.fwd_tc.pass_configs)
+    jit = getattr(kernels, kind)
+    ker = tilelang.compile(jit.get_tir(*args), target=kernels.HOPPER,
+                           pass_configs=jit.pass_configs)
     src = ker.get_kernel_source()
     with kernels.HOPPER:
         cubin = tl_nvcc.compile_cuda(src, target_format="cubin",
