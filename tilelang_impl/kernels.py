@@ -900,7 +900,9 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
 def fwd_fp32(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
              kv_blhd: bool, block_M: int = FP32_TILE[0], block_N: int = FP32_TILE[1],
              wide: bool = False):
-    """fp32 forward on the GPU: one thread per query, scalar FMA (fp32 accuracy).
+    """fp32 forward on the GPU: one thread per query, scalar FMA (fp32 accuracy), each
+    tile of ``block_N`` keys loaded once a program into shared memory (:func:`_rowwise_body`:
+    a thread's stack holds its own row only).
 
     Baked in: head dims, the two flags, the input layouts, ``block_M`` queries
     (= threads) per program, ``block_N`` keys per step, ``wide`` as in :func:`fwd_tc`.
