@@ -50,20 +50,21 @@ PRODUCER_REGS = 24
 #: Register file of one SM (32-bit registers) and the most ``setmaxnreg`` gives.
 SM_REGS, MAX_NREG = 65536, 240
 #: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
-#: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``) and 3
+#: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``), 3
 #: (session 39's lab ``occ3-64x64v``, shipped in session 42 for calls of several query blocks
-#: at ``max(Dqk, Dv) <= 64``: ``launch.TC_OCC3``). Three and four CTAs
-#: per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
+#: at ``max(Dqk, Dv) <= 64``: ``launch.TC_OCC3``) and 4 (a lab value, below). Three and four
+#: CTAs per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
 #: 64x64 tiles, one consumer warp group; at three the consumers asked for 144 registers where
 #: the CTA launched with 80, :func:`consumer_regs` before it counted the launch registers: 136
-#: since). Four, refused, hung with a split that fits (64 at launch, consumers 104),
-#: not explained. Three with the split that fits (80 at launch, consumers 136) hung too
+#: since). Four hung then with a split that fits (64 at launch, consumers 104), and was
+#: refused until session 43. Three with the split that fits (80 at launch, consumers 136) hung too
 #: (session 40, H100, ``tools/lab_hang``: within 1000 launches of D = 64 GQA 32/4, eager and
 #: graph; the same kernel at two CTAs ran 100,000). Session 41 found why: a producer warp a
 #: round behind on a parity wait (:mod:`producer_guard`, the fix, in every kernel since);
 #: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100).
 #: 4 (session 43, a lab value: ``occ4-64x64v``; 64 registers at launch, consumers 104) is
-#: the four-CTA build of session 12 again, now with the guard.
+#: the four-CTA build of session 12 again, now with the guard: 100,000 launches under graph
+#: replay without a hang (H100), +1..+6% over occ3 on the D = 64 GQA rows in two lab runs.
 MIN_BLOCKS = (0, 2, 3, 4)
 #: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
 #: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for
@@ -725,7 +726,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
                   scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False):
-    """Blocked forward on local buffers: the CPU kernel (``gpu=False``: a
+    """Blocked forward on CUDA or C cores: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
     per thread, scalar FMA loops so fp32 stays fp32 instead of tf32).

@@ -480,7 +480,8 @@ VARIANTS = {
     # Session 43 (written on the CPU): four CTAs an SM of the same kernel. Session 12's
     # occ4-64x64 hung with a split that fits (64 registers at launch, consumers 104): that
     # was before session 41's producer guard, whose race three CTAs made likely; four make it
-    # likelier still. Shared memory 4 x 41 KB fits the SM's 227 KB. sm_90a CPU build (bf16,
+    # likelier still. Shared memory about 40 KB a CTA (session 12's count): four fit an SM's
+    # 228 KB. sm_90a CPU build (bf16,
     # C = 64): see BENCHMARKS' session 43 for its registers, spills and key-loop length.
     # Triton's fourth CTA at D = 64 gave +4% (session 8); TileLang's third gave +22..+24% on
     # this tile (session 40, against vchunk-64x64).
@@ -489,7 +490,7 @@ VARIANTS = {
                     "consumers 104); D=128: shipped",
                     "D64 rows -8..+8% against shipped = occ3 (a fourth latency-bound chain an "
                     "SM where issue slots were about half idle at two; against: 104 registers "
-                    "may spill, and L1 left to the four is 4 x 41 KB less); D128 = shipped"),
+                    "may spill, and L1 left to the four is about 4 x 40 KB less); D128 = shipped"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",

@@ -17,7 +17,8 @@ loop at C = 64: 957 instructions before ``lmk_const``, 729 with it).
 
 Counts are static: an instruction count is not a time (the loop is latency-bound, BENCHMARKS.md
 "What bounds each miss"); they are the evidence a lab prediction is written from.
-``build(args)`` and ``loops(sass)`` are what tests/test_tilelang_compile.py uses.
+``build(args, kind)`` (``kind`` another factory of ``kernels``, e.g. ``"fwd_fp32"``; the
+command line builds ``fwd_tc``) and ``loops(sass)`` are what tests/test_tilelang_compile.py uses.
 """
 
 from __future__ import annotations
