@@ -354,6 +354,18 @@ def watchdog(config):
         faulthandler.cancel_dump_traceback_later()
 
 
+def _report_worker(report) -> str:
+    """The xdist worker (``gw3``) a report came from on the controller, else ``main``."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return getattr(gateway, "id", None) or "main"
+
+
+def _result_worker(r: dict) -> str:
+    """The worker of a recorded result (``record`` stores :func:`worker_info`)."""
+    w = r.get("worker")
+    return (w.get("worker") if isinstance(w, dict) else w) or "main"
+
+
 def record(request, result) -> None:
     payload = result.payload()
     payload["worker"] = worker_info()
@@ -416,6 +428,7 @@ class Collector:
         self.done = 0
         self.failed = 0
         self.errors: list[str] = []  # non-conformance failures (setup errors etc.)
+        self.error_workers: list[str] = []  # the xdist worker of each error ("main" without)
         self.t0 = time.time()
         self.progress = config.getoption("conform_progress")
         self._last_pct = -1
@@ -465,7 +478,10 @@ class Collector:
             elif not report.passed:
                 self.failed += 1
                 text = str(report.longrepr)
-                self.errors.append(f"{report.nodeid}: {report.when} {report.outcome}: {text[-800:]}")
+                wid = _report_worker(report)
+                self.error_workers.append(wid)
+                self.errors.append(f"{report.nodeid} [{wid}]: {report.when} {report.outcome}: "
+                                   f"{text[-800:]}")
             self._draw()
 
     def _crashed(self, report) -> dict:
@@ -478,7 +494,8 @@ class Collector:
         msg = (f"{case} [{who}]: FAIL (crash)\n  - crash: the worker died during this check "
                f"(watchdog --check-timeout, abort or segfault): {str(report.longrepr)[:300]}")
         return dict(case=case, category=cat, who=who, pair="~" in who, status="fail", kinds=["crash"],
-                    ratio="inf", message=msg, seconds=None, details={}, worker=None)
+                    ratio="inf", message=msg, seconds=None, details={},
+                    worker=dict(worker=_report_worker(report)))
 
     def _stream(self, payload: dict) -> None:
         """Append each result to ``<json>.partial.jsonl`` as it arrives, so a run
@@ -634,9 +651,41 @@ class Collector:
             tr.write_line(f"errors outside the checks ({len(self.errors)}):")
             for e in self.errors[:20]:
                 tr.write_line(e)
+        note = self.one_worker_note()
+        if note:
+            tr.write_line(note)
         for who, n in sorted(self.idle_backends().items()):
             tr.write_line(f"FAILED: {who} served none of its {n} cases (all unsupported): nothing "
                           "of it was checked")
+
+    def by_worker(self) -> tuple[dict[str, int], set[str]]:
+        """Failed single checks and errors outside the checks per worker, and every worker
+        that reported a result."""
+        bad: dict[str, int] = defaultdict(int)
+        ran = {_result_worker(r) for r in self.results} | set(self.error_workers)
+        for r in self.results:
+            if r["status"] == "fail" and not r["pair"]:
+                bad[_result_worker(r)] += 1
+        for w in self.error_workers:
+            bad[w] += 1
+        return dict(bad), ran
+
+    def one_worker_note(self) -> str | None:
+        """A line when every failure and error of a run of several workers came from one of
+        them: the cause may be that process's state, not its cases. Session 43: one worker's
+        fp32 kernel could not get the stack its launch needed (CUDA out of memory), and
+        every later check of that worker, the reference's included, failed with it; session
+        41 had put the same failures down to the machine."""
+        bad, ran = self.by_worker()
+        if len(bad) != 1 or len(ran) < 2:
+            return None
+        (w, n), = bad.items()
+        if n < 2:
+            return None
+        return (f"all {n} failures and errors above came from one worker, {w}, of the {len(ran)} "
+                f"that ran: suspect that process's state (a CUDA error that outlives its call, "
+                f"memory it holds), not only its cases; rerun the cases in a fresh process "
+                f"(hils-swa conform --only <case ids>)")
 
     def _failure_pointers(self, tr, fails: list[dict], device: str) -> None:
         """After the failures: what each failing backend's failing cases share (axes no

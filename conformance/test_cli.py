@@ -257,3 +257,40 @@ def test_cuda_without_a_device_is_one_line_and_exit_2(monkeypatch, capsys):
     assert cli.main(["--device", "cuda", "--only", "basic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA device is available" in err and "--device cpu" in err
+
+
+def test_failures_of_one_worker_are_named_as_such():
+    """When every failure and error of a run of several xdist workers came from one of them,
+    the summary says so (session 43: one worker's CUDA out-of-memory failed every later check
+    of that worker, the reference's included). Errors outside the checks name their worker."""
+    from types import SimpleNamespace as NS
+
+    from conformance.plugin import Collector
+
+    col = Collector(NS(getoption=lambda name: False))
+
+    def error(nodeid, wid):
+        col.pytest_runtest_logreport(NS(nodeid=f"conformance/test_conformance.py::test_conformance[{nodeid}]",
+                                        user_properties=[], when="call", passed=False,
+                                        outcome="failed", longrepr="E  CUDA error: out of memory",
+                                        node=NS(gateway=NS(id=wid))))
+
+    def result(case, wid, status, pair=False):
+        col.results.append(dict(case=case, who="tilelang", pair=pair, status=status,
+                                worker=dict(worker=wid)))
+
+    result("a", "gw0", "pass")
+    result("b", "gw3", "fail")
+    result("b", "gw3", "fail", pair=True)  # pairs repeat their member's failure: not counted
+    error("c-reference", "gw3")
+    error("d-tilelang", "gw3")
+    assert col.errors[0].startswith("conformance/test_conformance.py::test_conformance[c-reference] [gw3]: ")
+    assert col.by_worker() == ({"gw3": 3}, {"gw0", "gw3"})
+    note = col.one_worker_note()
+    assert note and "all 3 failures and errors above came from one worker, gw3, of the 2" in note
+    error("e-tilelang", "gw1")  # a second worker fails too: no note
+    assert col.one_worker_note() is None
+    one = Collector(NS(getoption=lambda name: False))  # a run of one process: no note
+    one.results.append(dict(case="a", who="x", pair=False, status="fail", worker=dict(worker="main")))
+    one.error_workers += ["main", "main"]
+    assert one.one_worker_note() is None
