@@ -583,3 +583,22 @@ def test_v_chunk_view_strides_reach_the_descriptor_as_int64(name):
                        + r"_V_strides\)\[(\d)\]", src)  # the prim_func's name (main until session 41)
     assert {int(i) for cast, i in reads if not cast} == {0, 1, 2, 3}, reads
     assert all(int(i) == 4 for cast, i in reads if cast), reads
+
+
+def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
+    """The lab knob ``lazy_rescale`` (session 43; ``tools/lab_tilelang.py``'s ``lazy8``) on
+    the shipped D = 128 kernel: the output rescale sits in a branch on a warp vote
+    (``__any_sync``, VOTE in the SASS), the launch registers are the shipped kernel's and
+    nothing spills; off, the kernel source has neither."""
+    import re
+    on = launch.with_knobs(launch.shipped_config(128, 128), lazy_rescale=8)
+    args = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False, on, 64,
+                                launch.LOG2E * default_scale(128), view=True)[1]
+    src, sass, res = _cubin(args)
+    assert "__any_sync" in src and "VOTE.ANY" in sass, "no warp vote"
+    assert re.findall(r"REG:(\d+)", res) == [str(kernels.launch_regs(128, 2))], res
+    assert "STL" not in sass and "LDL" not in sass
+    off = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False,
+                               launch.shipped_config(128, 128), 64,
+                               launch.LOG2E * default_scale(128), view=True)[1]
+    assert "__any_sync" not in kernels.fwd_tc(*off).get_kernel_source()

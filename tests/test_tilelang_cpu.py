@@ -1077,16 +1077,18 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 
 
 @pytest.mark.parametrize("ws", [False, True])
-def test_a_config_with_ws_where_producer_warps_sits_is_refused(ws):
-    """``producer_warps`` (session 41) is TC_KNOBS' last item: a config written before it
-    that ends in ``ws`` is refused there, not read as one producer warp (True) or none."""
+@pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0)])
+def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
+    """``producer_warps`` (session 41) and ``lazy_rescale`` (session 43, TC_KNOBS' last
+    item) are ints: a config written before one of them that ends in ``ws`` is refused
+    there, not read as one producer warp (True) or none, or as a rescale threshold."""
     full = launch.with_knobs(launch.shipped_config(64, 64))
-    pw = 4 + launch._KNOB["producer_warps"]
-    assert pw == len(full) - 1 and full[pw] == 1
-    with pytest.raises(ValueError, match="producer_warps"):
-        launch.tc_kernel_args(full[:pw] + (ws,), True, 64, 0.2)
-    # the default is left out of the kernel key: every shipped kernel keeps its arguments
-    assert launch.tc_kernel_args(full, True, 64, 0.2) == launch.tc_kernel_args(full[:pw], True, 64, 0.2)
+    at = 4 + launch._KNOB[knob]
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "lazy_rescale"
+    with pytest.raises(ValueError, match=knob):
+        launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
+    # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
+    assert launch.tc_kernel_args(full, True, 64, 0.2) == launch.tc_kernel_args(full[:at], True, 64, 0.2)
 
 
 def test_lmk_rows_j0_kept_only_where_it_acts():
@@ -1095,12 +1097,13 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
-    ``reg_slack`` and session 41's ``producer_warps`` follow it, at their defaults) so
+    ``reg_slack``, session 41's ``producer_warps`` and session 43's ``lazy_rescale``
+    follow it, at their defaults) so
     older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
-                                   ("producer_warps", 1))
+                                   ("producer_warps", 1), ("lazy_rescale", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -1604,3 +1607,30 @@ def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols, short):
                                       launch.with_knobs(cfg, lmk_const=False), C,
                                       launch.LOG2E * 0.125, view=True)
     assert want not in str(kernels.fwd_tc.get_tir(*args))
+
+
+@pytest.mark.parametrize("dtype, D, W, C, flags", [
+    (torch.float32, 32, 96, 16, (True, True)),
+    (torch.bfloat16, 64, 200, 7, (True, False)),
+    (torch.float16, 32, 50, 64, (False, True)),
+])
+def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags):
+    """The lab knob ``lazy_rescale`` (session 43, ``kernels.LAZY_RESCALES``): the CPU kernel
+    built with it (``tools.lab_tilelang.cpu_lazy_rescale``) passes the suite's tolerance on
+    keys whose scores grow along the sequence (k scaled by a ramp: the row max rises past
+    2**8 of the kept reference tile after tile, so rows update) and on plain random keys
+    (rows keep theirs), NaN in every slot no query sees; and its results differ from the
+    kernel without the knob (it acts). A kernel that kept the reference but took the new
+    max, or set alpha to 1 on an update, fails the ramp cases."""
+    from tools.lab_tilelang import cpu_lazy_rescale
+    mask_lmk, expand = flags
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand, kv_start=5)
+    for ramp in (True, False):
+        q, k, v = _inputs(1, 4, 2, 300, 300, D, D, dtype, seed=43 + ramp)
+        if ramp:
+            k = (k.float() * torch.linspace(0.2, 6.0, 300)[:, None]).to(dtype)
+        kp, vp, _ = _poison(q, k, v, kw)
+        o, lse = cpu_lazy_rescale(q, kp, vp, **kw)
+        verdict.assert_pass(o, lse, q, k, v, kw, f"lazy_rescale ramp={ramp}")
+        o0, lse0 = swa(q, kp, vp, **kw)
+        assert not torch.equal(lse, lse0), "lazy_rescale changed nothing"

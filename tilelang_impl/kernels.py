@@ -76,6 +76,11 @@ REG_SLACKS = (0, 8)
 #: hang that module describes; every kernel the launcher builds), or 4, the four warps as
 #: TileLang 0.1.15 generates them (a lab value: the control of the fix, which can hang).
 PRODUCER_WARPS = (1, 4)
+#: ``lazy_rescale`` values the kernels accept (session 43, a lab knob): 0, the running max
+#: every tile, or ``tau`` = 8, a row keeps its reference while the tile max stays within
+#: ``2**8`` of it and a warp none of whose rows moved skips the output rescale
+#: (``macros.online_softmax_update``, ``macros.rescale_output``).
+LAZY_RESCALES = (0, 8)
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -195,7 +200,8 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 @T.macro
 def _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0, j0,
                 block_M, block_N, Lq, Lk, r, window_size, C, inv_c, mask_lmk, expand_to_chunk,
-                scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold, win_u32, pack):
+                scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold, win_u32, pack,
+                lazy=0):
     """One key tile's scores ``acc_s`` masked (:func:`_mask_split` or ``macros.mask_scores``)
     and folded into the online softmax (``macros.online_softmax_update``): the step both
     key loops of :func:`_fwd_tc_body` run, the shipped one and :func:`_overlap_loop`.
@@ -212,7 +218,7 @@ def _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_en
                       inv_c, mask_lmk, None if scale_fold else scale_log2, True,
                       lmk_cols, win_u32, j0, pack)
     M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
-                            True, fold, scale_log2 if scale_fold else None, fast_exp2)
+                            True, fold, scale_log2 if scale_fold else None, fast_exp2, lazy)
 
 
 @T.macro
@@ -321,7 +327,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
-                 lmk_const=False, reg_slack=0, producer_warps=1):
+                 lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -386,6 +392,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
                  fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
+    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool) or (
+            lazy_rescale and overlap):
+        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
+                         f"(kernels.LAZY_RESCALES), not with overlap")
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
         raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "
@@ -466,6 +476,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             l = T.alloc_fragment([block_M], accum)
             row_sum = T.alloc_fragment([block_M], accum)
             left_row = T.alloc_fragment([block_M], "int32")
+            lazy_flag = T.alloc_local([1], "int32") if lazy_rescale else None
 
             if fast_exp2:
                 T.import_source(M.EX2_APPROX_SRC)
@@ -520,9 +531,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end,
                                 k0, j0, block_M, block_N, Lq, Lk, r, W, C, divisor(inv_c), mask_lmk,
                                 expand_to_chunk, scale_log2, mask_split, fold, lmk_cols,
-                                fast_exp2, scale_fold, win_u32, pack)
+                                fast_exp2, scale_fold, win_u32, pack, lazy_rescale)
                     T.copy(acc_s, acc_p)
-                    M.rescale_output(acc_o, alpha, block_M, Dv, True)
+                    M.rescale_output(acc_o, alpha, block_M, Dv, True, lazy_flag)
                     if v_zero:
                         if lmk_zero == "rows":
                             M.zero_landmark_rows(V_s, k0, block_N, Dv, r, C, divisor(inv_c), dtype,
@@ -583,7 +594,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-           producer_warps: int = 1):
+           producer_warps: int = 1, lazy_rescale: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -644,7 +655,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps)
+                        overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
+                        lazy_rescale)
 
 
 @tilelang.jit(target=HOPPER,
@@ -657,7 +669,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-                producer_warps: int = 1):
+                producer_warps: int = 1, lazy_rescale: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -672,7 +684,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
     return _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M,
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
-                        overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps)
+                        overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
+                        lazy_rescale)
 
 
 @tilelang.jit(target=HOPPER)
@@ -725,7 +738,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
-                  scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False):
+                  scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False, lazy=0):
     """Blocked forward on CUDA or C cores: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
@@ -842,7 +855,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                                   False, lmk_cols,
                                   win_u32, j0)
                 M.online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, bm, block_N,
-                                        False, fold, scale_log2 if scale_fold else None, fast_exp2)
+                                        False, fold, scale_log2 if scale_fold else None, fast_exp2,
+                                        lazy)
                 M.rescale_output(acc_o, alpha, bm, Dv, False)
                 if gpu:  # v rows of keys outside this row's range: never added (NaN-safe)
                     for j in T.serial(block_N):
@@ -868,7 +882,7 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
             mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
             fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False,
             lmk_rows_j0: bool = False, pack: int = 0, min_blocks: int = 0, overlap: int = 0,
-            v_chunk: int = 0, wide: bool = False):
+            v_chunk: int = 0, wide: bool = False, lazy_rescale: int = 0):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -885,16 +899,21 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     ``fast_exp2`` is accepted so the CPU kernel takes the GPU's knob tuple, and
     changes nothing here (no ``ex2.approx`` on the C target: ``T.exp2``); so are ``pack``,
     ``min_blocks``, ``overlap`` and ``v_chunk``, which must be off (0), and ``wide``, which
-    acts as in :func:`fwd_tc` (the same landmark test). One program per
+    acts as in :func:`fwd_tc` (the same landmark test), and ``lazy_rescale`` (a lab knob,
+    :data:`LAZY_RESCALES`), the online softmax's arithmetic as :func:`fwd_tc` has it with the
+    knob (rows are a program's own here, so no vote: a kept row's ``alpha`` is 1). One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """
     if pack or min_blocks or overlap or v_chunk:
         raise ValueError(f"fwd_cpu: pack={pack!r}, min_blocks={min_blocks!r}, overlap={overlap!r}, "
                          f"v_chunk={v_chunk!r}: the C target has none of them (0)")
+    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool):
+        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
+                         f"(kernels.LAZY_RESCALES)")
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
-                         fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide)
+                         fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide, lazy_rescale)
 
 
 @tilelang.jit

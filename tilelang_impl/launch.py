@@ -404,10 +404,14 @@ def prefill_config(p) -> tuple:
 #: ``producer_warps`` (session 41, ``kernels.PRODUCER_WARPS``): 1, every kernel since then,
 #: the producer warp group's warp 0 alone runs its key loop (``producer_guard``: the fix of a
 #: hang); 4, a lab value, the four warps as TileLang generates them; ``ws`` moves to 20.
+#: ``lazy_rescale`` (session 43, a lab knob, ``kernels.LAZY_RESCALES``): a row keeps its
+#: softmax reference while its max moves less than ``2**tau``, and warps whose rows all kept
+#: theirs skip the output rescale; no shipped config sets it; ``ws`` moves to 21.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
-            ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1))
+            ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
+            ("lazy_rescale", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -560,7 +564,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
     for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS"),
-                         ("producer_warps", "PRODUCER_WARPS")):
+                         ("producer_warps", "PRODUCER_WARPS"), ("lazy_rescale", "LAZY_RESCALES")):
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
             raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "

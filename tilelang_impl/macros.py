@@ -563,9 +563,14 @@ def finite_or_0(x):
     return T.if_then_else(T.Or(x == -T.infinity("float32"), x == T.infinity("float32")), 0.0, x)
 
 
+def _finite(x):
+    """``x`` is neither ``-inf`` nor ``+inf`` (the running max is never NaN)."""
+    return T.And(x > -T.infinity("float32"), x < T.infinity("float32"))
+
+
 @T.macro
 def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False,
-                          scale=None, fast_exp2=False):
+                          scale=None, fast_exp2=False, lazy=0):
     """One step of the online softmax over a masked, scaled score tile ``acc_s``
     (fp32 base-2 logits, from :func:`mask_scores` / :func:`mask_landmarks` /
     :func:`scale_scores`).
@@ -596,11 +601,31 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
 
     ``fast_exp2`` (baked in): :func:`exp2` with ``fast`` on the GPU (the CPU
     kernel has no such instruction and keeps ``T.exp2``).
+
+    ``lazy`` (session 43, a lab knob: an int ``tau``, 0 = off; baked in): ``m`` is then the
+    reference the row's exponentials were taken against, not always the running max. A row
+    whose old reference is finite keeps it while the tile's max stays within ``tau`` of it
+    (base 2): its ``p`` are at most ``2**tau``, its ``alpha`` is exactly 1 and its output
+    needs no rescale (:func:`rescale_output` with ``lazy``). Any other row updates as
+    without the knob, so the non-finite cases are unchanged. ``o = acc_o / l`` and the LSE
+    ``m + log2 l`` are the same sums taken against another reference (FlashAttention 4's
+    conditional rescale).
     """
     loop = _loop(gpu)
     fast = fast_exp2 and gpu
     T.copy(m, m_prev)
-    if scale is None:
+    if lazy:
+        if gpu:
+            T.reduce_max(acc_s, row_sum, dim=1, clear=True)
+        else:
+            T.fill(row_sum, -T.infinity("float32"))
+            for i, j in T.grid(block_M, block_N):
+                row_sum[i] = T.max(row_sum[i], acc_s[i, j])
+        for i in loop(block_M):
+            cand = T.max(m_prev[i], row_sum[i] if scale is None else row_sum[i] * scale)
+            m[i] = T.if_then_else(T.And(T.And(_finite(m_prev[i]), _finite(cand)),
+                                        cand <= m_prev[i] + float(lazy)), m_prev[i], cand)
+    elif scale is None:
         if gpu:
             T.reduce_max(acc_s, m, dim=1, clear=False)
         else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
@@ -618,14 +643,14 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     if fold:
         for i in loop(block_M):
             m_ref = finite_or_0(m[i])
-            alpha[i] = exp2(m_prev[i] - m_ref, fast)
+            alpha[i] = _alpha(m_prev[i], m[i], m_ref, fast, lazy)
             m_prev[i] = m_ref
         for i, j in loop(block_M, block_N):
             acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_prev[i], fast)
     else:
         for i in loop(block_M):
             m_ref = finite_or_0(m[i])
-            alpha[i] = exp2(m_prev[i] - m_ref, fast)
+            alpha[i] = _alpha(m_prev[i], m[i], m_ref, fast, lazy)
         for i, j in loop(block_M, block_N):
             m_ref = finite_or_0(m[i])
             acc_s[i, j] = exp2(_scaled(acc_s[i, j], scale) - m_ref, fast)
@@ -639,11 +664,32 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
         l[i] = l[i] * alpha[i] + row_sum[i]
 
 
+def _alpha(m_old, m_new, m_ref, fast, lazy):
+    """The rescale factor of a row's old state: ``exp2(m_old - m_ref)``; with ``lazy``
+    exactly 1 where a finite reference was kept (:func:`online_softmax_update`), which the
+    approximate exponential of 0 need not return."""
+    a = exp2(m_old - m_ref, fast)
+    if lazy:
+        a = T.if_then_else(T.And(_finite(m_old), m_new == m_old), 1.0, a)
+    return a
+
+
 @T.macro
-def rescale_output(acc_o, alpha, block_M, Dv, gpu):
-    """``acc_o[i, :] *= alpha[i]`` before the tile's ``P @ V`` is added."""
-    for i, d in _loop(gpu)(block_M, Dv):
-        acc_o[i, d] = acc_o[i, d] * alpha[i]
+def rescale_output(acc_o, alpha, block_M, Dv, gpu, lazy_flag=None):
+    """``acc_o[i, :] *= alpha[i]`` before the tile's ``P @ V`` is added. ``lazy_flag`` (a
+    local int32 buffer of one element, with :func:`online_softmax_update`'s ``lazy`` on the
+    GPU): the multiplies are skipped where no row of the thread's warp has ``alpha != 1``
+    (a warp vote, so the branch is uniform; skipping multiplies by 1 changes nothing)."""
+    if lazy_flag is None:
+        for i, d in _loop(gpu)(block_M, Dv):
+            acc_o[i, d] = acc_o[i, d] * alpha[i]
+    else:
+        lazy_flag[0] = 0
+        for i in T.Parallel(block_M):
+            lazy_flag[0] = lazy_flag[0] | T.Cast("int32", alpha[i] != 1.0)
+        if T.call_extern("int32", "__any_sync", T.uint32(0xFFFFFFFF), lazy_flag[0]) != 0:
+            for i, d in T.Parallel(block_M, Dv):
+                acc_o[i, d] = acc_o[i, d] * alpha[i]
 
 
 @T.macro

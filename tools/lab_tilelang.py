@@ -491,12 +491,56 @@ VARIANTS = {
                     "D64 rows -8..+8% against shipped = occ3 (a fourth latency-bound chain an "
                     "SM where issue slots were about half idle at two; against: 104 registers "
                     "may spill, and L1 left to the four is about 4 x 40 KB less); D128 = shipped"),
+    # Session 43 (written on the CPU): FlashAttention 4's conditional rescale. A row keeps its
+    # softmax reference while a tile's max stays within 2**8 of it (p up to 256: bf16 keeps
+    # its relative precision at any magnitude), and a warp none of whose rows moved skips the
+    # output rescale (an __any_sync vote makes the branch uniform). Every instruction of the
+    # consumer's loop is on one warp group's serial chain (QK^T, softmax, rescale, P @ V, the
+    # next tile): the rescale's multiplies, 32 a thread at D = 64 and 64 at D = 128, sit
+    # between the exponentials and the P @ V wgmma. sm_90a CPU build: the key loop 475 -> 499
+    # instructions at D = 64 and 507 -> 531 at D = 128 as written (the vote and the branch
+    # added, the multiplies still in it, skipped at run time); no spills, registers as
+    # shipped. Its arithmetic is checked on the C target (cpu_lazy_rescale below, a backend
+    # for hils-swa conform; tests/test_tilelang_cpu.py).
+    "lazy8": (lambda D: _full(_launch().shipped_config(D, D), lazy_rescale=8),
+              "launch.shipped_config with lazy_rescale=8 (kernels.LAZY_RESCALES): a row keeps its "
+              "reference while the tile max moves less than 2**8, warps whose rows all kept it "
+              "skip the output rescale",
+              "D128 rows +0..+5%, D64 rows +0..+3% (the multiplies skipped on most tiles after "
+              "the first few; against: a vote and a branch a tile, and the first tiles of each "
+              "row still rescale); decode-class calls not in this variant"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
                            "D64: no hang if the exact fill caused occ3's; within -3..0% of "
                            "occ3-64x64v's speed (no spills at 128: the CPU build); D128 = shipped"),
 }
+
+
+def cpu_lazy_rescale(q, k, v, **kw):
+    """``tilelang_impl.sliding_window_attention`` on CPU tensors with its CPU kernel built
+    with ``lazy_rescale = 8`` (the ``lazy8`` variant's arithmetic on the C target): a backend
+    for ``hils-swa conform --backend lazy8=tools.lab_tilelang:cpu_lazy_rescale --device
+    cpu``. The same launch as ``launch.run_cpu`` but for that knob."""
+    import torch
+
+    from tilelang_impl import api, kernels
+    launch = _launch()
+    kw = dict(dict(mask_lmk=True, expand_to_chunk=True, kv_start=0, sm_scale=None), **kw)
+    p = api._problem(q, k, v, kw["window_size"], kw["chunk_size"], kw["mask_lmk"],
+                     kw["expand_to_chunk"], kw["kv_start"], kw["sm_scale"], devices=("cpu",))
+    if p.empty:
+        return p.new_outputs()
+    (q_, k_, v_), q_blhd, kv_blhd = api._views(q.float(), k.float(), v.float())
+    o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
+    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
+    W, C, r, inv_c, sl2 = launch.scalars(p)
+    knobs = launch.call_knobs(launch.tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, launch.CPU_TILE[1],
+                              sl2, wide=launch.wide_positions(p, C))
+    ker = kernels.fwd_cpu(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
+                          *launch.CPU_TILE, *knobs, lazy_rescale=8)
+    ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, W, C, r, inv_c, sl2)
+    return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse
 
 
 def _occ2_128x64(D, stages):
