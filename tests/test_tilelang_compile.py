@@ -596,6 +596,9 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
                                 launch.LOG2E * default_scale(128), view=True)[1]
     src, sass, res = _cubin(args)
     assert "__any_sync" in src and "VOTE.ANY" in sass, "no warp vote"
+    branch = src[src.index("if (__any_sync("):]
+    branch = branch[:branch.index("\n      }\n")]  # the branch's body, to its closing brace
+    assert "acc_o" in branch and "alpha" in branch, branch[:600]  # the rescale inside it
     assert re.findall(r"REG:(\d+)", res) == [str(kernels.launch_regs(128, 2))], res
     assert "STL" not in sass and "LDL" not in sass
     off = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False,

@@ -1609,12 +1609,14 @@ def test_lmk_const_kernel_traces_with_constant_columns(D, C, cols, short):
     assert want not in str(kernels.fwd_tc.get_tir(*args))
 
 
-@pytest.mark.parametrize("dtype, D, W, C, flags", [
-    (torch.float32, 32, 96, 16, (True, True)),
-    (torch.bfloat16, 64, 200, 7, (True, False)),
-    (torch.float16, 32, 50, 64, (False, True)),
+@pytest.mark.parametrize("dtype, D, W, C, flags, scale", [
+    (torch.float32, 32, 96, 16, (True, True), None),
+    (torch.bfloat16, 64, 200, 7, (True, False), None),
+    (torch.float16, 32, 50, 64, (False, True), None),
+    (torch.float32, 32, 96, 16, (True, True), -0.3),   # the scale not folded: its own branch
+    (torch.bfloat16, 192, 64, 16, (True, True), None),  # no fold knob at D = 192
 ])
-def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags):
+def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags, scale):
     """The lab knob ``lazy_rescale`` (session 43, ``kernels.LAZY_RESCALES``): the CPU kernel
     built with it (``tools.lab_tilelang.cpu_lazy_rescale``) passes the suite's tolerance on
     keys whose scores grow along the sequence (k scaled by a ramp: the row max rises past
@@ -1624,7 +1626,8 @@ def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags):
     max, or set alpha to 1 on an update, fails the ramp cases."""
     from tools.lab_tilelang import cpu_lazy_rescale
     mask_lmk, expand = flags
-    kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand, kv_start=5)
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand, kv_start=5,
+              sm_scale=scale)
     for ramp in (True, False):
         q, k, v = _inputs(1, 4, 2, 300, 300, D, D, dtype, seed=43 + ramp)
         if ramp:

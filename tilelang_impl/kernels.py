@@ -643,7 +643,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     exact only for calls with ``K * C == block_N`` whose every tile starts a chunk, which
     ``launch.lmk_const_acts`` decides per call) and ``reg_slack`` (session 40, a lab knob,
     :data:`REG_SLACKS`: consumer registers left below the exact fill of the pool,
-    :func:`consumer_regs`; with ``min_blocks`` only) and ``producer_warps`` (session 41,
+    :func:`consumer_regs`; with ``min_blocks`` only), ``lazy_rescale`` (session 43, a lab
+    knob, :data:`LAZY_RESCALES`: the conditional output rescale of
+    ``macros.online_softmax_update`` / ``macros.rescale_output``) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The

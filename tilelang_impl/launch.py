@@ -405,7 +405,7 @@ def prefill_config(p) -> tuple:
 #: the producer warp group's warp 0 alone runs its key loop (``producer_guard``: the fix of a
 #: hang); 4, a lab value, the four warps as TileLang generates them; ``ws`` moves to 20.
 #: ``lazy_rescale`` (session 43, a lab knob, ``kernels.LAZY_RESCALES``): a row keeps its
-#: softmax reference while its max moves less than ``2**tau``, and warps whose rows all kept
+#: softmax reference while its max moves at most ``tau`` (base 2), and warps whose rows all kept
 #: theirs skip the output rescale; no shipped config sets it; ``ws`` moves to 21.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),

@@ -564,7 +564,8 @@ def finite_or_0(x):
 
 
 def _finite(x):
-    """``x`` is neither ``-inf`` nor ``+inf`` (the running max is never NaN)."""
+    """``x`` is neither ``-inf`` nor ``+inf``, nor NaN (a running max can be NaN on the C
+    target, whose ``max`` is a select; on the GPU ``fmaxf`` skips NaN)."""
     return T.And(x > -T.infinity("float32"), x < T.infinity("float32"))
 
 
@@ -582,7 +583,8 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     ``alpha = 0``, never ``exp(-inf + inf) = NaN``; so does a row whose max is
     ``+inf`` (:func:`finite_or_0`): that score's ``p`` is ``+inf``, ``l`` becomes
     ``+inf`` and the LSE ``+inf``, SPEC's ``log(inf)``, while a NaN score still makes
-    ``l`` NaN (the running max skips NaN: ``l`` carries it).
+    ``l`` NaN (the running max skips NaN on the GPU, ``fmaxf``; on the C target it may
+    become NaN itself: either way ``l`` carries it).
 
     ``fold`` (Python bool, baked in) changes only the arithmetic, not the
     result: the row reference is computed once per row (kept in ``m_prev``
@@ -667,10 +669,12 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
 def _alpha(m_old, m_new, m_ref, fast, lazy):
     """The rescale factor of a row's old state: ``exp2(m_old - m_ref)``; with ``lazy``
     exactly 1 where a finite reference was kept (:func:`online_softmax_update`), which the
-    approximate exponential of 0 need not return."""
+    approximate exponential of 0 need not return, and where a row's max stays ``-inf`` (no
+    key seen yet: its ``acc_o`` and ``l`` are 0, or NaN, which 1 keeps as 0 does), so that
+    padded and unused rows do not make their warp rescale every tile."""
     a = exp2(m_old - m_ref, fast)
     if lazy:
-        a = T.if_then_else(T.And(_finite(m_old), m_new == m_old), 1.0, a)
+        a = T.if_then_else(T.And(m_old < T.infinity("float32"), m_new == m_old), 1.0, a)
     return a
 
 

@@ -492,8 +492,8 @@ VARIANTS = {
                     "SM where issue slots were about half idle at two; against: 104 registers "
                     "may spill, and L1 left to the four is about 4 x 40 KB less); D128 = shipped"),
     # Session 43 (written on the CPU): FlashAttention 4's conditional rescale. A row keeps its
-    # softmax reference while a tile's max stays within 2**8 of it (p up to 256: bf16 keeps
-    # its relative precision at any magnitude), and a warp none of whose rows moved skips the
+    # softmax reference while a tile's max stays within 2**8 of it (p up to 256: bf16 and
+    # fp16 keep their relative precision there), and a warp none of whose rows moved skips the
     # output rescale (an __any_sync vote makes the branch uniform). Every instruction of the
     # consumer's loop is on one warp group's serial chain (QK^T, softmax, rescale, P @ V, the
     # next tile): the rescale's multiplies, 32 a thread at D = 64 and 64 at D = 128, sit
