@@ -672,15 +672,21 @@ class Collector:
 
     def one_worker_note(self) -> str | None:
         """A line when every failure and error of a run of several workers came from one of
-        them: the cause may be that process's state, not its cases. Session 43: one worker's
-        fp32 kernel could not get the stack its launch needed (CUDA out of memory), and
-        every later check of that worker, the reference's included, failed with it; session
-        41 had put the same failures down to the machine."""
+        them and some of them are not a kernel's wrong answer: an error outside the checks
+        (a call that failed before its check, inputs that could not be made) or a failed
+        check of the reference. The cause may then be that process's state, not its cases.
+        Check failures alone say nothing of the kind: the scheduler gives all cases of one
+        kernel to one worker (``kernel_group``), so a broken kernel fails in one worker too.
+        Session 43: one worker's fp32 kernel could not get the stack its launch needed (CUDA
+        out of memory), and the fp32 calls after it failed too, the reference's included;
+        session 41 had put the same failures down to the machine."""
         bad, ran = self.by_worker()
         if len(bad) != 1 or len(ran) < 2:
             return None
         (w, n), = bad.items()
-        if n < 2:
+        harness = self.error_workers.count(w) + sum(
+            r["status"] == "fail" and not r["pair"] and r["who"] == "reference" for r in self.results)
+        if n < 2 or not harness:
             return None
         return (f"all {n} failures and errors above came from one worker, {w}, of the {len(ran)} "
                 f"that ran: suspect that process's state (a CUDA error that outlives its call, "

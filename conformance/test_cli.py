@@ -261,8 +261,10 @@ def test_cuda_without_a_device_is_one_line_and_exit_2(monkeypatch, capsys):
 
 def test_failures_of_one_worker_are_named_as_such():
     """When every failure and error of a run of several xdist workers came from one of them,
-    the summary says so (session 43: one worker's CUDA out-of-memory failed every later check
-    of that worker, the reference's included). Errors outside the checks name their worker."""
+    and some are errors outside the checks or the reference's failures, the summary says so
+    (session 43: one worker's CUDA out-of-memory, then the fp32 calls after it failed, the
+    reference's included). A kernel's wrong answers alone do not (its cases share a worker).
+    Errors outside the checks name their worker."""
     from types import SimpleNamespace as NS
 
     from conformance.plugin import Collector
@@ -290,6 +292,16 @@ def test_failures_of_one_worker_are_named_as_such():
     assert note and "all 3 failures and errors above came from one worker, gw3, of the 2" in note
     error("e-tilelang", "gw1")  # a second worker fails too: no note
     assert col.one_worker_note() is None
+    checks = Collector(NS(getoption=lambda name: False))  # wrong answers only: a kernel's bug,
+    for case in "abc":  # whose cases one worker runs (kernel_group): no note
+        checks.results.append(dict(case=case, who="tilelang", pair=False, status="fail",
+                                   worker=dict(worker="gw2")))
+    checks.results.append(dict(case="d", who="tilelang", pair=False, status="pass",
+                               worker=dict(worker="gw0")))
+    assert checks.one_worker_note() is None
+    checks.results.append(dict(case="a", who="reference", pair=False, status="fail",
+                               worker=dict(worker="gw2")))  # the reference fails there too
+    assert "came from one worker, gw2, of the 2" in checks.one_worker_note()
     one = Collector(NS(getoption=lambda name: False))  # a run of one process: no note
     one.results.append(dict(case="a", who="x", pair=False, status="fail", worker=dict(worker="main")))
     one.error_workers += ["main", "main"]
