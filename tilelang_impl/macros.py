@@ -570,6 +570,17 @@ def _finite(x):
 
 
 @T.macro
+def _tile_max(acc_s, row_max, block_M, block_N, gpu):
+    """``row_max[i] = max_j acc_s[i, j]`` (``-inf`` for a row of ``-inf``)."""
+    if gpu:
+        T.reduce_max(acc_s, row_max, dim=1, clear=True)
+    else:  # thread-local rows: plain loops (T.reduce_* of one row trips a TVM check)
+        T.fill(row_max, -T.infinity("float32"))
+        for i, j in T.grid(block_M, block_N):
+            row_max[i] = T.max(row_max[i], acc_s[i, j])
+
+
+@T.macro
 def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N, gpu, fold=False,
                           scale=None, fast_exp2=False, lazy=0):
     """One step of the online softmax over a masked, scaled score tile ``acc_s``
@@ -617,12 +628,7 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
     fast = fast_exp2 and gpu
     T.copy(m, m_prev)
     if lazy:
-        if gpu:
-            T.reduce_max(acc_s, row_sum, dim=1, clear=True)
-        else:
-            T.fill(row_sum, -T.infinity("float32"))
-            for i, j in T.grid(block_M, block_N):
-                row_sum[i] = T.max(row_sum[i], acc_s[i, j])
+        _tile_max(acc_s, row_sum, block_M, block_N, gpu)
         for i in loop(block_M):
             cand = T.max(m_prev[i], row_sum[i] if scale is None else row_sum[i] * scale)
             m[i] = T.if_then_else(T.And(T.And(_finite(m_prev[i]), _finite(cand)),
@@ -634,12 +640,7 @@ def online_softmax_update(acc_s, m, m_prev, alpha, l, row_sum, block_M, block_N,
             for i, j in T.grid(block_M, block_N):
                 m[i] = T.max(m[i], acc_s[i, j])
     else:
-        if gpu:
-            T.reduce_max(acc_s, row_sum, dim=1, clear=True)
-        else:
-            T.fill(row_sum, -T.infinity("float32"))
-            for i, j in T.grid(block_M, block_N):
-                row_sum[i] = T.max(row_sum[i], acc_s[i, j])
+        _tile_max(acc_s, row_sum, block_M, block_N, gpu)
         for i in loop(block_M):
             m[i] = T.max(m[i], row_sum[i] * scale)
     if fold:
