@@ -297,13 +297,14 @@ LMK_ZERO = ("tile", "rows")
 
 
 def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
-                 ws=True, **flags):
+                 ws=True, lazy_rescale=0, overlap=0, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
     non-zero only with ``min_blocks`` (TileLang's default split has nothing of ours to
     leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
-    (``ws`` False: no producer); the other knobs named in ``flags`` are bools."""
+    (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
+    ``overlap``; the other knobs named in ``flags`` are bools."""
     if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
         raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
     if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
@@ -313,6 +314,10 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             producer_warps != 1 and not ws):
         raise ValueError(f"producer_warps={producer_warps!r}: one of {PRODUCER_WARPS} "
                          f"(kernels.PRODUCER_WARPS), 1 without warp specialisation (no producer)")
+    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool) or (
+            lazy_rescale and overlap):
+        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
+                         f"(kernels.LAZY_RESCALES), not with overlap")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
@@ -390,12 +395,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
-                 fast_exp2=fast_exp2, scale_fold=scale_fold,
+                 lazy_rescale, overlap, fast_exp2=fast_exp2, scale_fold=scale_fold,
                  win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
-    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool) or (
-            lazy_rescale and overlap):
-        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
-                         f"(kernels.LAZY_RESCALES), not with overlap")
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
         raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "
@@ -756,8 +757,8 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     which the driver backs for every thread an SM can hold (2048 x 132 SMs: 4.5 / 9.2 GB
     a process, kept for the context's life); conformance workers on one GPU ran out of
     memory with it (sessions 41 and 43, ``layout``'s fp32 D = 128 cases)."""
-    _check_knobs(lmk_cols, fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
-                 lmk_rows_j0=lmk_rows_j0, wide=wide)
+    _check_knobs(lmk_cols, lazy_rescale=lazy, fast_exp2=fast_exp2, scale_fold=scale_fold,
+                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     if gpu and lmk_zero != "tile":
         raise ValueError(f"lmk_zero={lmk_zero!r}: the fp32 GPU kernel zero-fills on load ('tile')")
     divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
@@ -910,9 +911,6 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     if pack or min_blocks or overlap or v_chunk:
         raise ValueError(f"fwd_cpu: pack={pack!r}, min_blocks={min_blocks!r}, overlap={overlap!r}, "
                          f"v_chunk={v_chunk!r}: the C target has none of them (0)")
-    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool):
-        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
-                         f"(kernels.LAZY_RESCALES)")
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
                          fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide, lazy_rescale)

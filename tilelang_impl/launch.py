@@ -1053,16 +1053,22 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
 CPU_TILE = (16, 16)
 
 
-def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
-    """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``,
-    with the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`; the
-    ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for` for the 16-key
-    tile; ``scale_fold`` per call, :func:`scale_fold_ok`), so the CPU tier runs the
-    same macros as the GPU (16 x 16 tiles)."""
+def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, tuple]:
+    """``kernels.fwd_cpu``'s factory arguments for a call and the kernel's runtime scalars
+    (:func:`scalars`): the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`;
+    the ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for` for the 16-key tile;
+    ``scale_fold`` per call, :func:`scale_fold_ok`), so the CPU tier runs the same macros as
+    the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
     knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2,
                        wide=wide_positions(p, C))
-    ker = _kernel("fwd_cpu", p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                  *CPU_TILE, *knobs)
-    ker(q, k, v, o32, lse, W, C, r, inv_c, sl2)
+    return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
+            (W, C, r, inv_c, sl2))
+
+
+def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
+    """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``
+    (:func:`cpu_kernel_args`)."""
+    args, runtime = cpu_kernel_args(p, q_blhd, kv_blhd)
+    _kernel("fwd_cpu", *args)(q, k, v, o32, lse, *runtime)
 

@@ -521,7 +521,7 @@ def cpu_lazy_rescale(q, k, v, **kw):
     """``tilelang_impl.sliding_window_attention`` on CPU tensors with its CPU kernel built
     with ``lazy_rescale = 8`` (the ``lazy8`` variant's arithmetic on the C target): a backend
     for ``hils-swa conform --backend lazy8=tools.lab_tilelang:cpu_lazy_rescale --device
-    cpu``. The same launch as ``launch.run_cpu`` but for that knob."""
+    cpu``. The launch of ``launch.run_cpu`` (``launch.cpu_kernel_args``) with that knob."""
     import torch
 
     from tilelang_impl import api, kernels
@@ -534,12 +534,9 @@ def cpu_lazy_rescale(q, k, v, **kw):
     (q_, k_, v_), q_blhd, kv_blhd = api._views(q.float(), k.float(), v.float())
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
-    W, C, r, inv_c, sl2 = launch.scalars(p)
-    knobs = launch.call_knobs(launch.tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, launch.CPU_TILE[1],
-                              sl2, wide=launch.wide_positions(p, C))
-    ker = kernels.fwd_cpu(p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd,
-                          *launch.CPU_TILE, *knobs, lazy_rescale=8)
-    ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, W, C, r, inv_c, sl2)
+    args, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
+    ker = kernels.fwd_cpu(*args, lazy_rescale=8)
+    ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, *runtime)
     return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse
 
 
