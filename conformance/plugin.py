@@ -361,9 +361,8 @@ def _report_worker(report) -> str:
 
 
 def _result_worker(r: dict) -> str:
-    """The worker of a recorded result (``record`` stores :func:`worker_info`)."""
-    w = r.get("worker")
-    return (w.get("worker") if isinstance(w, dict) else w) or "main"
+    """The worker of a recorded result (``record`` stores :func:`worker_info`, a dict)."""
+    return (r.get("worker") or {}).get("worker") or "main"
 
 
 def record(request, result) -> None:
