@@ -171,7 +171,7 @@ _REACH_PLANS = {
     "D256-lmk-one": (r"^prefill 64x32 ", r"^fwd_tc ", "lmk_one"),
     "D256-no-lmk": (r"^splitkv 64x32 w8 s2 ", r"^fwd_tc 64x64 s2 t128$", None),
     "D192-no-expand": (r"^splitkv 64x32 w8 s2 ", r"^fwd_tc 64x64 s2 t128$", None),
-    "D32-no-flags": (r"^prefill 128x64 w4 s3", r"^fwd_tc 64x64 .*min_blocks=3", None),
+    "D32-no-flags": (r"^prefill 128x64 w4 s3", r"^fwd_tc 64x64 .*min_blocks=4", None),
     "noexp-split-C32": (None, r"^fwd_tc 128x64 .*S=\d+ .*lmk_cols=2", None),
     "noexp-split-DqkDv": (None, r"^fwd_tc 128x64 .*S=\d+ .*lmk_cols=1", None),
     "scale-split-neg": (r"^splitkv ", r"^fwd_tc (?!.*scale_fold).*S=\d+", None),

@@ -194,8 +194,8 @@ TC_VARIANTS = {
     "d64-general-wide": _tc(64, 64, C=16, wide=True),
     "d128-split-wide": _tc(128, 128, split=True, wide=True),
     # session 42: D <= 64 calls of several query blocks (launch.shipped_config: the 64x64
-    # tile, three CTAs per SM, the view of v one chunk a tile): C >= 64 one landmark column,
-    # 32 <= C < 64 two, C < 32 the general test, an unfoldable scale; the view at C = 64
+    # tile, three CTAs per SM then, four since session 44, the view of v one chunk a tile):
+    # C >= 64 one landmark column, 32 <= C < 64 two, C < 32 the general test, an unfoldable scale; the view at C = 64
     # (lmk_const) and at C = 128 (a landmark in every other tile: no lmk_const); Dqk != Dv,
     # D = 32, BLHD, both flags off, no mask_lmk, and built wide
     "d64-long": _tc(64, 64, long=True),
@@ -343,11 +343,11 @@ def _occ3_args(name="occ3-64x64v"):
 
 @pytest.mark.parametrize("name, tile, threads, n, want, view", [
     ("d64-128x64-occ2", (128, 64, 2, 256), 256, 2, (80, 104), True),
-    ("d64-long-vchunk", (64, 64, 2, 128), 128, 3, (80, 136), True),
-    ("d64-long-general", (64, 64, 2, 128), 128, 3, (80, 136), False),
-    ("d64-long-general-wide", (64, 64, 2, 128), 128, 3, (80, 136), False),
+    ("d64-long-vchunk", (64, 64, 2, 128), 128, 4, (64, 104), True),
+    ("d64-long-general", (64, 64, 2, 128), 128, 4, (64, 104), False),
+    ("d64-long-general-wide", (64, 64, 2, 128), 128, 4, (64, 104), False),
+    ("occ3-64x64v", (64, 64, 2, 128), 128, 3, (80, 136), True),
     ("occ3-64x64v-slack8", (64, 64, 2, 128), 128, 3, (80, 128), True),
-    ("occ4-64x64v", (64, 64, 2, 128), 128, 4, (64, 104), True),
 ])
 def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, want, view):
     """Kernels whose CTAs split the register file finer than the two-CTA ones, with
@@ -356,13 +356,14 @@ def test_more_ctas_or_consumers_fit_the_register_file(name, tile, threads, n, wa
     (threads + 128) * launch: nothing asks for more than its CTA launched with (session 12's
     hang at three CTAs: consumers 144 where 136 fit), and no register spills.
     occ2-128x64 (session 26): two consumer warp groups, two CTAs per SM, v through the view;
-    the lab's occ3-64x64v (session 39; shipped since session 42 for D <= 64 calls of several
-    query blocks, d64-long-vchunk; the general landmark test per score without the view, the
-    heaviest of its kernels, plain and built wide): D = 64 on the 64x64 tile, one consumer warp
-    group, three CTAs per SM (shared memory about 40 KB a CTA at two stages, session 12's count:
-    three fit an SM's 228 KB); occ3-64x64v-slack8 (session 40): the same, its consumers 8
-    registers below the pool's exact fill (kernels.REG_SLACKS); occ4-64x64v (session 43): the
-    same kernel at four CTAs per SM, consumers 104 (four CTAs' shared memory fit too)."""
+    D <= 64 calls of several query blocks (launch.TC_LONG, the lab's occ4-64x64v: written in
+    session 43, shipped since session 44), d64-long-vchunk, and the general landmark test per
+    score without the view, the heaviest of its kernels, plain and built wide: D = 64 on the
+    64x64 tile, one consumer warp group, four CTAs per SM, consumers 104 (shared memory about
+    40 KB a CTA at two stages, session 12's count: four fit an SM's 228 KB); the lab's
+    occ3-64x64v (session 39, shipped in sessions 42-43): the same kernel at three CTAs per SM;
+    occ3-64x64v-slack8 (session 40): that, its consumers 8 registers below the pool's exact
+    fill (kernels.REG_SLACKS)."""
     import re
     args = TC_VARIANTS[name] if name in TC_VARIANTS else _occ3_args(name)
     assert args[7:11] == tile and bool(len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]) is view
@@ -401,9 +402,9 @@ def test_constant_landmark_columns_shorten_the_key_loop(name, most):
 
 def test_min_blocks_refuses_what_was_not_run():
     """0 (TileLang's defaults), 2 CTAs per SM (shipped), 3 (session 39's lab occ3-64x64v,
-    with the split that counts the launch registers; shipped since session 42) and 4 (session
-    43's lab occ4-64x64v: session 12's four-CTA build, which hung before the producer guard)
-    are accepted; 1 means nothing TileLang's defaults do not, 5 leaves consumers 72 registers
+    with the split that counts the launch registers; shipped in sessions 42-43) and 4 (session
+    43's lab occ4-64x64v: session 12's four-CTA build, which hung before the producer guard;
+    shipped since session 44 for D <= 64 calls of several query blocks) are accepted; 1 means nothing TileLang's defaults do not, 5 leaves consumers 72 registers
     (kernels.consumer_regs), below the 64 x 64 tile's two accumulators and its scores."""
     assert kernels.MIN_BLOCKS == (0, 2, 3, 4)
     for bad in (1, 5, True):

@@ -791,11 +791,11 @@ def test_lmk_cols_rule_per_call():
     assert launch.short_config(32, 64) == launch.with_knobs(
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
         v_chunk=launch.TC_V_CHUNK, lmk_const=True)
-    # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, three CTAs per
-    # SM, the view of v at one chunk per tile; above 64 the two configs (one-block calls, packed
+    # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, four CTAs per
+    # SM since session 44 (three before), the view of v at one chunk per tile; above 64 the two configs (one-block calls, packed
     # or not, and longer ones: launch.grid_config) are one
     assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
-        (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=3, v_chunk=1, lmk_const=True)
+        (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=4, v_chunk=1, lmk_const=True)
     assert launch.shipped_config(64, 80) == launch.short_config(64, 80)
     assert launch.shipped_config(128, 128) == launch.short_config(128, 128)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
@@ -1383,7 +1383,8 @@ def test_d64_tile_follows_the_query_blocks(monkeypatch, B, Hq, Hkv, Lq, C, short
     """At D = 64 the plan's tile follows the call's query blocks (session 42): calls of one
     64-row block (decode, short chunks; packed where launch.packs) run launch.short_config's
     64 x 128 tile at two CTAs per SM, with span 2 of the view at C = 64; longer ones
-    launch.shipped_config's 64 x 64 tile at three CTAs per SM, the view one chunk a tile. The
+    launch.shipped_config's 64 x 64 tile at four CTAs per SM (three until session 44), the view
+    one chunk a tile. The
     knobs that follow the tile (landmark columns, lmk_const) follow it too."""
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     p = _meta_problem(B, Hq, Hkv, Lq, 8192, 64, 64, window_size=512, chunk_size=C)
@@ -1397,7 +1398,7 @@ def test_d64_tile_follows_the_query_blocks(monkeypatch, B, Hq, Hkv, Lq, C, short
         assert knob["pack"] == (Hq // Hkv if packed else 0)
         assert knob["v_chunk"] == (2 if C == 64 else True) and knob["lmk_cols"] == 128 // C
     else:
-        assert tile == (64, 64, 2, 128) and knob["min_blocks"] == 3 and knob["pack"] == 0
+        assert tile == (64, 64, 2, 128) and knob["min_blocks"] == 4 and knob["pack"] == 0
         assert knob["v_chunk"] is True and knob["lmk_cols"] == 1
     assert knob["lmk_const"] is (C == tile[1] // knob["lmk_cols"])
 

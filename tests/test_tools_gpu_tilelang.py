@@ -42,9 +42,10 @@ def test_precompiled_kernels_are_the_ones_run_cuda_requests(monkeypatch):
         assert key[11] is True and key in pre, (D, lmk, key)
     key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 8192, Hq=2, Hkv=2)  # decode D=64
     assert key[11] is False and key[7:11] == launch.tc_config(64, 64) and key in pre, key
-    # prefill D=64 (session 42): launch.shipped_config's 64 x 64 tile, three CTAs per SM
+    # prefill D=64 (session 42): launch.shipped_config's 64 x 64 tile, four CTAs per SM since
+    # session 44 (three before)
     key = _requested_key(monkeypatch, 64, 64, bf, True, True, 4096, 4096, Hq=32, Hkv=32)
-    assert key[7:11] == (64, 64, 2, 128) and key[12 + launch._KNOB["min_blocks"]] == 3, key
+    assert key[7:11] == (64, 64, 2, 128) and key[12 + launch._KNOB["min_blocks"]] == 4, key
     # GQA decode D=64 (the timed B=8 GQA 32/4 shape): the prefill tile with G = 8 packed rows
     key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 32768, B=8, Hq=32, Hkv=4)
     assert key[7:11] == launch.tc_config(64, 64) and key[12 + launch._KNOB["pack"]] == 8 and key in pre, key

@@ -11,7 +11,8 @@ from tilelang_impl import launch  # noqa: E402
 # "nolmkcols" is the pre-lmk_cols shipped kernel, the same kernel as another variant
 # per head dim (D=64: split, D=128: all); "shipped" is launch.shipped_config, the same
 # kernel as "s5-rows+fold" from session 5 to 11 (and at D=128 as "fexp+sfold+wu32+lmkj0";
-# "lmkcols" before), as "occ3-64x64v" at D = 64 since session 42; the lab compiles shared
+# "lmkcols" before), as "occ3-64x64v" at D = 64 in sessions 42-43 and "occ4-64x64v" since
+# session 44; the lab compiles shared
 # kernels once.
 ALIASES = {"nolmkcols", "shipped"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
@@ -49,10 +50,10 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         skip |= {"occ3-64x64v-slack8"} if D == 128 else set()
         # session 43: occ4-64x64v is the shipped kernel at D = 128 too
         skip |= {"occ4-64x64v"} if D == 128 else set()
-        # session 41: occ3-64x64v-allwarps is shipped-allwarps at D = 128, and at D = 64 since
-        # session 42 shipped occ3-64x64v; prev-64x128 (session 42) is the config it replaced:
-        # vchunk2's kernel at D = 64, the shipped one (occ3-64x64v's) at D = 128
-        skip |= {"occ3-64x64v-allwarps", "prev-64x128"}
+        # session 41: occ3-64x64v-allwarps is shipped-allwarps at D = 128 (and was at D = 64 in
+        # sessions 42-43, while occ3-64x64v shipped); prev-64x128 (session 42) is the config
+        # occ3 replaced: vchunk2's kernel at D = 64, the shipped one at D = 128
+        skip |= {"prev-64x128"} | ({"occ3-64x64v-allwarps"} if D == 128 else set())
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True, Dv=D)
                 for n in L.VARIANTS if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel
@@ -72,11 +73,17 @@ def test_shipped_and_lmkcols_variants():
         def kern(name):
             return launch.tc_kernel_args(L.VARIANTS[name][0](D), True, L.C_T, sl2)
         now = launch.tc_kernel_args(launch.shipped_config(D, D), True, L.C_T, sl2)
-        # session 42: shipped = occ3-64x64v at D = 64; prev-64x128 = the config it replaced,
+        # session 44: shipped = occ4-64x64v at D = 64 (occ3-64x64v in sessions 42-43, now the
+        # same kernel at three CTAs); prev-64x128 = the config occ3 replaced,
         # launch.short_config (session 12's occ2-64x128 tile and the knobs since): one config
         # at D = 128
         prev = kern("prev-64x128")
-        assert kern("shipped") == now == kern("occ3-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
+        assert kern("shipped") == now == kern("occ4-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
+        occ3 = kern("occ3-64x64v")
+        assert (occ3 == now) == (D == 128)
+        if D == 64:
+            assert occ3[:2] == now[:2] and occ3[2] == tuple(
+                3 if i == launch._KNOB["min_blocks"] else k for i, k in enumerate(now[2]))
         assert now[1] == ((64, 64, 2, 128) if D == 64 else launch.tc_config(D, D))
         assert (prev == now) == (D == 128) and prev[1] == launch.tc_config(D, D)
         assert L.VARIANTS["base"][0](D) == L.SESSION11_TILE

@@ -51,8 +51,9 @@ PRODUCER_REGS = 24
 SM_REGS, MAX_NREG = 65536, 240
 #: ``min_blocks`` values the kernels accept: 0 (TileLang's launch bounds ``(threads,
 #: 1)`` and its 240 / 24 register split), 2 (shipped: ``launch.TC_MIN_BLOCKS``), 3
-#: (session 39's lab ``occ3-64x64v``, shipped in session 42 for calls of several query blocks
-#: at ``max(Dqk, Dv) <= 64``: ``launch.TC_OCC3``) and 4 (a lab value, below). Three and four
+#: (session 39's lab ``occ3-64x64v``, shipped in sessions 42-43 for calls of several query
+#: blocks at ``max(Dqk, Dv) <= 64``) and 4 (those calls since session 44:
+#: ``launch.TC_LONG``, below). Three and four
 #: CTAs per SM hung on the H200 (session 12 lab, bench_results/tilelang-lab15-287ff31.json:
 #: 64x64 tiles, one consumer warp group; at three the consumers asked for 144 registers where
 #: the CTA launched with 80, :func:`consumer_regs` before it counted the launch registers: 136
@@ -62,9 +63,11 @@ SM_REGS, MAX_NREG = 65536, 240
 #: graph; the same kernel at two CTAs ran 100,000). Session 41 found why: a producer warp a
 #: round behind on a parity wait (:mod:`producer_guard`, the fix, in every kernel since);
 #: with it three CTAs ran 100,000 launches, +9..+20% on the D = 64 GQA rows (lab, H100).
-#: 4 (session 43, a lab value: ``occ4-64x64v``; 64 registers at launch, consumers 104) is
-#: the four-CTA build of session 12 again, now with the guard: 100,000 launches under graph
-#: replay without a hang (H100), +1..+6% over occ3 on the D = 64 GQA rows in two lab runs.
+#: 4 (session 43's lab ``occ4-64x64v``; 64 registers at launch, consumers 104) is the
+#: four-CTA build of session 12 again, now with the guard: 100,000 launches without a hang
+#: under graph replay (session 43) and eager (session 44), H100; over occ3 on the D = 64 GQA
+#: rows +1..+6% in session 43's two lab runs and +7..+14% in session 44's two; shipped in
+#: session 44.
 MIN_BLOCKS = (0, 2, 3, 4)
 #: ``reg_slack`` values the kernels accept (session 40, a lab knob): registers per consumer
 #: thread left unclaimed below :func:`consumer_regs`' exact fill of the CTA's pool. 8 is for

@@ -49,7 +49,7 @@ _TL_DTYPE = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32
 SPLIT_DV = (96, 128)
 
 #: CTAs per SM the prefill-grid kernel is built for at ``max(Dqk, Dv) <= 128`` (but for
-#: long calls at ``max(Dqk, Dv) <= 64``: :data:`TC_OCC3`; the
+#: long calls at ``max(Dqk, Dv) <= 64``: :data:`TC_LONG`; the
 #: ``min_blocks`` knob, :data:`kernels.MIN_BLOCKS`): launch bounds ``(256, 2)``, 128
 #: registers per thread at launch, consumers 232 after ``setmaxnreg``. Above 128 the
 #: kernel keeps TileLang's defaults (never measured otherwise; shared memory holds
@@ -57,27 +57,36 @@ SPLIT_DV = (96, 128)
 TC_MIN_BLOCKS = 2
 
 #: The prefill grid's calls of several query blocks (``Lq > 64``) at ``max(Dqk, Dv) <= 64``
-#: (:func:`shipped_config`, session 42):
-#: the 64 x 64 tile with three CTAs per SM (``min_blocks`` 3: launch bounds ``(256, 3)``, 80
-#: registers per thread at launch, consumers 136 after ``setmaxnreg``), the chunk view of
-#: ``v`` at one chunk per tile (``v_chunk`` 1: C = 64, 128, ...) and ``lmk_const``; the lab
-#: variant ``occ3-64x64v`` of sessions 39-41. Three CTAs overlap more softmax with tensor
-#: work than two 64 x 128 CTAs, at about +27% instructions per key. Session 41 lab on an
-#: H100 with the producer guard (1977d21, three runs, L2 not flushed,
-#: bench_results/tilelang-lab41-guard-h100-1977d21-{1,2,3}.json), against the 64 x 128 tile
-#: of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-235 -> 253-268 TFLOP/s, 16/2 L=8K
-#: 214-226 -> 241-255, batch 4 x 4K 228-238 -> 265-274. Session 42 at 72984ca (one run,
-#: ``shipped`` against ``prev-64x128``, bench_results/tilelang-lab42-occ3-shipped-h100-72984ca.json):
-#: 234.2 -> 266.5, 226.1 -> 243.2, 230.2 -> 271.1; 100,000 launches without a hang
-#: (``tools/lab_hang``). Before the guard (:mod:`producer_guard`) this build hung
-#: within a few hundred launches. Calls of one query block (decode, short chunks, packed or
+#: (:func:`shipped_config`): the 64 x 64 tile with four CTAs per SM (``min_blocks`` 4:
+#: launch bounds ``(256, 4)``, 64 registers per thread at launch, consumers 104 after
+#: ``setmaxnreg``, no spills), the chunk view of ``v`` at one chunk per tile (``v_chunk`` 1:
+#: C = 64, 128, ...) and ``lmk_const``; the lab variant ``occ4-64x64v``. Shared memory is
+#: about 40 KB a CTA at two stages, so four fit an SM's 228 KB.
+#:
+#: Session 42 shipped this tile at three CTAs per SM (``occ3-64x64v`` of sessions 39-41,
+#: consumers 136): three overlap more softmax with tensor work than two 64 x 128 CTAs, at
+#: about +27% instructions per key. Session 41 lab on an H100 with the producer guard
+#: (1977d21, three runs, L2 not flushed, bench_results/tilelang-lab41-guard-h100-1977d21-{1,2,3}.json),
+#: against the 64 x 128 tile of two CTAs shipped before: GQA 32/4 D=64 L=8K 222-235 -> 253-268
+#: TFLOP/s, 16/2 L=8K 214-226 -> 241-255, batch 4 x 4K 228-238 -> 265-274; session 42 at
+#: 72984ca (bench_results/tilelang-lab42-occ3-shipped-h100-72984ca.json): 234.2 -> 266.5,
+#: 226.1 -> 243.2, 230.2 -> 271.1. Before the guard (:mod:`producer_guard`) three CTAs hung
+#: within a few hundred launches, and four (session 12) too.
+#:
+#: Session 44 shipped four (a fourth latency-bound chain an SM where the issue slots had room
+#: for it). Lab, H100, L2 not flushed, against three CTAs in the same run
+#: (bench_results/tilelang-lab44-h100-{1,3}.json): GQA 32/4 D=64 L=8K 255.0 -> 273.8
+#: and 259.7 -> 288.1 TFLOP/s, 16/2 L=8K 242.0 -> 258.6 and 245.8 -> 270.8, batch 4 x 4K
+#: 260.1 -> 296.0 and 266.1 -> 295.7 (two runs; session 43's two runs at bcf0762 gave
+#: +1.3..+6.0%). 100,000 launches without a hang under graph replay (session 43) and eager
+#: (session 44), ``tools/lab_hang``. Calls of one query block (decode, short chunks, packed or
 #: not: :func:`prefill_config`) keep :func:`short_config`'s 64 x 128 tile, the one their
 #: numbers were measured on.
-TC_OCC3 = {"tile": (64, 64), "min_blocks": 3, "v_chunk": 1, "max_d": 64}
+TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 
 
 #: The ``v_chunk`` permission of the prefill-grid config at ``max(Dqk, Dv) <= 128``
-#: (:func:`short_config`; 1 in :data:`TC_OCC3`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
+#: (:func:`short_config`; 1 in :data:`TC_LONG`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
 #: that admit it (:func:`v_chunk_call`) and whose chunk is a multiple of the tile's
 #: ``block_N`` (:func:`call_knobs`: C = 64, 128, ... on the 64 x 64 tile of D = 128; C =
 #: 128, 256, ... on the 64 x 128 tile of D <= 64's one-block calls). The copy engine then writes each
@@ -119,8 +128,8 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     (128 threads) for every head dim, 64 x 128 at ``max(Dqk, Dv) <= 64``, 64 x 64 above; two
     CTAs per SM at ``max(Dqk, Dv) <= 128`` (:data:`TC_MIN_BLOCKS`, set by
     :func:`short_config`). Since session 42 calls of several query blocks at ``max(Dqk, Dv)
-    <= 64`` run another tile, 64 x 64 at three CTAs per SM (:data:`TC_OCC3`,
-    :func:`shipped_config`).
+    <= 64`` run another tile, 64 x 64 at three CTAs per SM, four since session 44
+    (:data:`TC_LONG`, :func:`shipped_config`).
 
     Session 12 lab (tools/lab_tilelang.py ``occ2-64x128``,
     bench_results/tilelang-lab15-287ff31.json, H200, bf16, W=512, C=64, L2 not
@@ -133,8 +142,9 @@ def tc_config(Dqk: int, Dv: int) -> tuple[int, int, int, int]:
     instead of ~640. Without the knob the 64-row tile ran one CTA per SM (TileLang's
     launch bounds let ptxas give it 240 registers) and lost 37% at D=64 (session 3,
     ``all-64x64``). 64 x 128 at D=128 does not fit two CTAs' shared memory (160 KB);
-    three or four CTAs per SM of 64 x 64 hung (:data:`kernels.MIN_BLOCKS`; three for a producer
-    race, fixed in session 41, and shipped since session 42 for long calls, :data:`TC_OCC3`).
+    three or four CTAs per SM of 64 x 64 hung (:data:`kernels.MIN_BLOCKS`: a producer race,
+    fixed in session 41; three shipped in session 42 for long calls, four in session 44,
+    :data:`TC_LONG`).
 
     History: D <= 64 with ``Lq <= 64`` (decode, short chunks) ran this 64 x 128 tile
     one CTA per SM since session 6 (bench_results/tilelang-lab8-89a7885.json, GQA
@@ -282,15 +292,15 @@ def short_config(Dqk: int, Dv: int) -> tuple:
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of several query blocks
     (``Lq > block_M``; rows not packed): :func:`short_config`, but at ``max(Dqk, Dv) <= 64``
-    (:data:`TC_OCC3`) the 64 x 64 tile with three CTAs per SM (``min_blocks`` 3) and the
+    (:data:`TC_LONG`) the 64 x 64 tile with four CTAs per SM (``min_blocks`` 4) and the
     chunk view of ``v`` at one chunk per tile (``v_chunk`` 1). What :func:`run_cuda` uses
     when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``,
     :func:`grid_config`)."""
     cfg = short_config(Dqk, Dv)
-    if max(Dqk, Dv) > TC_OCC3["max_d"]:
+    if max(Dqk, Dv) > TC_LONG["max_d"]:
         return cfg
-    return with_knobs(TC_OCC3["tile"] + cfg[2:], min_blocks=TC_OCC3["min_blocks"],
-                      v_chunk=TC_OCC3["v_chunk"])
+    return with_knobs(TC_LONG["tile"] + cfg[2:], min_blocks=TC_LONG["min_blocks"],
+                      v_chunk=TC_LONG["v_chunk"])
 
 
 def packs(p, block_M: int) -> bool:
