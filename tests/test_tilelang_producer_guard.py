@@ -163,7 +163,7 @@ def _args(D, split=False, short=False, **knobs):
 @pytest.mark.parametrize("D, split, short", [(64, False, False), (64, False, True), (128, True, False)],
                          ids=["prefill-D64", "short-D64", "split-D128"])
 def test_lowered_kernels_carry_the_guard(D, split, short):
-    """The shipped prefill kernels (D = 64: the long calls' three-CTA 64x64 tile and the
+    """The shipped prefill kernels (D = 64: the long calls' four-CTA 64x64 tile (three until session 44) and the
     one-block calls' 64x128 tile, launch.grid_config) and the split-KV kernel as TileLang
     writes them for sm_90a: the entry point is ours, the guard is in, once, before the
     producer's loop, and after the producer's setmaxnreg. (The full tier's 200 fwd_tc kernels,

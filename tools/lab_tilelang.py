@@ -125,8 +125,9 @@ def _ship(D):
     """The config the variants below build on: ``launch.short_config``, the prefill config
     of every head dim before session 42 (at D <= 64 the 64x128 tile, two CTAs per SM, the view
     of v up to two chunks a tile) and still what decode and other one-block calls run. Since
-    session 42 long calls at D <= 64 run ``launch.shipped_config`` (occ3-64x64v's build,
-    the ``shipped`` variant); the variants keep the base they were measured on."""
+    session 42 long calls at D <= 64 run ``launch.shipped_config`` (the ``shipped`` variant:
+    occ3-64x64v's build in sessions 42-43, occ4-64x64v's since session 44); the variants keep
+    the base they were measured on."""
     return _launch().short_config(D, D)
 
 
@@ -264,7 +265,8 @@ VARIANTS = {
                     "D=128 +0-20% over ovl (one CTA per SM loses the inter-CTA overlap)"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
-                "fexp+sfold+wu32+lmkj0; since session 42 at D<=64 occ3-64x64v)",
+                "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
+                "since session 44)",
                 "measured on the H200: ~236 TF/s H32 D128 L8K (fexp+sfold+wu32+lmkj0, "
                 "1a0b87e), ~156 TF/s GQA D64 (s5-rows+fold, tree of 7e93d56)"),
     "lmkcols": (lambda D: _session4(D),
@@ -440,11 +442,12 @@ VARIANTS = {
     # behind on a parity wait, tilelang_impl/producer_guard.py) and fixed it in every kernel:
     # with the guard, no hang in 100,000 launches and +9..+20% over shipped on the D = 64 GQA
     # rows (three runs, H100, 1977d21). Shipped in session 42 for calls of several query blocks
-    # (launch.shipped_config, the "shipped" variant at D <= 64).
+    # (launch.shipped_config, the "shipped" variant at D <= 64 until session 44, when
+    # occ4-64x64v replaced it: -9..-10% against it in session 44's run 3).
     "occ3-64x64v": (lambda D: _occ3(D),
                     "D<=64: shipped knobs (the view of v, lmk_const) on the 64x64 tile with three "
                     "CTAs per SM (consumers 136 registers); D=128: shipped",
-                    "D64 rows -5..+20% against shipped (three latency-bound chains an SM where two "
+                    "D64 rows -5..+20% against shipped then (prev-64x128; three latency-bound chains an SM where two "
                     "ran, +27% instructions a key; against: the hang of session 12 if its cause "
                     "was not only the register split: the lab's watchdog reports it), +10..+35% "
                     "against vchunk-64x64; D128 = shipped"),
@@ -466,17 +469,20 @@ VARIANTS = {
                              "within +-2% of occ3-64x64v where it finishes"),
     "shipped-allwarps": (lambda D: _full(_launch().shipped_config(D, D), producer_warps=4),
                          "launch.shipped_config with the producer's four warps in its key loop "
-                         "(the shipped kernel before session 41's guard)",
+                         "(the shipped kernel before session 41's guard; at D<=64 the long "
+                         "calls' build without the guard: three CTAs in sessions 42-43, four since)",
                          "within +-2% of shipped (the guard removes three warps that only wait, "
-                         "suspended, in try-wait)"),
+                         "suspended, in try-wait); D<=64 hangs under tools/lab_hang, as "
+                         "occ3-64x64v-allwarps does"),
     # Session 42: occ3-64x64v shipped for long calls at D <= 64 (launch.shipped_config, the
-    # ``shipped`` variant since); the control is the config it replaced.
+    # ``shipped`` variant in sessions 42-43); the control is the config it replaced.
     "prev-64x128": (lambda D: _full(_ship(D)),
                     "launch.short_config: D<=64 the 64x128 tile with two CTAs per SM and the view "
                     "of v up to two chunks a tile (every call's config until session 42, decode "
                     "and one-block calls' since); D=128: shipped",
-                    "shipped +9..+20% over it on the D64 rows (session 41 lab, H100, "
-                    "occ3-64x64v against it; +7.6..+17.8% in session 42's); D128 = shipped"),
+                    "occ3-64x64v +9..+20% over it on the D64 rows (session 41 lab, H100; "
+                    "+7.6..+17.8% in session 42's), shipped (occ4) a further +7..+14% "
+                    "(session 44); D128 = shipped"),
     # Session 43 (written on the CPU): four CTAs an SM of the same kernel. Session 12's
     # occ4-64x64 hung with a split that fits (64 registers at launch, consumers 104): that
     # was before session 41's producer guard, whose race three CTAs made likely; four make it
@@ -488,9 +494,10 @@ VARIANTS = {
     "occ4-64x64v": (lambda D: _occ3(D, min_blocks=4),
                     "occ3-64x64v with four CTAs per SM (min_blocks 4: 64 registers at launch, "
                     "consumers 104); D=128: shipped",
-                    "D64 rows -8..+8% against shipped = occ3 (a fourth latency-bound chain an "
-                    "SM where issue slots were about half idle at two; against: 104 registers "
-                    "may spill, and L1 left to the four is about 4 x 40 KB less); D128 = shipped"),
+                    "D64 rows -8..+8% against occ3-64x64v, shipped then (a fourth latency-bound "
+                    "chain an SM where issue slots were about half idle at two; against: 104 "
+                    "registers may spill, and L1 left to the four is about 4 x 40 KB less); D128 = "
+                    "shipped; shipped itself since session 44"),
     # Session 43 (written on the CPU): FlashAttention 4's conditional rescale. A row keeps its
     # softmax reference while a tile's max stays within 2**8 of it (p up to 256: bf16 and
     # fp16 keep their relative precision there), and a warp none of whose rows moved skips the

@@ -12,8 +12,9 @@ default scale, kernel-frame chunk ``--C``, the chunk view of ``v`` where the cal
 launches with, stack / local memory (spills), the ``setmaxnreg`` split, the instruction
 count, and every loop whose body issues ``HGMMA`` (instructions from the back branch's
 target to the branch, HGMMA, ``MUFU.EX2`` and the branch's address). The first such loop
-is the consumer's key loop: the figure sessions 38 and 39 compared (the shipped D = 64 key
-loop at C = 64: 957 instructions before ``lmk_const``, 729 with it).
+is the consumer's key loop: the figure sessions 38 and 39 compared (the D = 64 key loop of
+the 64x128 tile, which one-block calls run, at C = 64: 957 instructions before ``lmk_const``,
+729 with it).
 
 Counts are static: an instruction count is not a time (the loop is latency-bound, BENCHMARKS.md
 "What bounds each miss"); they are the evidence a lab prediction is written from.
