@@ -404,7 +404,8 @@ def test_min_blocks_refuses_what_was_not_run():
     """0 (TileLang's defaults), 2 CTAs per SM (shipped), 3 (session 39's lab occ3-64x64v,
     with the split that counts the launch registers; shipped in sessions 42-43) and 4 (session
     43's lab occ4-64x64v: session 12's four-CTA build, which hung before the producer guard;
-    shipped since session 44 for D <= 64 calls of several query blocks) are accepted; 1 means nothing TileLang's defaults do not, 5 leaves consumers 72 registers
+    shipped since session 44 for D <= 64 calls of several query blocks) are accepted; 1 means
+    nothing TileLang's defaults do not, 5 leaves consumers 72 registers
     (kernels.consumer_regs), below the 64 x 64 tile's two accumulators and its scores."""
     assert kernels.MIN_BLOCKS == (0, 2, 3, 4)
     for bad in (1, 5, True):
@@ -606,3 +607,33 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
                                launch.shipped_config(128, 128), 64,
                                launch.LOG2E * default_scale(128), view=True)[1]
     assert "__any_sync" not in kernels.fwd_tc(*off).get_kernel_source()
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
+    """The lab knob ``hoist_left`` (session 44; ``tools/lab_tilelang.py``'s ``hoist``) on the
+    shipped long-call kernel (D = 64: the four-CTA tile; D = 128): the consumer's key loop
+    (tools.sass_loops: the first loop that issues HGMMA) loses the runtime floor division of
+    ``mask_split``'s tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at
+    least 25 instructions (34 and 33 when written), with its tensor work and exponentials,
+    the launch registers and no spills as shipped. Values other than 0 and 1, and 1 without
+    ``mask_split``, are refused."""
+    def key_loop(cfg):
+        args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, 64,
+                                    launch.LOG2E * default_scale(D), view=True)[1]
+        src, sass, res = _cubin(args)
+        loop = sass_loops.loops(sass)[0]
+        lo, hi = int(loop["start"], 16), int(loop["branch"], 16)
+        body = [t for a, t in sass_loops.instructions(sass) if lo <= a <= hi]
+        assert "STL" not in sass and "LDL" not in sass
+        return loop, body, sass_loops.summary(src, sass, res)["registers"]
+    ship = launch.shipped_config(D, D)
+    (off, off_body, off_regs), (on, on_body, on_regs) = (
+        key_loop(c) for c in (ship, launch.with_knobs(ship, hoist_left=1)))
+    assert any("MUFU.RCP" in t for t in off_body) and not any("MUFU.RCP" in t for t in on_body)
+    assert on["instructions"] <= off["instructions"] - 25, (on, off)
+    assert (on["hgmma"], on["ex2"]) == (off["hgmma"], off["ex2"]) and on_regs == off_regs
+    for bad, knobs in ((2, {}), (True, {}), (1, dict(mask_split=False))):
+        with pytest.raises(ValueError, match="hoist_left"):
+            kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(64, hoist_left=bad,
+                                                                      **knobs)))

@@ -1077,14 +1077,16 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 
 
 @pytest.mark.parametrize("ws", [False, True])
-@pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0)])
+@pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
+                                           ("hoist_left", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
-    """``producer_warps`` (session 41) and ``lazy_rescale`` (session 43, TC_KNOBS' last
-    item) are ints: a config written before one of them that ends in ``ws`` is refused
-    there, not read as one producer warp (True) or none, or as a rescale threshold."""
+    """``producer_warps`` (session 41), ``lazy_rescale`` (session 43) and ``hoist_left``
+    (session 44, TC_KNOBS' last item) are ints: a config written before one of them that ends
+    in ``ws`` is refused there, not read as one producer warp (True) or none, as a rescale
+    threshold or as the hoist."""
     full = launch.with_knobs(launch.shipped_config(64, 64))
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "lazy_rescale"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_left"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1097,13 +1099,13 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
-    ``reg_slack``, session 41's ``producer_warps`` and session 43's ``lazy_rescale``
-    follow it, at their defaults) so
+    ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale`` and
+    session 44's ``hoist_left`` follow it, at their defaults) so
     older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
-                                   ("producer_warps", 1), ("lazy_rescale", 0))
+                                   ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)
@@ -1638,3 +1640,43 @@ def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags, scale):
         verdict.assert_pass(o, lse, q, k, v, kw, f"lazy_rescale ramp={ramp}")
         o0, lse0 = swa(q, kp, vp, **kw)
         assert not torch.equal(lse, lse0), "lazy_rescale changed nothing"
+
+
+@pytest.mark.parametrize("D, W, C, flags, kv_start, Lq", [
+    (32, 100, 16, (True, True), 5, 300),      # expanded window edges, some left of 0
+    (64, 200, 7, (True, False), 0, 300),      # a chunk that is no divisor of the tile
+    (32, 50, 64, (False, True), 1000003, 200),  # the kernel frame's chunk offset
+    (64, 96, 16, (True, True), 37, 45),       # Lq < Lk: the query offset
+])
+def test_hoist_left_changes_no_bit_on_the_c_target(D, W, C, flags, kv_start, Lq):
+    """The lab knob ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``) computes
+    ``mask_split``'s last-row left edge once before the key loop: the CPU kernel built with
+    it (``tools.lab_tilelang.cpu_hoist_left``) gives the same bits as the kernel without it
+    (a tile wrongly taken as inside every window would skip its window test and differ),
+    and its source is another kernel's (the knob acts)."""
+    from tools.lab_tilelang import cpu_hoist_left
+    mask_lmk, expand = flags
+    kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand,
+              kv_start=kv_start)
+    q, k, v = _inputs(1, 4, 2, Lq, 300, D, D, torch.float32, seed=44 + D)
+    kp, vp, _ = _poison(q, k, v, kw)
+    o, lse = cpu_hoist_left(q, kp, vp, **kw)
+    o0, lse0 = swa(q, kp, vp, **kw)
+    assert torch.equal(o, o0) and torch.equal(lse, lse0)
+    verdict.assert_pass(o, lse, q, k, v, kw, "hoist_left")
+    from tilelang_impl import api, kernels
+    p = api._problem(q, k, v, W, C, mask_lmk, expand, kv_start, None, devices=("cpu",))
+    args, _ = launch.cpu_kernel_args(p, False, False)
+    assert args[8 + launch._KNOB["mask_split"]] is True  # after the 8 head-dim, flag, layout, tile args
+    src = kernels.fwd_cpu(*args).get_kernel_source()
+    assert kernels.fwd_cpu(*args, hoist_left=1).get_kernel_source() != src
+
+
+def test_hoist_left_backend_is_unsupported_where_the_knob_cannot_act():
+    """``tools.lab_tilelang.cpu_hoist_left`` as a conform backend: above head dim 128 the CPU
+    kernel's knobs have no ``mask_split`` (nor any knob), so the call is ``unsupported``, not
+    a crash or a kernel silently built without the knob."""
+    from tools.lab_tilelang import cpu_hoist_left
+    q, k, v = _inputs(1, 2, 1, 40, 40, 192, 128, torch.float32, seed=44)
+    with pytest.raises(UnsupportedConfig, match="hoist_left"):
+        cpu_hoist_left(q, k, v, window_size=16, chunk_size=8)

@@ -84,6 +84,13 @@ PRODUCER_WARPS = (1, 4)
 #: ``2**8`` of it and a warp none of whose rows moved skips the output rescale
 #: (``macros.online_softmax_update``, ``macros.rescale_output``).
 LAZY_RESCALES = (0, 8)
+#: ``hoist_left`` values the kernels accept (session 44, a lab knob): 0, the key loop computes
+#: the last row's left edge for :func:`_mask_split`'s test every tile (a runtime floor division
+#: by the chunk, which nvcc leaves in the loop, presumably because the loop may run no
+#: iteration and the division may trap; 34 instructions a tile of the consumer's loop at
+#: sm_90a, D = 64), or 1, once before the loop into a register
+#: (``macros.last_row_left``). Only with ``mask_split``.
+HOIST_LEFT = (0, 1)
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -170,7 +177,7 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span):
 @T.macro
 def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                 expand_to_chunk, scale_log2, gpu, lmk_cols=0, win_u32=False, j0=None, pack=0,
-                q_first=None, n_q=None):
+                q_first=None, n_q=None, left_last=None):
     """``mask_scores`` on tiles that cross a window edge; on tiles inside every
     row's window only the scale and the landmark columns (``mask_landmarks``), or
     only the scale without ``mask_lmk`` (``scale_scores``), or nothing at all
@@ -180,10 +187,11 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
     the tile's first landmark column when the caller holds it (``macros.mask_scores``);
     ``pack``: rows hold several heads' queries (``macros.mask_scores``; ``q0`` is
     the first row). The tile's queries are ``n_q`` from ``q_first`` (default: its
-    ``block_M`` rows from ``q0``, unpacked)."""
+    ``block_M`` rows from ``q0``, unpacked). ``left_last``: the last query's left edge, held
+    from before the key loop (the ``hoist_left`` knob), or None (computed here)."""
     inside = M.tile_inside_windows(q0 if q_first is None else q_first, k0,
                                    block_M if n_q is None else n_q, block_N, Lq, Lk, r, W, C,
-                                   expand_to_chunk)
+                                   expand_to_chunk, left_last)
     if mask_lmk or scale_log2 is not None:
         if inside:
             if mask_lmk:
@@ -204,18 +212,19 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
 def _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0, j0,
                 block_M, block_N, Lq, Lk, r, window_size, C, inv_c, mask_lmk, expand_to_chunk,
                 scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold, win_u32, pack,
-                lazy=0):
+                lazy=0, left_last=None):
     """One key tile's scores ``acc_s`` masked (:func:`_mask_split` or ``macros.mask_scores``)
     and folded into the online softmax (``macros.online_softmax_update``): the step both
     key loops of :func:`_fwd_tc_body` run, the shipped one and :func:`_overlap_loop`.
     ``j0``: the tile's first landmark column, or None (``macros.mask_scores``). The window
     is named ``window_size`` as in ``macros``: a macro's parameter names the kernel's scalar
-    in the generated CUDA source, which stays as it was before this macro existed."""
+    in the generated CUDA source, which stays as it was before this macro existed.
+    ``left_last``: :func:`_mask_split`'s, with ``mask_split``."""
     if mask_split:
         _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, window_size, C, inv_c,
                     mask_lmk, expand_to_chunk, None if scale_fold else scale_log2,
                     True, lmk_cols, win_u32, j0, pack,
-                    *((q_first, q_end - q_first) if pack else ()))
+                    *((q_first, q_end - q_first) if pack else (None, None)), left_last)
     else:
         M.mask_scores(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, C,
                       inv_c, mask_lmk, None if scale_fold else scale_log2, True,
@@ -229,7 +238,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
                   left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first, q_end, block_M,
                   block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C, inv_c, mask_lmk,
                   expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold,
-                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False):
+                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False, left_last=None):
     """The key loop with one tile's softmax overlapped with the previous tile's ``P @ V``
     (the ``overlap`` knob of :func:`fwd_tc`; FA3's intra-warpgroup overlap).
 
@@ -271,7 +280,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0,
                         j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                         expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2,
-                        scale_fold, win_u32, pack)
+                        scale_fold, win_u32, pack, 0, left_last)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
         T.warpgroup_fence_operand(acc_p, num_regs=block_M * block_N // threads // 2)
@@ -300,14 +309,15 @@ LMK_ZERO = ("tile", "rows")
 
 
 def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
-                 ws=True, lazy_rescale=0, overlap=0, **flags):
+                 ws=True, lazy_rescale=0, overlap=0, hoist_left=0, mask_split=False, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
     non-zero only with ``min_blocks`` (TileLang's default split has nothing of ours to
     leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
     (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
-    ``overlap``; the other knobs named in ``flags`` are bools."""
+    ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split``; the
+    other knobs named in ``flags`` are bools."""
     if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
         raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
     if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
@@ -321,6 +331,10 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             lazy_rescale and overlap):
         raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
                          f"(kernels.LAZY_RESCALES), not with overlap")
+    if hoist_left not in HOIST_LEFT or isinstance(hoist_left, bool) or (
+            hoist_left and not mask_split):
+        raise ValueError(f"hoist_left={hoist_left!r}: one of {HOIST_LEFT} "
+                         f"(kernels.HOIST_LEFT), 1 only with mask_split")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack
@@ -335,7 +349,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
-                 lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0):
+                 lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -398,8 +412,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
-                 lazy_rescale, overlap, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
+                 lazy_rescale, overlap, hoist_left, mask_split, fast_exp2=fast_exp2,
+                 scale_fold=scale_fold, win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
         raise ValueError(f"reg_slack={reg_slack}: consumers at {regs} registers, fewer than the "
@@ -510,6 +524,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
+            left_last = None  # hoist_left: the last query's left edge, once (HOIST_LEFT)
+            if hoist_left:
+                left_last = T.alloc_var("int32", init=M.last_row_left(
+                    q_end, Lq, Lk, r, W, C, expand_to_chunk))
 
             policy = T.GemmWarpPolicy.FullRow
             if overlap:
@@ -518,7 +536,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                               q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
                               divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
                               fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
-                              policy, threads, overlap == 2)
+                              policy, threads, overlap == 2, left_last)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
                     k0 = lo + (kb0 + kb) * block_N
@@ -535,7 +553,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end,
                                 k0, j0, block_M, block_N, Lq, Lk, r, W, C, divisor(inv_c), mask_lmk,
                                 expand_to_chunk, scale_log2, mask_split, fold, lmk_cols,
-                                fast_exp2, scale_fold, win_u32, pack, lazy_rescale)
+                                fast_exp2, scale_fold, win_u32, pack, lazy_rescale, left_last)
                     T.copy(acc_s, acc_p)
                     M.rescale_output(acc_o, alpha, block_M, Dv, True, lazy_flag)
                     if v_zero:
@@ -598,7 +616,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-           producer_warps: int = 1, lazy_rescale: int = 0):
+           producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -649,7 +667,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     :data:`REG_SLACKS`: consumer registers left below the exact fill of the pool,
     :func:`consumer_regs`; with ``min_blocks`` only), ``lazy_rescale`` (session 43, a lab
     knob, :data:`LAZY_RESCALES`: the conditional output rescale of
-    ``macros.online_softmax_update`` / ``macros.rescale_output``) and ``producer_warps`` (session 41,
+    ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44, a
+    lab knob, :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the
+    key loop) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
@@ -662,7 +682,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale)
+                        lazy_rescale, hoist_left)
 
 
 @tilelang.jit(target=HOPPER,
@@ -675,7 +695,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-                producer_warps: int = 1, lazy_rescale: int = 0):
+                producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -691,7 +711,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale)
+                        lazy_rescale, hoist_left)
 
 
 @tilelang.jit(target=HOPPER)
@@ -744,7 +764,8 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 # --------------------------------------------------------------------------------------
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
-                  scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False, lazy=0):
+                  scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False, lazy=0,
+                  hoist=0):
     """Blocked forward on CUDA or C cores: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
@@ -760,8 +781,9 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     which the driver backs for every thread an SM can hold (2048 x 132 SMs: 4.5 / 9.2 GB
     a process, kept for the context's life); conformance workers on one GPU ran out of
     memory with it (sessions 41 and 43, ``layout``'s fp32 D = 128 cases)."""
-    _check_knobs(lmk_cols, lazy_rescale=lazy, fast_exp2=fast_exp2, scale_fold=scale_fold,
-                 win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
+    _check_knobs(lmk_cols, lazy_rescale=lazy, hoist_left=hoist, mask_split=mask_split,
+                 fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
+                 lmk_rows_j0=lmk_rows_j0, wide=wide)
     if gpu and lmk_zero != "tile":
         raise ValueError(f"lmk_zero={lmk_zero!r}: the fp32 GPU kernel zero-fills on load ('tile')")
     divisor = functools.partial(M.landmark_divisor, wide=wide)  # inv_c itself unless wide
@@ -807,6 +829,10 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     q_l[i, d] = _elem(Q, q_blhd, bz, by, q0 + i, d)
             M.row_left_edges(left_row, q0, bm, Lq, Lk, r, W, C, expand_to_chunk, False)
             M.softmax_init(acc_o, m, l)
+            left_last = None  # hoist: as fwd_tc's hoist_left
+            if hoist:
+                left_last = T.alloc_var("int32", init=M.last_row_left(
+                    q0 + bm, Lq, Lk, r, W, C, expand_to_chunk))
             for kb in T.serial(T.ceildiv(hi - lo, block_N)):
                 k0 = lo + kb * block_N
                 j0 = None
@@ -854,7 +880,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     _mask_split(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, W, C,
                                 divisor(inv_c), mask_lmk, expand_to_chunk,
                                 None if scale_fold else scale_log2,
-                                False, lmk_cols, win_u32, j0)
+                                False, lmk_cols, win_u32, j0, 0, None, None, left_last)
                 else:
                     M.mask_scores(acc_s, left_row, q0, k0, bm, block_N, Lq, Lk, r, C,
                                   divisor(inv_c), mask_lmk, None if scale_fold else scale_log2,
@@ -888,7 +914,7 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
             mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
             fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False,
             lmk_rows_j0: bool = False, pack: int = 0, min_blocks: int = 0, overlap: int = 0,
-            v_chunk: int = 0, wide: bool = False, lazy_rescale: int = 0):
+            v_chunk: int = 0, wide: bool = False, lazy_rescale: int = 0, hoist_left: int = 0):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -907,7 +933,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     ``min_blocks``, ``overlap`` and ``v_chunk``, which must be off (0), and ``wide``, which
     acts as in :func:`fwd_tc` (the same landmark test), and ``lazy_rescale`` (a lab knob,
     :data:`LAZY_RESCALES`), the online softmax's arithmetic as :func:`fwd_tc` has it with the
-    knob (rows are a program's own here, so no vote: a kept row's ``alpha`` is 1). One program per
+    knob (rows are a program's own here, so no vote: a kept row's ``alpha`` is 1), and
+    ``hoist_left`` (a lab knob, :data:`HOIST_LEFT`), as in :func:`fwd_tc`. One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """
@@ -916,7 +943,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
                          f"v_chunk={v_chunk!r}: the C target has none of them (0)")
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
-                         fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide, lazy_rescale)
+                         fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide, lazy_rescale,
+                         hoist_left)
 
 
 @tilelang.jit

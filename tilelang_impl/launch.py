@@ -417,11 +417,14 @@ def prefill_config(p) -> tuple:
 #: ``lazy_rescale`` (session 43, a lab knob, ``kernels.LAZY_RESCALES``): a row keeps its
 #: softmax reference while its max moves at most ``tau`` (base 2), and warps whose rows all kept
 #: theirs skip the output rescale; no shipped config sets it; ``ws`` moves to 21.
+#: ``hoist_left`` (session 44, a lab knob, ``kernels.HOIST_LEFT``): ``mask_split``'s last-row
+#: left edge computed once before the key loop instead of every tile; no shipped config sets
+#: it; ``ws`` moves to 22.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
-            ("lazy_rescale", 0))
+            ("lazy_rescale", 0), ("hoist_left", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 
 
@@ -574,7 +577,8 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
     for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS"),
-                         ("producer_warps", "PRODUCER_WARPS"), ("lazy_rescale", "LAZY_RESCALES")):
+                         ("producer_warps", "PRODUCER_WARPS"), ("lazy_rescale", "LAZY_RESCALES"),
+                         ("hoist_left", "HOIST_LEFT")):
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
             raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "

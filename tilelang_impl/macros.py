@@ -414,7 +414,7 @@ def mask_scores(acc_s, left_row, q_first, k_first, block_M, block_N, Lq, Lk, r, 
 
 @T.macro
 def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_size, chunk_size,
-                        expand_to_chunk):
+                        expand_to_chunk, left_last=None):
     """Whether every key of the tile ``[k_first, k_first + block_N)`` lies inside the
     window of every query row ``q_first .. q_first + block_M - 1`` (rows past ``Lq``
     included, which only makes the test stricter).
@@ -424,11 +424,25 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
     ends at or left of the first row's position. Such a tile needs no window
     test, only the landmark columns (:func:`mask_landmarks`); it never reaches
     past ``Lk`` since the first row's position is below ``r + Lk``.
+
+    ``left_last``: the last row's left edge when the caller holds it in a register
+    (:func:`last_row_left`, the ``hoist_left`` knob of ``kernels.fwd_tc``); else it is
+    computed here, in the key loop (where nvcc leaves the runtime floor division: the SASS
+    of session 44).
     """
     off = Lk - Lq
-    left_last = window_left(r + off + q_first + block_M - 1, window_size, chunk_size,
-                            expand_to_chunk)
+    if left_last is None:
+        left_last = window_left(r + off + q_first + block_M - 1, window_size, chunk_size,
+                                expand_to_chunk)
     return T.And(r + k_first >= left_last, k_first + block_N - 1 <= off + q_first)
+
+
+@T.macro
+def last_row_left(q_end, Lq, Lk, r, window_size, chunk_size, expand_to_chunk):
+    """Left edge (relative position) of the window of query index ``q_end - 1``, the last
+    row of a tile of queries ``[.., q_end)``: the ``left_last`` of
+    :func:`tile_inside_windows` for that tile, computed once before a key loop."""
+    return window_left(r + (Lk - Lq) + q_end - 1, window_size, chunk_size, expand_to_chunk)
 
 
 @T.macro

@@ -516,6 +516,19 @@ VARIANTS = {
               "D128 rows +0..+5%, D64 rows +0..+3% (the multiplies skipped on most tiles after "
               "the first few; against: a vote and a branch a tile, and the first tiles of each "
               "row still rescale); decode-class calls not in this variant"),
+    # Session 44 (written on the CPU): the tile test of mask_split (macros.tile_inside_windows)
+    # compares each key tile with the last row's left edge, a runtime floor division by the
+    # chunk that nvcc leaves in the consumer's key loop (the loop may run no iteration, so the
+    # division is not hoisted: integer division may trap). hoist_left computes it once before
+    # the loop into a register. sm_90a CPU build, C = 64: the key loop 470 -> 436
+    # instructions at D = 64 (the four-CTA tile) and 507 -> 474 at D = 128, I2F.RP / MUFU.RCP
+    # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
+    "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
+              "launch.shipped_config with hoist_left=1 (kernels.HOIST_LEFT): mask_split's "
+              "last-row left edge computed once before the key loop",
+              "D64 rows +0..+4%, D128 rows +0..+2% (about 34 fewer instructions a tile, 7% of "
+              "the key loop, on a latency-bound chain where the four CTAs' issue slots are "
+              "busier than at two; against: the removed division overlapped the QK^T wgmma)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
@@ -524,11 +537,10 @@ VARIANTS = {
 }
 
 
-def cpu_lazy_rescale(q, k, v, **kw):
-    """``tilelang_impl.sliding_window_attention`` on CPU tensors with its CPU kernel built
-    with ``lazy_rescale = 8`` (the ``lazy8`` variant's arithmetic on the C target): a backend
-    for ``hils-swa conform --backend lazy8=tools.lab_tilelang:cpu_lazy_rescale --device
-    cpu``. The launch of ``launch.run_cpu`` (``launch.cpu_kernel_args``) with that knob."""
+def _cpu_with(q, k, v, knobs, **kw):
+    """``tilelang_impl.sliding_window_attention`` on CPU tensors with its CPU kernel built with
+    the lab ``knobs`` (names of ``kernels.fwd_cpu``'s arguments) set: the launch of
+    ``launch.run_cpu`` (``launch.cpu_kernel_args``) with them."""
     import torch
 
     from tilelang_impl import api, kernels
@@ -542,9 +554,29 @@ def cpu_lazy_rescale(q, k, v, **kw):
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
     args, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
-    ker = kernels.fwd_cpu(*args, lazy_rescale=8)
+    at = 8 + launch._KNOB["mask_split"]  # args: head dims, flags, layouts, tile, the knobs
+    if knobs.get("hoist_left") and not (len(args) > at and args[at]):
+        from reference import UnsupportedConfig
+        raise UnsupportedConfig(f"hoist_left acts with mask_split, which the CPU kernel's knobs "
+                                f"at Dqk={p.Dqk}, Dv={p.Dv} do not set")
+    ker = kernels.fwd_cpu(*args, **knobs)
     ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, *runtime)
     return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse
+
+
+def cpu_lazy_rescale(q, k, v, **kw):
+    """The CPU kernel built with ``lazy_rescale = 8`` (the ``lazy8`` variant's arithmetic on
+    the C target, :func:`_cpu_with`): a backend for ``hils-swa conform --backend
+    lazy8=tools.lab_tilelang:cpu_lazy_rescale --device cpu``."""
+    return _cpu_with(q, k, v, dict(lazy_rescale=8), **kw)
+
+
+def cpu_hoist_left(q, k, v, **kw):
+    """The CPU kernel built with ``hoist_left = 1`` (the ``hoist`` variant's tile test on the
+    C target, :func:`_cpu_with`; ``UnsupportedConfig`` at head dims whose CPU knobs lack
+    ``mask_split``, above 128): a backend for ``hils-swa conform --backend hoist=tools.lab_tilelang:cpu_hoist_left --device
+    cpu``."""
+    return _cpu_with(q, k, v, dict(hoist_left=1), **kw)
 
 
 def _occ2_128x64(D, stages):
