@@ -1652,8 +1652,12 @@ def test_hoist_left_changes_no_bit_on_the_c_target(D, W, C, flags, kv_start, Lq)
     """The lab knob ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``) computes
     ``mask_split``'s last-row left edge once before the key loop: the CPU kernel built with
     it (``tools.lab_tilelang.cpu_hoist_left``) gives the same bits as the kernel without it
-    (a tile wrongly taken as inside every window would skip its window test and differ),
-    and its source is another kernel's (the knob acts)."""
+    (a tile wrongly taken as inside every window would skip its window test and differ;
+    an edge too far right only sends more tiles through the full test, which this cannot
+    see), and the knob acts: with ``expand_to_chunk`` the C source's key loop (``for (int32_t
+    kb``) has one floor division by the chunk fewer, and the code before it one more."""
+    import re
+
     from tools.lab_tilelang import cpu_hoist_left
     mask_lmk, expand = flags
     kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand,
@@ -1667,9 +1671,16 @@ def test_hoist_left_changes_no_bit_on_the_c_target(D, W, C, flags, kv_start, Lq)
     from tilelang_impl import api, kernels
     p = api._problem(q, k, v, W, C, mask_lmk, expand, kv_start, None, devices=("cpu",))
     args, _ = launch.cpu_kernel_args(p, False, False)
-    assert args[8 + launch._KNOB["mask_split"]] is True  # after the 8 head-dim, flag, layout, tile args
-    src = kernels.fwd_cpu(*args).get_kernel_source()
-    assert kernels.fwd_cpu(*args, hoist_left=1).get_kernel_source() != src
+    assert args[8 + launch._KNOB["mask_split"]] is True  # after head dims, flags, layouts, tile
+
+    def divisions(hoist):  # floor divisions by the chunk before the key loop and in it
+        src = kernels.fwd_cpu(*args, hoist_left=hoist).get_kernel_source()
+        at = re.search(r"for \(int32_t kb = ", src).start()
+        return src[:at].count("/ chunk_size)"), src[at:].count("/ chunk_size)")
+    (before, inside), (before_on, inside_on) = divisions(0), divisions(1)
+    # without expand_to_chunk the edge has no division: the knob moves a subtraction only
+    want = (before + 1, inside - 1) if expand else (before, inside)
+    assert (before_on, inside_on) == want, (before, inside, before_on, inside_on)
 
 
 def test_hoist_left_backend_is_unsupported_where_the_knob_cannot_act():

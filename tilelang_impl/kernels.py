@@ -88,8 +88,9 @@ LAZY_RESCALES = (0, 8)
 #: the last row's left edge for :func:`_mask_split`'s test every tile (a runtime floor division
 #: by the chunk, which nvcc leaves in the loop, presumably because the loop may run no
 #: iteration and the division may trap; 34 instructions a tile of the consumer's loop at
-#: sm_90a, D = 64), or 1, once before the loop into a register
-#: (``macros.last_row_left``). Only with ``mask_split``.
+#: sm_90a, D = 64; kernels with ``expand_to_chunk`` only: without it the edge has no
+#: division), or 1, once before the loop into a register (``macros.last_row_left``). Only
+#: with ``mask_split``, and not with ``overlap`` or ``pack`` (not built or run there).
 HOIST_LEFT = (0, 1)
 
 
@@ -316,8 +317,9 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     non-zero only with ``min_blocks`` (TileLang's default split has nothing of ours to
     leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
     (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
-    ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split``; the
-    other knobs named in ``flags`` are bools."""
+    ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
+    without ``overlap`` or ``pack`` (paths it was not built or run on); the other knobs named
+    in ``flags`` are bools."""
     if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
         raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
     if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
@@ -332,9 +334,10 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
         raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
                          f"(kernels.LAZY_RESCALES), not with overlap")
     if hoist_left not in HOIST_LEFT or isinstance(hoist_left, bool) or (
-            hoist_left and not mask_split):
+            hoist_left and (not mask_split or overlap or pack)):
         raise ValueError(f"hoist_left={hoist_left!r}: one of {HOIST_LEFT} "
-                         f"(kernels.HOIST_LEFT), 1 only with mask_split")
+                         f"(kernels.HOIST_LEFT), 1 only with mask_split and without overlap "
+                         f"or pack (not built or run there)")
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack

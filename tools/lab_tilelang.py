@@ -518,9 +518,9 @@ VARIANTS = {
               "row still rescale); decode-class calls not in this variant"),
     # Session 44 (written on the CPU): the tile test of mask_split (macros.tile_inside_windows)
     # compares each key tile with the last row's left edge, a runtime floor division by the
-    # chunk that nvcc leaves in the consumer's key loop (the loop may run no iteration, so the
-    # division is not hoisted: integer division may trap). hoist_left computes it once before
-    # the loop into a register. sm_90a CPU build, C = 64: the key loop 470 -> 436
+    # chunk (with expand_to_chunk) that nvcc leaves in the consumer's key loop (presumably
+    # because the loop may run no iteration and an integer division may trap; not checked).
+    # hoist_left computes it once before the loop into a register. sm_90a CPU build, C = 64: the key loop 470 -> 436
     # instructions at D = 64 (the four-CTA tile) and 507 -> 474 at D = 128, I2F.RP / MUFU.RCP
     # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
     "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
@@ -554,7 +554,7 @@ def _cpu_with(q, k, v, knobs, **kw):
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
     args, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
-    at = 8 + launch._KNOB["mask_split"]  # args: head dims, flags, layouts, tile, the knobs
+    at = 8 + launch._KNOB["mask_split"]  # args: head dims, flags, layouts, tile, knobs
     if knobs.get("hoist_left") and not (len(args) > at and args[at]):
         from reference import UnsupportedConfig
         raise UnsupportedConfig(f"hoist_left acts with mask_split, which the CPU kernel's knobs "
