@@ -1691,3 +1691,20 @@ def test_hoist_left_backend_is_unsupported_where_the_knob_cannot_act():
     q, k, v = _inputs(1, 2, 1, 40, 40, 192, 128, torch.float32, seed=44)
     with pytest.raises(UnsupportedConfig, match="hoist_left"):
         cpu_hoist_left(q, k, v, window_size=16, chunk_size=8)
+
+
+def test_cpu_kernel_args_refuse_knobs_past_wide(monkeypatch):
+    """``kernels.fwd_cpu`` takes TC_KNOBS by position up to ``wide`` and its lab knobs
+    (``lazy_rescale``, ``hoist_left``) by name, so ``launch.cpu_kernel_args`` refuses a knob
+    tuple that reaches past ``wide`` (a GPU knob such as ``lmk_const`` would land in a lab
+    knob's slot) instead of building a kernel that misreads it. The shipped knobs stop at
+    ``wide`` at every head dim."""
+    from tilelang_impl import api
+    q, k, v = _inputs(1, 2, 1, 40, 40, 64, 64, torch.float32, seed=44)
+    p = api._problem(q, k, v, 16, 8, True, True, 0, None, devices=("cpu",))
+    for D in (32, 64, 96, 128, 192, 256):
+        assert len(launch.tc_knobs(D, D)) <= launch._KNOB["wide"] + 1, D
+    launch.cpu_kernel_args(p, False, False)
+    monkeypatch.setattr(launch, "call_knobs", lambda *a, **kw: launch.full_knobs(()))
+    with pytest.raises(RuntimeError, match="past 'wide'"):
+        launch.cpu_kernel_args(p, False, False)

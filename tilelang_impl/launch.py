@@ -1076,6 +1076,11 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, tuple]:
     W, C, r, inv_c, sl2 = scalars(p)
     knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2,
                        wide=wide_positions(p, C))
+    # kernels.fwd_cpu follows TC_KNOBS by position only up to ``wide``; its later arguments
+    # are the lab knobs, given by name: a longer tuple would land a GPU knob in one of them
+    if len(knobs) > _KNOB["wide"] + 1:
+        raise RuntimeError(f"cpu_kernel_args: knobs {knobs!r} reach past 'wide', which "
+                           f"kernels.fwd_cpu does not take by position")
     return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
             (W, C, r, inv_c, sl2))
 
