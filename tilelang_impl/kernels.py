@@ -34,7 +34,7 @@ from tvm.target import Target
 
 from . import macros as M
 from . import producer_guard as PG
-from .launch import FP32_TILE, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
+from .launch import FP32_TILE, INT_KNOBS, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -320,24 +320,20 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
     without ``overlap`` or ``pack`` (paths it was not built or run on); the other knobs named
     in ``flags`` are bools."""
-    if min_blocks not in MIN_BLOCKS or isinstance(min_blocks, bool):
-        raise ValueError(f"min_blocks={min_blocks!r}: one of {MIN_BLOCKS} (kernels.MIN_BLOCKS)")
-    if reg_slack not in REG_SLACKS or isinstance(reg_slack, bool) or (reg_slack and not min_blocks):
-        raise ValueError(f"reg_slack={reg_slack!r}: one of {REG_SLACKS} (kernels.REG_SLACKS), "
-                         f"non-zero only with min_blocks")
-    if producer_warps not in PRODUCER_WARPS or isinstance(producer_warps, bool) or (
-            producer_warps != 1 and not ws):
-        raise ValueError(f"producer_warps={producer_warps!r}: one of {PRODUCER_WARPS} "
-                         f"(kernels.PRODUCER_WARPS), 1 without warp specialisation (no producer)")
-    if lazy_rescale not in LAZY_RESCALES or isinstance(lazy_rescale, bool) or (
-            lazy_rescale and overlap):
-        raise ValueError(f"lazy_rescale={lazy_rescale!r}: one of {LAZY_RESCALES} "
-                         f"(kernels.LAZY_RESCALES), not with overlap")
-    if hoist_left not in HOIST_LEFT or isinstance(hoist_left, bool) or (
-            hoist_left and (not mask_split or overlap or pack)):
-        raise ValueError(f"hoist_left={hoist_left!r}: one of {HOIST_LEFT} "
-                         f"(kernels.HOIST_LEFT), 1 only with mask_split and without overlap "
-                         f"or pack (not built or run there)")
+    # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
+    # stand here, and where one may
+    for name, value, off, ok, where in (
+            ("min_blocks", min_blocks, 0, True, ""),
+            ("reg_slack", reg_slack, 0, min_blocks, "non-zero only with min_blocks"),
+            ("producer_warps", producer_warps, 1, ws,
+             "1 without warp specialisation (no producer)"),
+            ("lazy_rescale", lazy_rescale, 0, not overlap, "not with overlap"),
+            ("hoist_left", hoist_left, 0, mask_split and not overlap and not pack,
+             "1 only with mask_split and without overlap or pack (not built or run there)")):
+        values = globals()[INT_KNOBS[name]]
+        if value not in values or isinstance(value, bool) or (value != off and not ok):
+            raise ValueError(f"{name}={value!r}: one of {values} (kernels.{INT_KNOBS[name]})"
+                             + (f", {where}" if where else ""))
     if not (isinstance(lmk_cols, int) and not isinstance(lmk_cols, bool) and lmk_cols >= 0):
         raise ValueError(f"lmk_cols={lmk_cols!r}: a non-negative int")
     if not (isinstance(pack, int) and not isinstance(pack, bool) and 0 <= pack

@@ -426,6 +426,12 @@ TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
             ("lazy_rescale", 0), ("hoist_left", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
+#: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
+#: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
+#: config whose ``ws`` (a bool) stands where one of them belongs.
+INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
+             "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
+             "hoist_left": "HOIST_LEFT"}
 
 
 def with_knobs(config, **values) -> tuple:
@@ -576,9 +582,7 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
-    for name, values in (("min_blocks", "MIN_BLOCKS"), ("reg_slack", "REG_SLACKS"),
-                         ("producer_warps", "PRODUCER_WARPS"), ("lazy_rescale", "LAZY_RESCALES"),
-                         ("hoist_left", "HOIST_LEFT")):
+    for name, values in INT_KNOBS.items():
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
             raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "

@@ -430,11 +430,10 @@ def tile_inside_windows(q_first, k_first, block_M, block_N, Lq, Lk, r, window_si
     computed here, in the key loop (where nvcc leaves the runtime floor division: the SASS
     of session 44).
     """
-    off = Lk - Lq
     if left_last is None:
-        left_last = window_left(r + off + q_first + block_M - 1, window_size, chunk_size,
-                                expand_to_chunk)
-    return T.And(r + k_first >= left_last, k_first + block_N - 1 <= off + q_first)
+        left_last = last_row_left(q_first + block_M, Lq, Lk, r, window_size, chunk_size,
+                                  expand_to_chunk)
+    return T.And(r + k_first >= left_last, k_first + block_N - 1 <= Lk - Lq + q_first)
 
 
 @T.macro
