@@ -195,9 +195,9 @@ TC_VARIANTS = {
     "d128-split-wide": _tc(128, 128, split=True, wide=True),
     # session 42: D <= 64 calls of several query blocks (launch.shipped_config: the 64x64
     # tile, three CTAs per SM then, four since session 44, the view of v one chunk a tile):
-    # C >= 64 one landmark column, 32 <= C < 64 two, C < 32 the general test, an unfoldable scale; the view at C = 64
-    # (lmk_const) and at C = 128 (a landmark in every other tile: no lmk_const); Dqk != Dv,
-    # D = 32, BLHD, both flags off, no mask_lmk, and built wide
+    # C >= 64 one landmark column, 32 <= C < 64 two, C < 32 the general test, an unfoldable
+    # scale; the view at C = 64 (lmk_const) and at C = 128 (a landmark in every other tile: no
+    # lmk_const); Dqk != Dv, D = 32, BLHD, both flags off, no mask_lmk, and built wide
     "d64-long": _tc(64, 64, long=True),
     "d64-long-lmk2": _tc(64, 64, C=32, long=True),
     "d64-long-general": _tc(64, 64, C=16, long=True),
@@ -333,12 +333,18 @@ def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     assert "STL" not in sass and "LDL" not in sass
 
 
+def _call_args(D, cfg):
+    """Factory arguments of the fwd_tc kernel that a full ``cfg`` (a tile and TC_KNOBS) gives
+    a bf16 call at ``Dqk = Dv = D``, both flags, C = 64 and the default scale, the view of v
+    admitted (launch.tc_kernel_key)."""
+    return launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, 64,
+                                launch.LOG2E * default_scale(D), view=True)[1]
+
+
 def _occ3_args(name="occ3-64x64v"):
     """Factory arguments of a lab occ3 variant at D = 64, C = 64, the view admitted."""
     from tools import lab_tilelang as L
-    return launch.tc_kernel_key(64, 64, "bfloat16", True, True, False, False,
-                                L.VARIANTS[name][0](64), 64,
-                                launch.LOG2E * default_scale(64), view=True)[1]
+    return _call_args(64, L.VARIANTS[name][0](64))
 
 
 @pytest.mark.parametrize("name, tile, threads, n, want, view", [
@@ -593,19 +599,15 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
     (``__any_sync``, VOTE in the SASS), the launch registers are the shipped kernel's and
     nothing spills; off, the kernel source has neither."""
     import re
-    on = launch.with_knobs(launch.shipped_config(128, 128), lazy_rescale=8)
-    args = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False, on, 64,
-                                launch.LOG2E * default_scale(128), view=True)[1]
-    src, sass, res = _cubin(args)
+    src, sass, res = _cubin(_call_args(
+        128, launch.with_knobs(launch.shipped_config(128, 128), lazy_rescale=8)))
     assert "__any_sync" in src and "VOTE.ANY" in sass, "no warp vote"
     branch = src[src.index("if (__any_sync("):]
     branch = branch[:branch.index("\n      }\n")]  # the branch's body, to its closing brace
     assert "acc_o" in branch and "alpha" in branch, branch[:600]  # the rescale inside it
     assert re.findall(r"REG:(\d+)", res) == [str(kernels.launch_regs(128, 2))], res
     assert "STL" not in sass and "LDL" not in sass
-    off = launch.tc_kernel_key(128, 128, "bfloat16", True, True, False, False,
-                               launch.shipped_config(128, 128), 64,
-                               launch.LOG2E * default_scale(128), view=True)[1]
+    off = _call_args(128, launch.shipped_config(128, 128))
     assert "__any_sync" not in kernels.fwd_tc(*off).get_kernel_source()
 
 
@@ -620,9 +622,7 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or run on),
     are refused."""
     def key_loop(cfg):
-        args = launch.tc_kernel_key(D, D, "bfloat16", True, True, False, False, cfg, 64,
-                                    launch.LOG2E * default_scale(D), view=True)[1]
-        src, sass, res = _cubin(args)
+        src, sass, res = _cubin(_call_args(D, cfg))
         loop = sass_loops.loops(sass)[0]
         lo, hi = int(loop["start"], 16), int(loop["branch"], 16)
         body = [t for a, t in sass_loops.instructions(sass) if lo <= a <= hi]
