@@ -540,7 +540,8 @@ VARIANTS = {
 def _cpu_with(q, k, v, knobs, **kw):
     """``tilelang_impl.sliding_window_attention`` on CPU tensors with its CPU kernel built with
     the lab ``knobs`` (names of ``kernels.fwd_cpu``'s arguments) set: the launch of
-    ``launch.run_cpu`` (``launch.cpu_kernel_args``) with them."""
+    ``launch.run_cpu`` (``launch.cpu_kernel_args``) with them. A knob the kernel refuses beside
+    the call's other knobs (``kernels._check_knobs``) makes the call ``UnsupportedConfig``."""
     import torch
 
     from tilelang_impl import api, kernels
@@ -554,12 +555,11 @@ def _cpu_with(q, k, v, knobs, **kw):
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
     args, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
-    at = 8 + launch._KNOB["mask_split"]  # args: head dims, flags, layouts, tile, knobs
-    if knobs.get("hoist_left") and not (len(args) > at and args[at]):
+    try:
+        ker = kernels.fwd_cpu(*args, **knobs)
+    except ValueError as e:  # kernels._check_knobs: a lab knob these head dims' knobs refuse
         from reference import UnsupportedConfig
-        raise UnsupportedConfig(f"hoist_left acts with mask_split, which the CPU kernel's knobs "
-                                f"at Dqk={p.Dqk}, Dv={p.Dv} do not set")
-    ker = kernels.fwd_cpu(*args, **knobs)
+        raise UnsupportedConfig(f"Dqk={p.Dqk}, Dv={p.Dv}: {e}") from e
     ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, *runtime)
     return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse
 
