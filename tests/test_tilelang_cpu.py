@@ -792,8 +792,8 @@ def test_lmk_cols_rule_per_call():
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
         v_chunk=launch.TC_V_CHUNK, lmk_const=True)
     # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, four CTAs per
-    # SM since session 44 (three before), the view of v at one chunk per tile; above 64 the two configs (one-block calls, packed
-    # or not, and longer ones: launch.grid_config) are one
+    # SM since session 44 (three before), the view of v at one chunk per tile; above 64 the two
+    # configs (one-block calls, packed or not, and longer ones: launch.grid_config) are one
     assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
         (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=4, v_chunk=1, lmk_const=True)
     assert launch.shipped_config(64, 80) == launch.short_config(64, 80)
