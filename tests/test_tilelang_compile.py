@@ -210,6 +210,18 @@ TC_VARIANTS = {
     "d64-long-noflags": _tc(64, 64, lmk=False, exp=False, long=True),
     "d64-long-nolmk": _tc(64, 64, lmk=False, long=True),
     "d64-long-general-wide": _tc(64, 64, C=16, wide=True, long=True),
+    # session 45: calls of several query blocks at 64 < max(Dqk, Dv) <= 128 bake hoist_left
+    # (launch.TC_HOIST_LEFT; calls of one block, the entries above, do not): D = 128 and 96
+    # with one landmark column, two and the general test, an unfoldable scale, and the view
+    # at C = 64 (the bench's D = 128 prefill)
+    "d128-long": _tc(128, 128, long=True),
+    "d128-long-lmk2": _tc(128, 128, C=32, long=True),
+    "d128-long-general": _tc(128, 128, C=16, long=True),
+    "d128-long-noscalefold": _tc(128, 128, scale=False, long=True),
+    "d128-long-vchunk": _tc(128, 128, view=True, long=True),
+    "d96-long": _tc(96, 96, long=True),
+    "d96-long-lmk2": _tc(96, 96, C=32, long=True),
+    "d96-long-general": _tc(96, 96, C=16, long=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -227,7 +239,8 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     prefill grid (lmk_cols 0, 1, 2), for D = 128 on split-KV with and without
     expand_to_chunk (0, 1, 2) is among the compiled variants (the prefill tile was the
     same for every ``Lq`` from session 12 to 41; since session 42 D = 64 has two, both here:
-    launch.grid_config); D = 96 split-KV at C = 64 only, other head dims
+    launch.grid_config; since session 45 D = 96 and 128 have two, the long calls' with
+    ``hoist_left``); D = 96 split-KV at C = 64 only, other head dims
     below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
@@ -311,7 +324,7 @@ def _cubin(args):
 
 @pytest.mark.parametrize("name", ["d64", "d128", "d96-general", "d64-pack", "d128-blhd",
                                   "d128-split", "d128-split-noflags", "d64-vchunk2",
-                                  "d128-split-vchunk"])
+                                  "d128-split-vchunk", "d128-long-vchunk"])
 def test_two_ctas_per_sm_get_the_registers_setmaxnreg_asks_for(name):
     """min_blocks = 2 (launch.TC_MIN_BLOCKS): ``__launch_bounds__(256, 2)`` makes ptxas
     give each thread kernels.launch_regs(128, 2) = 128 registers at launch; the
@@ -613,14 +626,15 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
-    """The lab knob ``hoist_left`` (session 44; ``tools/lab_tilelang.py``'s ``hoist``) on the
-    shipped long-call kernel (D = 64: the four-CTA tile; D = 128): the consumer's key loop
-    (tools.sass_loops: the first loop that issues HGMMA) loses the runtime floor division of
-    ``mask_split``'s tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at
-    least 25 instructions (34 and 33 when written), with its tensor work and exponentials,
-    the launch registers and no spills as shipped. Values other than 0 and 1, and 1 without
-    ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or run on),
-    are refused."""
+    """The knob ``hoist_left`` (session 44, shipped in session 45 for calls of several query
+    blocks: ``launch.TC_HOIST_LEFT``) on the long-call kernel (D = 64: the four-CTA tile;
+    D = 128) against the same config without it: the consumer's key loop (tools.sass_loops:
+    the first loop that issues HGMMA) loses the runtime floor division of ``mask_split``'s
+    tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at least 25
+    instructions (34 and 33 when written), with its tensor work and exponentials, the launch
+    registers and no spills unchanged. The kernel refuses values other than 0 and 1, and 1
+    without ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or
+    run on), past ``launch.call_knobs``, which drops the permission there."""
     def key_loop(cfg):
         src, sass, res = _cubin(_call_args(D, cfg))
         loop = sass_loops.loops(sass)[0]
@@ -629,14 +643,16 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
         assert "STL" not in sass and "LDL" not in sass
         return loop, body, sass_loops.summary(src, sass, res)["registers"]
     ship = launch.shipped_config(D, D)
+    assert launch.full_knobs(ship[4:])[launch._KNOB["hoist_left"]] == 1
     (off, off_body, off_regs), (on, on_body, on_regs) = (
-        key_loop(c) for c in (ship, launch.with_knobs(ship, hoist_left=1)))
+        key_loop(c) for c in (launch.with_knobs(ship, hoist_left=0), ship))
     assert any("MUFU.RCP" in t for t in off_body) and not any("MUFU.RCP" in t for t in on_body)
     assert on["instructions"] <= off["instructions"] - 25, (on, off)
     assert (on["hgmma"], on["ex2"]) == (off["hgmma"], off["ex2"]) and on_regs == off_regs
     if D == 64:  # the refusals need no build: once
         for bad, knobs in ((2, {}), (True, {}), (1, dict(mask_split=False)), (1, dict(overlap=1)),
                            (1, dict(pack=4))):
+            full = launch.full_knobs(_shipped_knobs(64, pack=knobs.pop("pack", 0), **knobs))
+            full[launch._KNOB["hoist_left"]] = bad  # as baked, past call_knobs' permission
             with pytest.raises(ValueError, match="hoist_left"):
-                kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=_shipped_knobs(
-                    64, hoist_left=bad, **knobs)))
+                kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=full))

@@ -765,17 +765,20 @@ def test_lmk_cols_rule_per_call():
     # positive scale), win_u32, lmk_rows_j0 (only with mask_lmk and lmk_cols > 0)
     sl2 = launch.LOG2E / 128 ** 0.5
     # (64-key tiles: C >= 64 one landmark column, 32 <= C < 64 two); two CTAs per SM
+    # (calls of several query blocks: hoist_left since session 45, _hoisted)
     tail, occ = (True, True, True, True), (0, 2)
-    assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == ("rows", True, True, 1) + tail + occ
-    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == ("rows", True, True, 2) + tail + occ
-    assert launch.tc_kernel_args(ship, True, 16, sl2)[2] == (("rows", True, True, 0) + tail[:3]
-                                                             + (False,) + occ)  # general
-    assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == ("rows", True, True, 1, True, False,
-                                                               True, True) + occ  # cannot fold
-    assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == ("rows", True, True, 0, True, True,
-                                                              True, False) + occ  # no landmarks: no j0
-    assert launch.tc_kernel_args(ship)[2] == ("rows", True, True, 0, True, False, True,
-                                              False) + occ  # no call
+    assert launch.tc_kernel_args(ship, True, 64, sl2)[2] == _hoisted(("rows", True, True, 1) + tail
+                                                                     + occ)
+    assert launch.tc_kernel_args(ship, True, 32, sl2)[2] == _hoisted(("rows", True, True, 2) + tail
+                                                                     + occ)
+    assert launch.tc_kernel_args(ship, True, 16, sl2)[2] == _hoisted(
+        ("rows", True, True, 0) + tail[:3] + (False,) + occ)  # general
+    assert launch.tc_kernel_args(ship, True, 64, -sl2)[2] == _hoisted(
+        ("rows", True, True, 1, True, False, True, True) + occ)  # cannot fold
+    assert launch.tc_kernel_args(ship, False, 64, sl2)[2] == _hoisted(
+        ("rows", True, True, 0, True, True, True, False) + occ)  # no landmarks: no j0
+    assert launch.tc_kernel_args(ship)[2] == _hoisted(
+        ("rows", True, True, 0, True, False, True, False) + occ)  # no call
     # split-KV (64-key tiles: C = 64 is one landmark column): landmark rows, full mask,
     # fast_exp2, scale_fold per call, win_u32; no lmk_rows_j0
     split = launch.split_config(128, 128)
@@ -792,12 +795,16 @@ def test_lmk_cols_rule_per_call():
         (64, 128, 2, 128) + launch.tc_knobs(32, 64), min_blocks=launch.TC_MIN_BLOCKS,
         v_chunk=launch.TC_V_CHUNK, lmk_const=True)
     # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, four CTAs per
-    # SM since session 44 (three before), the view of v at one chunk per tile; above 64 the two
-    # configs (one-block calls, packed or not, and longer ones: launch.grid_config) are one
+    # SM since session 44 (three before), the view of v at one chunk per tile; from 65 to 128
+    # the two configs (one-block calls, packed or not, and longer ones: launch.grid_config)
+    # differ in hoist_left only (session 45; before, they were one), above 128 they are one
     assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
-        (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=4, v_chunk=1, lmk_const=True)
-    assert launch.shipped_config(64, 80) == launch.short_config(64, 80)
-    assert launch.shipped_config(128, 128) == launch.short_config(128, 128)
+        (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=4, v_chunk=1, lmk_const=True,
+        hoist_left=1)
+    assert launch.shipped_config(64, 80) == launch.with_knobs(launch.short_config(64, 80),
+                                                              hoist_left=1)
+    assert launch.shipped_config(128, 128) == launch.with_knobs(launch.short_config(128, 128),
+                                                                hoist_left=1)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
@@ -962,6 +969,37 @@ def test_scale_fold_rule_per_call():
     assert launch.tc_kernel_args(ship, True, 64, -0.2)[2] == on[:5] + (False,) + on[6:]
 
 
+def _hoisted(knobs: tuple) -> tuple:
+    """A call's knob values (``knobs``, a prefix of TC_KNOBS' order) as baked for a call of
+    several query blocks at head dims up to 128: the knobs after them at their defaults but
+    ``hoist_left``, 1 (launch.TC_HOIST_LEFT, TC_KNOBS' last item; session 45)."""
+    assert launch.TC_KNOBS[-1][0] == "hoist_left"
+    return tuple(knobs) + tuple(d for _, d in launch.TC_KNOBS[len(knobs):-1]) + (1,)
+
+
+def test_hoist_left_permission_per_call():
+    """``hoist_left`` (launch.TC_HOIST_LEFT, session 45) is on in the configs of calls of
+    several query blocks at head dims up to 128 (launch.grid_config), off for calls of one
+    block and above 128 (no ``mask_split``), and launch.call_knobs drops it where the kernel
+    refuses it (kernels._check_knobs): without ``mask_split``, with ``overlap`` or with
+    ``pack`` baked; a permission on a call that packs nothing (G = 1) stays."""
+    hl = launch._KNOB["hoist_left"]
+
+    def baked(cfg, group=1):
+        return launch.full_knobs(launch.tc_kernel_args(cfg, True, 64, 0.2, group)[2])[hl]
+    for Dqk, Dv in ((32, 32), (64, 64), (64, 80), (96, 96), (128, 128)):
+        assert baked(launch.grid_config(Dqk, Dv, 65)) == launch.TC_HOIST_LEFT == 1
+        assert baked(launch.grid_config(Dqk, Dv, 64)) == 0
+        ship = launch.shipped_config(Dqk, Dv)
+        assert baked(launch.with_knobs(ship, pack=True), group=4) == 0
+        assert baked(launch.with_knobs(ship, pack=True), group=1) == 1
+        assert baked(launch.with_knobs(ship, overlap=1)) == 0
+        assert baked(launch.with_knobs(ship, mask_split=False)) == 0
+    assert launch.shipped_config(192, 192) == launch.short_config(192, 192) == (64, 64, 2, 128)
+    assert launch.shipped_config(128, 128) == launch.with_knobs(launch.short_config(128, 128),
+                                                                hoist_left=1)
+
+
 @pytest.mark.parametrize("sm_scale", [0.0, -0.3])
 def test_scale_fold_forced_with_nonpositive_scale_is_wrong(sm_scale):
     """The fold needs a positive scale (-inf * 0 = NaN, -inf * -s = +inf): baked in
@@ -1083,8 +1121,9 @@ def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43) and ``hoist_left``
     (session 44, TC_KNOBS' last item) are ints: a config written before one of them that ends
     in ``ws`` is refused there, not read as one producer warp (True) or none, as a rescale
-    threshold or as the hoist."""
-    full = launch.with_knobs(launch.shipped_config(64, 64))
+    threshold or as the hoist. (The config: the shipped long-call one with ``hoist_left`` off,
+    so that every knob from ``producer_warps`` on is at its default.)"""
+    full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0)
     at = 4 + launch._KNOB[knob]
     assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_left"
     with pytest.raises(ValueError, match=knob):
@@ -1114,8 +1153,9 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     for D in (64, 128):  # shipped at D <= 128 since session 5
         ship = launch.shipped_config(D, D)
         assert launch.tc_kernel_args(ship, True, 64)[2][launch._KNOB["lmk_rows_j0"]] is True
-        assert launch.tc_kernel_args(ship, True, 16)[2] == ("rows", True, True, 0, True, False, True,
-                                                            False, 0, launch.ctas_per_sm(ship))
+        # at C = 16 no landmark columns, no view, no lmk_const; hoist_left (session 45) stays
+        assert launch.tc_kernel_args(ship, True, 16)[2] == _hoisted(
+            ("rows", True, True, 0, True, False, True, False, 0, launch.ctas_per_sm(ship)))
 
 
 def test_prefill_grid_packs_gqa_heads_where_they_fit(monkeypatch):
@@ -1283,10 +1323,13 @@ def test_v_chunk_knob_resolved_per_call():
     assert cfg[4 + at] == 2 and launch.TC_V_CHUNK == 2  # session 28: tiles of up to two chunks
     assert launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=True)[at] is True
     assert launch.call_knobs(cfg[4:], True, 128, 64, 0.2, view=True)[at] is True
-    assert len(launch.call_knobs(cfg[4:], True, 32, 64, 0.2, view=True)) <= at  # C < block_N
-    assert len(launch.call_knobs(cfg[4:], True, 64, 128, 0.2, view=True)) <= at
-    assert len(launch.call_knobs(cfg[4:], True, 64, 64, 0.2, view=False)) <= at
-    assert len(launch.call_knobs(cfg[4:], False, 64, 64, 0.2, view=True)) <= at
+
+    def span(*call, **kw):  # the v_chunk value baked (0: none, trimmed or not)
+        return launch.full_knobs(launch.call_knobs(cfg[4:], *call, **kw))[at]
+    assert span(True, 32, 64, 0.2, view=True) == 0  # C < block_N
+    assert span(True, 64, 128, 0.2, view=True) == 0
+    assert span(True, 64, 64, 0.2, view=False) == 0
+    assert span(False, 64, 64, 0.2, view=True) == 0
     # the split kernel carries the same permission since session 28 (zeroing before)
     assert launch.with_knobs(launch.split_config(128, 128))[4 + at] == launch.TC_V_CHUNK
     assert launch.with_knobs(launch.split_config(128, 128, True, False))[4 + at] is False  # noexp
@@ -1366,7 +1409,7 @@ def test_v_chunk_in_the_plan(monkeypatch, D, C, Lk, kv_start, want):
     p = _meta_problem(1, 32, 32, 2048, Lk, D, D, window_size=512, chunk_size=C, kv_start=kv_start)
     S, kind, args = launch._plan(*_plan_args(p))
     assert S == 1 and kind == "fwd_tc"
-    got = len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT]
+    got = bool(len(args) > launch._V_CHUNK_AT and args[launch._V_CHUNK_AT])
     assert got is want
     # the neighbour that flips the rule shares every other key field: its own plan
     q = _meta_problem(1, 32, 32, 2048, Lk + 1 if want else Lk, D, D, window_size=512,
@@ -1649,28 +1692,36 @@ def test_lazy_rescale_arithmetic_on_the_c_target(dtype, D, W, C, flags, scale):
     (64, 96, 16, (True, True), 37, 45),       # Lq < Lk: the query offset
 ])
 def test_hoist_left_changes_no_bit_on_the_c_target(D, W, C, flags, kv_start, Lq):
-    """The lab knob ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``) computes
-    ``mask_split``'s last-row left edge once before the key loop: the CPU kernel built with
-    it (``tools.lab_tilelang.cpu_hoist_left``) gives the same bits as the kernel without it
-    (a tile wrongly taken as inside every window would skip its window test and differ;
-    an edge too far right only sends more tiles through the full test, which this cannot
-    see), and the knob acts: with ``expand_to_chunk`` the C source's key loop (``for (int32_t
-    kb``) has one floor division by the chunk fewer, and the code before it one more."""
+    """``hoist_left`` (session 44, shipped in session 45 for calls of several 64-row query
+    blocks, ``launch.TC_HOIST_LEFT``) computes ``mask_split``'s last-row left edge once
+    before the key loop: the CPU kernel built with it gives the same bits as the kernel
+    without it (a tile wrongly taken as inside every window would skip its window test and
+    differ; an edge too far right only sends more tiles through the full test, which this
+    cannot see); the public CPU path bakes it as the GPU's prefill grid does
+    (``launch.cpu_kernel_args``: for ``Lq > 64``); and the knob acts: with
+    ``expand_to_chunk`` the C source's key loop (``for (int32_t kb``) has one floor division
+    by the chunk fewer, and the code before it one more."""
     import re
 
-    from tools.lab_tilelang import cpu_hoist_left
+    from tools.lab_tilelang import _cpu_with, cpu_hoist_left
     mask_lmk, expand = flags
     kw = dict(window_size=W, chunk_size=C, mask_lmk=mask_lmk, expand_to_chunk=expand,
               kv_start=kv_start)
     q, k, v = _inputs(1, 4, 2, Lq, 300, D, D, torch.float32, seed=44 + D)
     kp, vp, _ = _poison(q, k, v, kw)
     o, lse = cpu_hoist_left(q, kp, vp, **kw)
-    o0, lse0 = swa(q, kp, vp, **kw)
+    o0, lse0 = _cpu_with(q, kp, vp, dict(hoist_left=0), **kw)
     assert torch.equal(o, o0) and torch.equal(lse, lse0)
     verdict.assert_pass(o, lse, q, k, v, kw, "hoist_left")
     from tilelang_impl import api, kernels
     p = api._problem(q, k, v, W, C, mask_lmk, expand, kv_start, None, devices=("cpu",))
-    args, _ = launch.cpu_kernel_args(p, False, False)
+    args, named, _ = launch.cpu_kernel_args(p, False, False)
+    assert named == ({"hoist_left": 1} if Lq > 64 else {}), named
+    launch._cache.clear()
+    o1, lse1 = swa(q, kp, vp, **kw)
+    assert torch.equal(o, o1) and torch.equal(lse, lse1)
+    (key,) = [key for key in launch._cache if key[0] == "fwd_cpu"]
+    assert (("hoist_left", 1) in key) == (Lq > 64), key
     assert args[8 + launch._KNOB["mask_split"]] is True  # after head dims, flags, layouts, tile
 
     def divisions(hoist):  # floor divisions by the chunk before the key loop and in it

@@ -15,6 +15,9 @@ from tilelang_impl import launch  # noqa: E402
 # session 44; the lab compiles shared
 # kernels once.
 ALIASES = {"nolmkcols", "shipped"}
+# session 45: "hoist" shipped (launch.TC_HOIST_LEFT; "shipped" stands for it), and "nohoist",
+# the kernel shipped before, is occ4-64x64v's at D = 64 and occ3-64x64v's at D = 128
+ALIASES |= {"nohoist"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
 # shipped kernel (noise checks); at D = 64 "s5-rows+fold" is what shipped after that lab
 S5 = {"s5-rows", "s5-rows+fold", "s5+fold"}
@@ -73,19 +76,23 @@ def test_shipped_and_lmkcols_variants():
         def kern(name):
             return launch.tc_kernel_args(L.VARIANTS[name][0](D), True, L.C_T, sl2)
         now = launch.tc_kernel_args(launch.shipped_config(D, D), True, L.C_T, sl2)
-        # session 44: shipped = occ4-64x64v at D = 64 (occ3-64x64v in sessions 42-43, now the
-        # same kernel at three CTAs); prev-64x128 = the config occ3 replaced,
-        # launch.short_config (session 12's occ2-64x128 tile and the knobs since): one config
-        # at D = 128
-        prev = kern("prev-64x128")
-        assert kern("shipped") == now == kern("occ4-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
+        # session 45: shipped = hoist (launch.TC_HOIST_LEFT) at both head dims; nohoist, the
+        # kernel shipped before, = occ4-64x64v at D = 64 (shipped in session 44; occ3-64x64v
+        # in sessions 42-43, the same kernel at three CTAs); prev-64x128 = the config occ3
+        # replaced, launch.short_config (session 12's occ2-64x128 tile and the knobs since):
+        # at D = 128 nohoist's config, and occ3's and occ4's there
+        prev, nohoist = kern("prev-64x128"), kern("nohoist")
+        assert kern("shipped") == now == kern("hoist") != nohoist
+        assert now[2] == tuple(1 if i == launch._KNOB["hoist_left"] else k
+                               for i, k in enumerate(launch.full_knobs(nohoist[2])))
+        assert nohoist == kern("occ4-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
         occ3 = kern("occ3-64x64v")
-        assert (occ3 == now) == (D == 128)
+        assert (occ3 == nohoist) == (D == 128)
         if D == 64:
-            assert occ3[:2] == now[:2] and occ3[2] == tuple(
-                3 if i == launch._KNOB["min_blocks"] else k for i, k in enumerate(now[2]))
+            assert occ3[:2] == nohoist[:2] and occ3[2] == tuple(
+                3 if i == launch._KNOB["min_blocks"] else k for i, k in enumerate(nohoist[2]))
         assert now[1] == ((64, 64, 2, 128) if D == 64 else launch.tc_config(D, D))
-        assert (prev == now) == (D == 128) and prev[1] == launch.tc_config(D, D)
+        assert (prev == nohoist) == (D == 128) and prev[1] == launch.tc_config(D, D)
         assert L.VARIANTS["base"][0](D) == L.SESSION11_TILE
         # the session-5 knobs, on session 12's tile with two CTAs per SM
         s5 = kern("s5-rows+fold")

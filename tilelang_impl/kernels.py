@@ -84,7 +84,8 @@ PRODUCER_WARPS = (1, 4)
 #: ``2**8`` of it and a warp none of whose rows moved skips the output rescale
 #: (``macros.online_softmax_update``, ``macros.rescale_output``).
 LAZY_RESCALES = (0, 8)
-#: ``hoist_left`` values the kernels accept (session 44, a lab knob): 0, the key loop computes
+#: ``hoist_left`` values the kernels accept (session 44; shipped in session 45 for calls of
+#: several query blocks, ``launch.TC_HOIST_LEFT``): 0, the key loop computes
 #: the last row's left edge for :func:`_mask_split`'s test every tile (a runtime floor division
 #: by the chunk, which nvcc leaves in the loop, presumably because the loop may run no
 #: iteration and the division may trap; 34 instructions a tile of the consumer's loop at
@@ -666,9 +667,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     :data:`REG_SLACKS`: consumer registers left below the exact fill of the pool,
     :func:`consumer_regs`; with ``min_blocks`` only), ``lazy_rescale`` (session 43, a lab
     knob, :data:`LAZY_RESCALES`: the conditional output rescale of
-    ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44, a
-    lab knob, :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the
-    key loop) and ``producer_warps`` (session 41,
+    ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44,
+    :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the key loop;
+    ``launch.shipped_config`` sets it since session 45) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
@@ -933,7 +934,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     acts as in :func:`fwd_tc` (the same landmark test), and ``lazy_rescale`` (a lab knob,
     :data:`LAZY_RESCALES`), the online softmax's arithmetic as :func:`fwd_tc` has it with the
     knob (rows are a program's own here, so no vote: a kept row's ``alpha`` is 1), and
-    ``hoist_left`` (a lab knob, :data:`HOIST_LEFT`), as in :func:`fwd_tc`. One program per
+    ``hoist_left`` (:data:`HOIST_LEFT`), as in :func:`fwd_tc` (``launch.cpu_kernel_args`` sets
+    it where the GPU's prefill grid does). One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """

@@ -84,6 +84,24 @@ TC_MIN_BLOCKS = 2
 #: numbers were measured on.
 TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 
+#: The ``hoist_left`` permission of :func:`shipped_config` (calls of several query blocks) at
+#: ``max(Dqk, Dv) <= 128``, where ``mask_split`` ships (session 45): ``mask_split``'s last-row
+#: left edge computed once before the consumer's key loop (``macros.last_row_left``) instead
+#: of every key tile, a runtime floor division by the chunk that nvcc leaves in the loop. The
+#: key loop at sm_90a, C = 64: 470 -> 436 instructions at D = 64, 507 -> 474 at D = 128
+#: (``tools/sass_loops``), HGMMA and EX2 unchanged, registers as before. Lab on an H100 at
+#: bbc3780 (lab variants ``shipped`` / ``hoist``, two runs, L2 not flushed,
+#: bench_results/tilelang-lab45-h100-{1,2}.json): 32/32/128 L=8K 330.1 -> 351.8 and 332.1
+#: -> 350.5 TFLOP/s, L=16K 343.2 -> 366.5 and 346.8 -> 366.0, GQA 32/4 D=64 L=8K 284.1 ->
+#: 299.3 and 286.3 -> 295.3, 16/2 267.2 -> 275.0 and 270.0 -> 271.8, batch 4 x 4K 293.0 ->
+#: 299.6 and 294.6 -> 304.1, chunked Lq=512 of 8K D=128 305.2 -> 305.4 and 306.8 -> 312.3
+#: (predicted D = 64 +0..+4%, D = 128 +0..+2%: the division cost more than its instruction
+#: count, on the consumer's serial chain). 100,000 eager launches without a hang
+#: (``tools/lab_hang``). Calls of one query block keep the per-tile edge (not measured with
+#: the knob); :func:`call_knobs` drops the permission where the kernel cannot take it
+#: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` or ``pack`` baked).
+TC_HOIST_LEFT = 1
+
 
 #: The ``v_chunk`` permission of the prefill-grid config at ``max(Dqk, Dv) <= 128``
 #: (:func:`short_config`; 1 in :data:`TC_LONG`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
@@ -291,16 +309,20 @@ def short_config(Dqk: int, Dv: int) -> tuple:
 @functools.cache
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of several query blocks
-    (``Lq > block_M``; rows not packed): :func:`short_config`, but at ``max(Dqk, Dv) <= 64``
-    (:data:`TC_LONG`) the 64 x 64 tile with four CTAs per SM (``min_blocks`` 4) and the
-    chunk view of ``v`` at one chunk per tile (``v_chunk`` 1). What :func:`run_cuda` uses
+    (``Lq > block_M``; rows not packed): :func:`short_config` with the ``hoist_left``
+    permission (:data:`TC_HOIST_LEFT`, since session 45) at ``max(Dqk, Dv) <= 128``, and at
+    ``max(Dqk, Dv) <= 64`` (:data:`TC_LONG`) the 64 x 64 tile with four CTAs per SM
+    (``min_blocks`` 4) and the chunk view of ``v`` at one chunk per tile (``v_chunk`` 1);
+    above 128, :func:`short_config` itself. What :func:`run_cuda` uses
     when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``,
     :func:`grid_config`)."""
     cfg = short_config(Dqk, Dv)
-    if max(Dqk, Dv) > TC_LONG["max_d"]:
+    if max(Dqk, Dv) > 128:
         return cfg
+    if max(Dqk, Dv) > TC_LONG["max_d"]:
+        return with_knobs(cfg, hoist_left=TC_HOIST_LEFT)
     return with_knobs(TC_LONG["tile"] + cfg[2:], min_blocks=TC_LONG["min_blocks"],
-                      v_chunk=TC_LONG["v_chunk"])
+                      v_chunk=TC_LONG["v_chunk"], hoist_left=TC_HOIST_LEFT)
 
 
 def packs(p, block_M: int) -> bool:
@@ -355,7 +377,8 @@ def grid_config(Dqk: int, Dv: int, Lq: int) -> tuple:
     """The prefill-grid config of a call of ``Lq`` queries at head dims ``Dqk``/``Dv``, rows
     not packed: :func:`shipped_config` for several query blocks (``Lq > block_M``), else
     :func:`short_config` (decode, short chunks: the tile their numbers were measured on).
-    Both tiles have 64 rows; above head dim 64 they are one config."""
+    Both tiles have 64 rows; from head dim 65 to 128 they differ in ``hoist_left`` only, and
+    above 128 they are one config."""
     short = short_config(Dqk, Dv)
     return shipped_config(Dqk, Dv) if Lq > short[0] else short
 
@@ -417,9 +440,9 @@ def prefill_config(p) -> tuple:
 #: ``lazy_rescale`` (session 43, a lab knob, ``kernels.LAZY_RESCALES``): a row keeps its
 #: softmax reference while its max moves at most ``tau`` (base 2), and warps whose rows all kept
 #: theirs skip the output rescale; no shipped config sets it; ``ws`` moves to 21.
-#: ``hoist_left`` (session 44, a lab knob, ``kernels.HOIST_LEFT``): ``mask_split``'s last-row
-#: left edge computed once before the key loop instead of every tile; no shipped config sets
-#: it; ``ws`` moves to 22.
+#: ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``): ``mask_split``'s last-row left edge
+#: computed once before the key loop instead of every tile; a permission (:func:`call_knobs`),
+#: on in :func:`shipped_config` since session 45 (:data:`TC_HOIST_LEFT`); ``ws`` moves to 22.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -503,7 +526,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     multi-chunk tile) where ``view`` (the call's :func:`v_chunk_call`), else 0. ``wide``
     is on where the call needs it (``wide``: :func:`wide_positions`) or the config asks for
     it (a lab timing its cost: the wide test is exact at every position a kernel gets).
-    ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call."""
+    ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call.
+    ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
+    neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``)."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -516,6 +541,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
     lc = _KNOB["lmk_const"]
     full[lc] = bool(full[lc]) and lmk_const_acts(full[vc], full[cols], C, block_N)
+    hl = _KNOB["hoist_left"]  # the value itself where it may act: the kernel checks it
+    if not full[_KNOB["mask_split"]] or full[_KNOB["overlap"]] or full[pk]:
+        full[hl] = 0
     return trimmed_knobs(full)
 
 
@@ -659,13 +687,16 @@ def combine_key(tc_args: tuple) -> tuple[str, tuple]:
 _cache: dict[tuple, object] = {}
 
 
-def _kernel(kind: str, *args):
-    ker = _cache.get((kind,) + args)
+def _kernel(kind: str, *args, **named):
+    """The kernel ``kernels.<kind>(*args, **named)``, built once (cached under its arguments;
+    ``named``: the CPU kernel's knobs it takes by name, :func:`cpu_kernel_args`)."""
+    key = args + tuple(sorted(named.items()))
+    ker = _cache.get((kind,) + key)
     if ker is None:
         from . import kernels  # TileLang import deferred to the first launch
         if kind == "fwd_tc":  # warp-specialised: built with the producer guard, or refused
             producer_guard.ensure()
-        ker = _keep(kind, args, getattr(kernels, kind)(*args))
+        ker = _keep(kind, key, getattr(kernels, kind)(*args, **named))
     return ker
 
 
@@ -990,7 +1021,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
     in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
-    off left out); ``force_split`` as in :func:`run_cuda`; a call run over batch slices
+    off or at their default left out); ``force_split`` as in :func:`run_cuda`; a call run over batch slices
     is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
     wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
@@ -1006,7 +1037,8 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
-             for (name, _), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val not in (False, 0, "tile")]
+             for (name, off), val in zip(TC_KNOBS, args[_KNOBS_AT:])
+             if val not in (False, 0, "tile") and val != off]
     text = f"{kind} {bm}x{bn} s{stages} t{threads}"
     if S > 1:
         text += f" S={S} +{combine_key(args)[0]}"
@@ -1071,12 +1103,14 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
 CPU_TILE = (16, 16)
 
 
-def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, tuple]:
-    """``kernels.fwd_cpu``'s factory arguments for a call and the kernel's runtime scalars
-    (:func:`scalars`): the knobs the GPU kernel ships for these head dims (:func:`tc_knobs`;
-    the ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for` for the 16-key tile;
-    ``scale_fold`` per call, :func:`scale_fold_ok`), so the CPU tier runs the same macros as
-    the GPU (16 x 16 tiles)."""
+def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, dict, tuple]:
+    """``kernels.fwd_cpu``'s factory arguments for a call (positional, then by name) and the
+    kernel's runtime scalars (:func:`scalars`): the knobs the GPU kernel ships for these head
+    dims (:func:`tc_knobs`; the ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for`
+    for the 16-key tile; ``scale_fold`` per call, :func:`scale_fold_ok`), and by name
+    ``hoist_left`` as the call's prefill-grid config bakes it (:func:`grid_config`: on for
+    calls of several 64-row query blocks at ``max(Dqk, Dv) <= 128``, :data:`TC_HOIST_LEFT`),
+    so the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
     W, C, r, inv_c, sl2 = scalars(p)
     knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2,
                        wide=wide_positions(p, C))
@@ -1085,13 +1119,15 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, tuple]:
     if len(knobs) > _KNOB["wide"] + 1:
         raise RuntimeError(f"cpu_kernel_args: knobs {knobs!r} reach past 'wide', which "
                            f"kernels.fwd_cpu does not take by position")
+    gpu = full_knobs(call_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:], p.mask_lmk, C, CPU_TILE[1]))
+    named = {"hoist_left": gpu[_KNOB["hoist_left"]]} if gpu[_KNOB["hoist_left"]] else {}
     return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
-            (W, C, r, inv_c, sl2))
+            named, (W, C, r, inv_c, sl2))
 
 
 def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``
     (:func:`cpu_kernel_args`)."""
-    args, runtime = cpu_kernel_args(p, q_blhd, kv_blhd)
-    _kernel("fwd_cpu", *args)(q, k, v, o32, lse, *runtime)
+    args, named, runtime = cpu_kernel_args(p, q_blhd, kv_blhd)
+    _kernel("fwd_cpu", *args, **named)(q, k, v, o32, lse, *runtime)
 

@@ -2,15 +2,16 @@
 launched many times, eager and under CUDA-graph replay, each mode in a child process that
 a watchdog kills when it stops making progress (GPU).
 
-    python -m tools.lab_hang --variant occ4-64x64v --shape "B4 GQA32/4 D64 L4K" \\
+    python -m tools.lab_hang --variant shipped --shape "B4 GQA32/4 D64 L4K" \\
         --launches 20000 --every 500 [--stall-s 20] [--out DIR]
     python -m tools.lab_hang --variant occ3-64x64v --dims 1,32,4,512,512,64   (any shape)
 
 Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs per SM):
 +8..+15% on the D = 64 GQA rows in every lab run that finished them, and one of six hung while timing
 ``B4 GQA32/4 D64 L4K``. Since session 41's producer guard three CTAs (``occ3-64x64v``) and four
-(``occ4-64x64v``, the shipped long-call build at D <= 64 since session 44; the default) ran
-100,000 launches of that shape without a hang. The child synchronises every ``--every`` launches and prints the
+(``occ4-64x64v``, the shipped long-call build at D <= 64 in session 44) ran 100,000 launches
+of that shape without a hang, and so did ``hoist`` eager (session 45), the kernel that
+``shipped`` (the default) has been since. The child synchronises every ``--every`` launches and prints the
 count; the parent reports the last count it saw when the child stalls for ``--stall-s``
 (the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
 mode and writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` runs a shape of
@@ -210,7 +211,7 @@ def watch(cmd: list, mode: str, launches: int, every: int, stall_s: float,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", default="occ4-64x64v")
+    ap.add_argument("--variant", default="shipped")
     ap.add_argument("--shape", default="B4 GQA32/4 D64 L4K",
                     help="one of the lab's timed shapes (tools/lab_tilelang.py SHAPES)")
     ap.add_argument("--dims", default=None, help="B,Hq,Hkv,Lq,Lk,D instead of --shape")

@@ -523,12 +523,19 @@ VARIANTS = {
     # hoist_left computes it once before the loop into a register. sm_90a CPU build, C = 64: the key loop 470 -> 436
     # instructions at D = 64 (the four-CTA tile) and 507 -> 474 at D = 128, I2F.RP / MUFU.RCP
     # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
+    # Shipped in session 45 (launch.TC_HOIST_LEFT): lab on an H100 at bbc3780, two runs,
+    # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +6..+7%, D64 +1..+5%, chunked
+    # +0..+2%. Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
     "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
               "launch.shipped_config with hoist_left=1 (kernels.HOIST_LEFT): mask_split's "
               "last-row left edge computed once before the key loop",
               "D64 rows +0..+4%, D128 rows +0..+2% (about 34 fewer instructions a tile, 7% of "
               "the key loop, on a latency-bound chain where the four CTAs' issue slots are "
               "busier than at two; against: the removed division overlapped the QK^T wgmma)"),
+    "nohoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=0),
+                "launch.shipped_config without hoist_left (shipped until session 45): "
+                "mask_split's last-row left edge computed in every key tile",
+                "D128 rows -5..-7%, D64 rows -1..-5% (session 45's lab, reversed)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: shipped",
@@ -554,9 +561,9 @@ def _cpu_with(q, k, v, knobs, **kw):
     (q_, k_, v_), q_blhd, kv_blhd = api._views(q.float(), k.float(), v.float())
     o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
     lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
-    args, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
+    args, named, runtime = launch.cpu_kernel_args(p, q_blhd, kv_blhd)
     try:
-        ker = kernels.fwd_cpu(*args, **knobs)
+        ker = kernels.fwd_cpu(*args, **{**named, **knobs})
     except ValueError as e:  # kernels._check_knobs: a lab knob these head dims' knobs refuse
         from reference import UnsupportedConfig
         raise UnsupportedConfig(f"Dqk={p.Dqk}, Dv={p.Dv}: {e}") from e
@@ -572,8 +579,9 @@ def cpu_lazy_rescale(q, k, v, **kw):
 
 
 def cpu_hoist_left(q, k, v, **kw):
-    """The CPU kernel built with ``hoist_left = 1`` (the ``hoist`` variant's tile test on the
-    C target, :func:`_cpu_with`; ``UnsupportedConfig`` at head dims whose CPU knobs lack
+    """The CPU kernel built with ``hoist_left = 1`` for every call (the ``hoist`` variant's tile
+    test on the C target, :func:`_cpu_with`; the public CPU path bakes it for ``Lq > 64``
+    only, as the GPU's prefill grid does, ``launch.cpu_kernel_args``; ``UnsupportedConfig`` at head dims whose CPU knobs lack
     ``mask_split``, above 128): a backend for ``hils-swa conform --backend hoist=tools.lab_tilelang:cpu_hoist_left --device
     cpu``."""
     return _cpu_with(q, k, v, dict(hoist_left=1), **kw)
