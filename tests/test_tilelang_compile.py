@@ -624,6 +624,49 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
     assert "__any_sync" not in kernels.fwd_tc(*off).get_kernel_source()
 
 
+def _producer_loops(sass):
+    """Every backward branch of a fwd_tc SASS whose body (its target to the branch) issues TMA
+    loads (UTMALDG) and no HGMMA: the producer's key loop as nvcc laid it out (several nested
+    back branches), each as (instructions, integer divisions: MUFU.RCP) of its body."""
+    import re
+    ins = sass_loops.instructions(sass)
+    out = []
+    for a, t in ins:
+        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a:
+            body = [u for b, u in ins if int(m.group(1), 16) <= b <= a]
+            if any("UTMALDG" in u for u in body) and not any("HGMMA" in u for u in body):
+                out.append((len(body), sum("MUFU.RCP" in u for u in body)))
+    return out
+
+
+def test_hoist_keys_takes_divisions_out_of_the_producer_loop():
+    """The lab knob ``hoist_keys`` (session 45; ``tools/lab_tilelang.py``'s ``hkeys``) on the
+    shipped D = 64 long-call kernel: the innermost region of the producer's key loop (the
+    shortest back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions
+    (the key/value head, the block's first key and the V view's chunk index) and 156
+    instructions without it, 1 (the chunk index) and 109 with it, when written; the test asks
+    for fewer divisions and at least 25 instructions fewer, with the launch registers, no
+    spills and the consumer's HGMMA and EX2 as shipped. The kernel refuses it with
+    ``overlap`` and values other than 0 and 1."""
+    ship = launch.shipped_config(64, 64)
+    built = []
+    for cfg in (ship, launch.with_knobs(ship, hoist_keys=1)):
+        src, sass, res = _cubin(_call_args(64, cfg))
+        assert "STL" not in sass and "LDL" not in sass
+        loop = sass_loops.loops(sass)[0]
+        built.append((min(_producer_loops(sass)), (loop["hgmma"], loop["ex2"]),
+                      sass_loops.summary(src, sass, res)["registers"]))
+    (off, off_mma, off_regs), (on, on_mma, on_regs) = built
+    assert on[1] < off[1] and on[0] <= off[0] - 25, (off, on)
+    assert on_mma == off_mma and on_regs == off_regs
+    for bad, knobs in ((2, {}), (True, {}), (1, dict(overlap=1))):
+        full = launch.full_knobs(_shipped_knobs(64, **knobs))
+        full[launch._KNOB["hoist_keys"]] = bad
+        with pytest.raises(ValueError, match="hoist_keys"):
+            kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=full))
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     """The knob ``hoist_left`` (session 44, shipped in session 45 for calls of several query

@@ -972,9 +972,10 @@ def test_scale_fold_rule_per_call():
 def _hoisted(knobs: tuple) -> tuple:
     """A call's knob values (``knobs``, a prefix of TC_KNOBS' order) as baked for a call of
     several query blocks at head dims up to 128: the knobs after them at their defaults but
-    ``hoist_left``, 1 (launch.TC_HOIST_LEFT, TC_KNOBS' last item; session 45)."""
-    assert launch.TC_KNOBS[-1][0] == "hoist_left"
-    return tuple(knobs) + tuple(d for _, d in launch.TC_KNOBS[len(knobs):-1]) + (1,)
+    ``hoist_left``, 1 (launch.TC_HOIST_LEFT; session 45), trailing defaults left out."""
+    at = launch._KNOB["hoist_left"]
+    return launch.trimmed_knobs(tuple(knobs) + tuple(d for _, d in launch.TC_KNOBS[len(knobs):at])
+                                + (1,))
 
 
 def test_hoist_left_permission_per_call():
@@ -1116,16 +1117,16 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
-                                           ("hoist_left", 0)])
+                                           ("hoist_left", 0), ("hoist_keys", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
-    """``producer_warps`` (session 41), ``lazy_rescale`` (session 43) and ``hoist_left``
-    (session 44, TC_KNOBS' last item) are ints: a config written before one of them that ends
-    in ``ws`` is refused there, not read as one producer warp (True) or none, as a rescale
-    threshold or as the hoist. (The config: the shipped long-call one with ``hoist_left`` off,
+    """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
+    44) and ``hoist_keys`` (session 45, TC_KNOBS' last item) are ints: a config written before
+    one of them that ends in ``ws`` is refused there, not read as one producer warp (True) or
+    none, as a rescale threshold or as a hoist. (The config: the shipped long-call one with ``hoist_left`` off,
     so that every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0)
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_left"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_keys"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1138,13 +1139,14 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     ThreadSync at Dv = 80/96/112), after the shipped knobs in TC_KNOBS (only the
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
-    ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale`` and
-    session 44's ``hoist_left`` follow it, at their defaults) so
+    ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale``,
+    session 44's ``hoist_left`` and session 45's ``hoist_keys`` follow it, at their defaults) so
     older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
-                                   ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0))
+                                   ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0),
+                                   ("hoist_keys", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -93,6 +93,13 @@ LAZY_RESCALES = (0, 8)
 #: division), or 1, once before the loop into a register (``macros.last_row_left``). Only
 #: with ``mask_split``, and not with ``overlap`` or ``pack`` (not built or run there).
 HOIST_LEFT = (0, 1)
+#: ``hoist_keys`` values the kernels accept (session 45, a lab knob): 0, the key/value head
+#: (``by // (Hq // Hkv)``) and the block's first key (``lo``, a floor division by the chunk with
+#: ``expand_to_chunk``) as expressions that the warp-specialised loop recomputes where it uses
+#: them (nvcc leaves their runtime integer divisions in the producer's key loop: three to five
+#: a tile in the SASS of session 44, D = 64), or 1, both held in registers from before the key
+#: loop (``T.alloc_var``). Not with ``overlap`` (not built or run there).
+HOIST_KEYS = (0, 1)
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -311,7 +318,8 @@ LMK_ZERO = ("tile", "rows")
 
 
 def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
-                 ws=True, lazy_rescale=0, overlap=0, hoist_left=0, mask_split=False, **flags):
+                 ws=True, lazy_rescale=0, overlap=0, hoist_left=0, mask_split=False, hoist_keys=0,
+                 **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
@@ -319,8 +327,8 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
     (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
     ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
-    without ``overlap`` or ``pack`` (paths it was not built or run on); the other knobs named
-    in ``flags`` are bools."""
+    without ``overlap`` or ``pack`` (paths it was not built or run on); ``hoist_keys`` one of
+    :data:`HOIST_KEYS`, not with ``overlap``; the other knobs named in ``flags`` are bools."""
     # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
     # stand here, and where one may
     for name, value, off, ok, where in (
@@ -330,7 +338,8 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
              "1 without warp specialisation (no producer)"),
             ("lazy_rescale", lazy_rescale, 0, not overlap, "not with overlap"),
             ("hoist_left", hoist_left, 0, mask_split and not overlap and not pack,
-             "1 only with mask_split and without overlap or pack (not built or run there)")):
+             "1 only with mask_split and without overlap or pack (not built or run there)"),
+            ("hoist_keys", hoist_keys, 0, not overlap, "not with overlap (not built or run there)")):
         values = globals()[INT_KNOBS[name]]
         if value not in values or isinstance(value, bool) or (value != off and not ok):
             raise ValueError(f"{name}={value!r}: one of {values} (kernels.{INT_KNOBS[name]})"
@@ -349,7 +358,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
-                 lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0):
+                 lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0,
+                 hoist_keys=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -412,7 +422,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
-                 lazy_rescale, overlap, hoist_left, mask_split, fast_exp2=fast_exp2,
+                 lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, fast_exp2=fast_exp2,
                  scale_fold=scale_fold, win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
@@ -506,6 +516,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             q_first = q0 // pack if pack else q0  # the tile's queries [q_first, q_end)
             q_end = T.min((q0 + block_M - 1) // pack + 1, Lq) if pack else q0 + block_M
             lo, hi = M.block_key_range(q_first, q_end, Lq, Lk, r, W, C, expand_to_chunk)
+            if hoist_keys:  # HOIST_KEYS: once, in registers, before the loop uses them
+                hk = T.alloc_var("int32", init=hk)
+                lo = T.alloc_var("int32", init=lo)
             n_kb = T.ceildiv(hi - lo, block_N)
             kb0 = 0
             n_it = n_kb
@@ -616,7 +629,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-           producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0):
+           producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
+           hoist_keys: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -669,7 +683,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     knob, :data:`LAZY_RESCALES`: the conditional output rescale of
     ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44,
     :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the key loop;
-    ``launch.shipped_config`` sets it since session 45) and ``producer_warps`` (session 41,
+    ``launch.shipped_config`` sets it since session 45), ``hoist_keys`` (session 45, a lab
+    knob, :data:`HOIST_KEYS`: the key/value head and the block's first key held in registers
+    from before the key loop) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
@@ -682,7 +698,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left)
+                        lazy_rescale, hoist_left, hoist_keys)
 
 
 @tilelang.jit(target=HOPPER,
@@ -695,7 +711,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 scale_fold: bool = False, win_u32: bool = False, lmk_rows_j0: bool = False,
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
-                producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0):
+                producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
+                hoist_keys: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -711,7 +728,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left)
+                        lazy_rescale, hoist_left, hoist_keys)
 
 
 @tilelang.jit(target=HOPPER)

@@ -443,18 +443,21 @@ def prefill_config(p) -> tuple:
 #: ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``): ``mask_split``'s last-row left edge
 #: computed once before the key loop instead of every tile; a permission (:func:`call_knobs`),
 #: on in :func:`shipped_config` since session 45 (:data:`TC_HOIST_LEFT`); ``ws`` moves to 22.
+#: ``hoist_keys`` (session 45, a lab knob, ``kernels.HOIST_KEYS``): the key/value head and the
+#: block's first key held in registers from before the key loop, where the producer's loop
+#: recomputed their integer divisions every tile; no shipped config sets it; ``ws`` moves to 23.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
-            ("lazy_rescale", 0), ("hoist_left", 0))
+            ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 #: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
 #: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
 #: config whose ``ws`` (a bool) stands where one of them belongs.
 INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
              "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
-             "hoist_left": "HOIST_LEFT"}
+             "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS"}
 
 
 def with_knobs(config, **values) -> tuple:

@@ -532,6 +532,16 @@ VARIANTS = {
               "D64 rows +0..+4%, D128 rows +0..+2% (about 34 fewer instructions a tile, 7% of "
               "the key loop, on a latency-bound chain where the four CTAs' issue slots are "
               "busier than at two; against: the removed division overlapped the QK^T wgmma)"),
+    # Session 45 (written on the CPU): the producer's key loop recomputes the key/value head
+    # (Hq / Hkv, then by / G) and the block's first key (a floor division by the chunk) every
+    # tile: runtime integer divisions nvcc leaves in the loop (session 44's SASS, D = 64: three
+    # to five a tile). hoist_keys holds both in registers from before the loop.
+    "hkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=1),
+              "launch.shipped_config with hoist_keys=1 (kernels.HOIST_KEYS): the key/value head "
+              "and the block's first key held in registers from before the key loop",
+              "D64 rows +0..+3%, D128 rows +0..+2% (the producer runs a tile ahead of the "
+              "consumers: its divisions cost only where it falls behind, at four CTAs an SM "
+              "the likeliest)"),
     "nohoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=0),
                 "launch.shipped_config without hoist_left (shipped until session 45): "
                 "mask_split's last-row left edge computed in every key tile",
