@@ -95,8 +95,8 @@ TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 #: -> 350.5 TFLOP/s, L=16K 343.2 -> 366.5 and 346.8 -> 366.0, GQA 32/4 D=64 L=8K 284.1 ->
 #: 299.3 and 286.3 -> 295.3, 16/2 267.2 -> 275.0 and 270.0 -> 271.8, batch 4 x 4K 293.0 ->
 #: 299.6 and 294.6 -> 304.1, chunked Lq=512 of 8K D=128 305.2 -> 305.4 and 306.8 -> 312.3
-#: (predicted D = 64 +0..+4%, D = 128 +0..+2%: the division cost more than its instruction
-#: count, on the consumer's serial chain). 100,000 eager launches without a hang
+#: (above the prediction, D = 64 +0..+4% and D = 128 +0..+2%, made from the 34 instructions
+#: a tile; why the division cost more is not known). 100,000 eager launches without a hang
 #: (``tools/lab_hang``). Calls of one query block keep the per-tile edge (not measured with
 #: the knob); :func:`call_knobs` drops the permission where the kernel cannot take it
 #: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` or ``pack`` baked).
