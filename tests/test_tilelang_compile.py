@@ -47,7 +47,8 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
     for a call with kernel-frame chunk ``C`` (the split config and knobs with
     ``split``; on the prefill grid, launch.short_config for a call of one query block, or
     with ``long`` launch.shipped_config for one of several: two tiles at max(Dqk, Dv) <= 64
-    since session 42, one above; ``lmk_cols`` resolved by
+    since session 42, one above, where the two configs differ in hoist_left up to 128 since
+    session 45; ``lmk_cols`` resolved by
     launch.lmk_cols_for) and the default
     ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``);
     ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call); ``wide``: its
@@ -73,7 +74,8 @@ def _lmk_cols(args):
 
 def _shipped_knobs(D, pack=0, view=False, C=64, **values):
     """The knobs launch bakes for launch.short_config(D, D) (a call of one query block: the
-    packed calls' config; launch.shipped_config above D = 64) with ``values`` set by name,
+    packed calls' config; launch.shipped_config above D = 128, and from 65 to 128 but for
+    hoist_left) with ``values`` set by name,
     ``pack`` heads per packed tile (0: not packed), for a call at chunk ``C`` with the
     default scale (launch.call_knobs), admitting the chunk view of v or not (``view``)."""
     cfg = launch.with_knobs(launch.short_config(D, D), pack=pack > 0, **values)
@@ -93,9 +95,11 @@ TC_VARIANTS = {
     # the same for C >= 128 (lmk_cols = 1) and C < 64 (general landmark test, lmk_cols = 0)
     "d64-lmk1": _tc(64, 64, C=128),
     "d64-general": _tc(64, 64, C=16),
-    # shipped D = 128: tile 64x64, one consumer warp group, two CTAs per SM, landmark
-    # rows, split mask, folded softmax, fast_exp2, scale_fold, win_u32, lmk_rows_j0;
-    # BLHD inputs; C = 64 (one landmark column per 64-key tile: lmk_cols = 1)
+    # shipped D = 128 for calls of one query block (of every Lq until session 45, when longer
+    # ones took hoist_left: the d128-long entries below): tile 64x64, one consumer warp
+    # group, two CTAs per SM, landmark rows, split mask, folded softmax, fast_exp2,
+    # scale_fold, win_u32, lmk_rows_j0; BLHD inputs; C = 64 (one landmark column per 64-key
+    # tile: lmk_cols = 1)
     "d128-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True),
     "d128": _tc(128, 128),
     "d128-noscalefold": _tc(128, 128, scale=False),
@@ -222,6 +226,14 @@ TC_VARIANTS = {
     "d96-long": _tc(96, 96, long=True),
     "d96-long-lmk2": _tc(96, 96, C=32, long=True),
     "d96-long-general": _tc(96, 96, C=16, long=True),
+    # and the long-call twins of the other D = 128 entries: the view where a landmark falls in
+    # every other tile (C = 128), BLHD, without mask_lmk, both flags off; D = 96 with an
+    # unfoldable scale
+    "d128-long-vchunk-c128": _tc(128, 128, C=128, view=True, long=True),
+    "d128-long-blhd": _tc(128, 128, q_blhd=True, kv_blhd=True, long=True),
+    "d128-long-nolmk": _tc(128, 128, lmk=False, long=True),
+    "d128-long-noflags": _tc(128, 128, lmk=False, exp=False, long=True),
+    "d96-long-noscalefold": _tc(96, 96, scale=False, long=True),
 }
 # no two entries compile the same kernel
 assert len(set(TC_VARIANTS.values())) == len(TC_VARIANTS), "duplicate TC_VARIANTS entries"
@@ -258,6 +270,7 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     # kernel, one landmark column per tile, rows from k0 % C)
     for C in (64, 128, 256):
         assert _tc(128, 128, C=C, view=True) in have, C
+        assert _tc(128, 128, C=C, view=True, long=True) in have, C
     for C in (64, 128, 256):
         assert _tc(64, 64, C=C, view=True) in have, C
         assert _tc(64, 64, C=C, view=True, long=True) in have, C
@@ -268,7 +281,7 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     # (split_config's permission; C = 64 on its 64-key tile)
     assert baked == {**{n: True for n in baked}, "d128-vchunk-c128": False,
                      "d64-vchunk-c256": False, "d64-vchunk4": False,
-                     "d64-long-vchunk-c128": False}, baked
+                     "d64-long-vchunk-c128": False, "d128-long-vchunk-c128": False}, baked
     assert baked["d128-split-vchunk"] is True
 
 
@@ -640,19 +653,20 @@ def _producer_loops(sass):
     return out
 
 
-def test_hoist_keys_takes_divisions_out_of_the_producer_loop():
+@pytest.mark.parametrize("D", [64, 128])
+def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
     """The lab knob ``hoist_keys`` (session 45; ``tools/lab_tilelang.py``'s ``hkeys``) on the
-    shipped D = 64 long-call kernel: the innermost region of the producer's key loop (the
-    shortest back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions
-    (the key/value head, the block's first key and the V view's chunk index) and 156
-    instructions without it, 1 (the chunk index) and 109 with it, when written; the test asks
-    for fewer divisions and at least 25 instructions fewer, with the launch registers, no
-    spills and the consumer's HGMMA and EX2 as shipped. The kernel refuses it with
-    ``overlap`` and values other than 0 and 1."""
-    ship = launch.shipped_config(64, 64)
+    shipped long-call kernels: the innermost region of the producer's key loop (the shortest
+    back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions (the
+    key/value head, the block's first key and the V view's chunk index) and 156 (D = 64) / 164
+    (D = 128) instructions without it, 1 (the chunk index) and 109 / 117 with it, when written;
+    the test asks for fewer divisions and at least 25 instructions fewer, with the launch
+    registers, no spills and the consumer's HGMMA and EX2 as shipped. The kernel refuses it
+    with ``overlap`` and values other than 0 and 1."""
+    ship = launch.shipped_config(D, D)
     built = []
     for cfg in (ship, launch.with_knobs(ship, hoist_keys=1)):
-        src, sass, res = _cubin(_call_args(64, cfg))
+        src, sass, res = _cubin(_call_args(D, cfg))
         assert "STL" not in sass and "LDL" not in sass
         loop = sass_loops.loops(sass)[0]
         built.append((min(_producer_loops(sass)), (loop["hgmma"], loop["ex2"]),
@@ -660,7 +674,7 @@ def test_hoist_keys_takes_divisions_out_of_the_producer_loop():
     (off, off_mma, off_regs), (on, on_mma, on_regs) = built
     assert on[1] < off[1] and on[0] <= off[0] - 25, (off, on)
     assert on_mma == off_mma and on_regs == off_regs
-    for bad, knobs in ((2, {}), (True, {}), (1, dict(overlap=1))):
+    for bad, knobs in ((2, {}), (True, {}), (1, dict(overlap=1))) if D == 64 else ():
         full = launch.full_knobs(_shipped_knobs(64, **knobs))
         full[launch._KNOB["hoist_keys"]] = bad
         with pytest.raises(ValueError, match="hoist_keys"):

@@ -1747,10 +1747,11 @@ def test_hoist_left_backend_is_unsupported_where_the_knob_cannot_act():
 
 
 def test_cpu_kernel_args_refuse_knobs_past_wide(monkeypatch):
-    """``kernels.fwd_cpu`` takes TC_KNOBS by position up to ``wide`` and its lab knobs
-    (``lazy_rescale``, ``hoist_left``) by name, so ``launch.cpu_kernel_args`` refuses a knob
-    tuple that reaches past ``wide`` (a GPU knob such as ``lmk_const`` would land in a lab
-    knob's slot) instead of building a kernel that misreads it. The shipped knobs stop at
+    """``kernels.fwd_cpu`` takes TC_KNOBS by position up to ``wide`` and the later ones by
+    name (``lazy_rescale``, a lab knob; ``hoist_left``, which launch.cpu_kernel_args sets by
+    name for calls of several query blocks), so ``launch.cpu_kernel_args`` refuses a knob
+    tuple that reaches past ``wide`` (a GPU knob such as ``lmk_const`` would land in one of
+    their slots) instead of building a kernel that misreads it. The shipped knobs stop at
     ``wide`` at every head dim."""
     from tilelang_impl import api
     q, k, v = _inputs(1, 2, 1, 40, 40, 64, 64, torch.float32, seed=44)

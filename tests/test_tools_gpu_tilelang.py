@@ -14,8 +14,10 @@ from reference.validation import default_scale
 from tools import gpu_tilelang
 
 
-def _requested_key(monkeypatch, Dqk, Dv, dtype, lmk, exp, Lq, Lk, B=1, Hq=2, Hkv=1):
-    """The ``fwd_tc`` cache key run_cuda requests for one call (kernels replaced by a recorder)."""
+def _requested_key(monkeypatch, Dqk, Dv, dtype, lmk, exp, Lq, Lk, B=1, Hq=2, Hkv=1,
+                   force_split=None):
+    """The ``fwd_tc`` cache key run_cuda requests for one call (kernels replaced by a recorder;
+    ``force_split`` as run_cuda's)."""
     keys = []
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: keys.append((kind, a)) or (lambda *x: None))
     q = torch.zeros(B, Hq, Lq, Dqk, dtype=dtype)
@@ -23,7 +25,7 @@ def _requested_key(monkeypatch, Dqk, Dv, dtype, lmk, exp, Lq, Lk, B=1, Hq=2, Hkv
     v = torch.zeros(B, Hkv, Lk, Dv, dtype=dtype)
     p = check_inputs(q, k, v, window_size=512, chunk_size=64, mask_lmk=lmk, expand_to_chunk=exp)
     o, lse = p.new_outputs()
-    launch.run_cuda(p, q, k, v, False, False, o, lse)
+    launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=force_split)
     return next(a for kind, a in keys if kind == "fwd_tc")
 
 
@@ -40,6 +42,11 @@ def test_precompiled_kernels_are_the_ones_run_cuda_requests(monkeypatch):
     for D, lmk in ((128, True), (96, True), (128, False)):  # decode: split-KV
         key = _requested_key(monkeypatch, D, D, bf, lmk, True, 1, 8192)
         assert key[11] is True and key in pre, (D, lmk, key)
+    # the script's decode timed at split=1 (the prefill grid: one query block, short_config,
+    # which at D = 128 differs from the long calls' config since session 45)
+    key = _requested_key(monkeypatch, 128, 128, bf, True, True, 1, 8192, Hq=32, Hkv=32,
+                         force_split=1)
+    assert key[11] is False and key in pre, key
     key = _requested_key(monkeypatch, 64, 64, bf, True, True, 1, 8192, Hq=2, Hkv=2)  # decode D=64
     assert key[11] is False and key[7:11] == launch.tc_config(64, 64) and key in pre, key
     # prefill D=64 (session 42): launch.shipped_config's 64 x 64 tile, four CTAs per SM since

@@ -36,6 +36,8 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         # lmk_rows_j0 acts only with lmk_zero="rows" (D = 128): at D = 64 its variants
         # are their base variants' kernels (launch.call_knobs drops the knob)
         skip = ALIASES | S5 | (set(J0) if D == 64 else set())
+        # (below, "shipped at D = 128" is the config shipped before session 45's hoist_left,
+        # nohoist's kernel there, which one-block calls still run)
         # session 7: pack drops at G = 1 (these keys), noj0-64 is shipped at D = 128
         skip |= {"pack"} | ({"noj0-64"} if D == 128 else set())
         skip |= {"occ2-64x128"} | (OCC if D == 128 else set())
@@ -53,10 +55,11 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         skip |= {"occ3-64x64v-slack8"} if D == 128 else set()
         # session 43: occ4-64x64v is the shipped kernel at D = 128 too
         skip |= {"occ4-64x64v"} if D == 128 else set()
-        # session 41: occ3-64x64v-allwarps is shipped-allwarps at D = 128 (and was at D = 64 in
-        # sessions 42-43, while occ3-64x64v shipped); prev-64x128 (session 42) is the config
-        # occ3 replaced: vchunk2's kernel at D = 64, the shipped one at D = 128
-        skip |= {"prev-64x128"} | ({"occ3-64x64v-allwarps"} if D == 128 else set())
+        # session 41: occ3-64x64v-allwarps was shipped-allwarps at D = 128 until session 45
+        # (and at D = 64 in sessions 42-43, while occ3-64x64v shipped); since hoist_left they
+        # differ there; prev-64x128 (session 42) is the config occ3 replaced: vchunk2's kernel
+        # at D = 64, the shipped one at D = 128
+        skip |= {"prev-64x128"}
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True, Dv=D)
                 for n in L.VARIANTS if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel

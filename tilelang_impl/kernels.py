@@ -94,11 +94,12 @@ LAZY_RESCALES = (0, 8)
 #: with ``mask_split``, and not with ``overlap`` or ``pack`` (not built or run there).
 HOIST_LEFT = (0, 1)
 #: ``hoist_keys`` values the kernels accept (session 45, a lab knob): 0, the key/value head
-#: (``by // (Hq // Hkv)``) and the block's first key (``lo``, a floor division by the chunk with
-#: ``expand_to_chunk``) as expressions that the warp-specialised loop recomputes where it uses
-#: them (nvcc leaves their runtime integer divisions in the producer's key loop: three to five
-#: a tile in the SASS of session 44, D = 64), or 1, both held in registers from before the key
-#: loop (``T.alloc_var``). Not with ``overlap`` (not built or run there).
+#: (``by // (Hq // Hkv)``) and the block's key range (``lo``, a floor division by the chunk with
+#: ``expand_to_chunk``, and ``hi``, built on it) as expressions that the warp-specialised loop
+#: recomputes where it uses them (nvcc leaves their runtime integer divisions in the producer's
+#: key loop: three to five a tile in the SASS of session 44, D = 64), or 1, the three held in
+#: registers from before the key loop (``T.alloc_var``). Not with ``overlap`` (not built or
+#: run there).
 HOIST_KEYS = (0, 1)
 
 
@@ -518,6 +519,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             lo, hi = M.block_key_range(q_first, q_end, Lq, Lk, r, W, C, expand_to_chunk)
             if hoist_keys:  # HOIST_KEYS: once, in registers, before the loop uses them
                 hk = T.alloc_var("int32", init=hk)
+                hi = T.alloc_var("int32", init=hi)  # built on lo's expression: held too
                 lo = T.alloc_var("int32", init=lo)
             n_kb = T.ceildiv(hi - lo, block_N)
             kb0 = 0
@@ -684,7 +686,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44,
     :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the key loop;
     ``launch.shipped_config`` sets it since session 45), ``hoist_keys`` (session 45, a lab
-    knob, :data:`HOIST_KEYS`: the key/value head and the block's first key held in registers
+    knob, :data:`HOIST_KEYS`: the key/value head and the block's key range held in registers
     from before the key loop) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).

@@ -60,7 +60,8 @@ TC_MIN_BLOCKS = 2
 #: (:func:`shipped_config`): the 64 x 64 tile with four CTAs per SM (``min_blocks`` 4:
 #: launch bounds ``(256, 4)``, 64 registers per thread at launch, consumers 104 after
 #: ``setmaxnreg``, no spills), the chunk view of ``v`` at one chunk per tile (``v_chunk`` 1:
-#: C = 64, 128, ...) and ``lmk_const``; the lab variant ``occ4-64x64v``. Shared memory is
+#: C = 64, 128, ...) and ``lmk_const``; the lab variant ``occ4-64x64v`` (``nohoist`` since
+#: session 45's :data:`TC_HOIST_LEFT`). Shared memory is
 #: about 40 KB a CTA at two stages, so four fit an SM's 228 KB.
 #:
 #: Session 42 shipped this tile at three CTAs per SM (``occ3-64x64v`` of sessions 39-41,
@@ -95,9 +96,10 @@ TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 #: -> 350.5 TFLOP/s, L=16K 343.2 -> 366.5 and 346.8 -> 366.0, GQA 32/4 D=64 L=8K 284.1 ->
 #: 299.3 and 286.3 -> 295.3, 16/2 267.2 -> 275.0 and 270.0 -> 271.8, batch 4 x 4K 293.0 ->
 #: 299.6 and 294.6 -> 304.1, chunked Lq=512 of 8K D=128 305.2 -> 305.4 and 306.8 -> 312.3
-#: (above the prediction, D = 64 +0..+4% and D = 128 +0..+2%, made from the 34 instructions
-#: a tile; why the division cost more is not known). 100,000 eager launches without a hang
-#: (``tools/lab_hang``). Calls of one query block keep the per-tile edge (not measured with
+#: (at D = 128 above the prediction, +0..+2%, made from the 34 instructions a tile; at D = 64
+#: within it, +0..+4%; why the division cost more at D = 128 is not known). 100,000 eager launches without a hang
+#: (``tools/lab_hang``, the D = 64 shape B4 GQA32/4 L4K only; not under graph replay, not at
+#: D = 128). Calls of one query block keep the per-tile edge (not measured with
 #: the knob); :func:`call_knobs` drops the permission where the kernel cannot take it
 #: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` or ``pack`` baked).
 TC_HOIST_LEFT = 1
@@ -293,14 +295,16 @@ def ctas_per_sm(config) -> int:
 def short_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of one query block
     (``Lq <= block_M``: decode and short chunks, packed or not, :func:`prefill_config`), and
-    for every call at ``max(Dqk, Dv) > 64``: tile (:func:`tc_config`), knobs
+    for every call at ``max(Dqk, Dv) > 128`` (from 65 to 128 longer calls add ``hoist_left``,
+    :func:`shipped_config`): tile (:func:`tc_config`), knobs
     (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
     :data:`TC_MIN_BLOCKS`, the chunk view of ``v`` (``v_chunk`` = :data:`TC_V_CHUNK`) and
     ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100,
     four runs at fe9de2e and the control at ebd1760, L2 not flushed: D = 128 L = 8K / 16K
     +2.1..+4.4%, the D = 64 GQA rows +0.5..+8.9%, chunked prefill +0.5..+8.7%; never slower
     in any of the five pairs). Every call's config at ``max(Dqk, Dv) <= 64`` until session
-    42 (:func:`shipped_config` since, for calls of several query blocks)."""
+    42, and up to 128 until session 45 (:func:`shipped_config` since, for calls of several
+    query blocks)."""
     cfg = tc_config(Dqk, Dv) + tc_knobs(Dqk, Dv)
     return (with_knobs(cfg, min_blocks=TC_MIN_BLOCKS, v_chunk=TC_V_CHUNK, lmk_const=True)
             if max(Dqk, Dv) <= 128 else cfg)
@@ -444,7 +448,7 @@ def prefill_config(p) -> tuple:
 #: computed once before the key loop instead of every tile; a permission (:func:`call_knobs`),
 #: on in :func:`shipped_config` since session 45 (:data:`TC_HOIST_LEFT`); ``ws`` moves to 22.
 #: ``hoist_keys`` (session 45, a lab knob, ``kernels.HOIST_KEYS``): the key/value head and the
-#: block's first key held in registers from before the key loop, where the producer's loop
+#: block's key range held in registers from before the key loop, where the producer's loop
 #: recomputed their integer divisions every tile; no shipped config sets it; ``ws`` moves to 23.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
@@ -1040,8 +1044,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
-             for (name, off), val in zip(TC_KNOBS, args[_KNOBS_AT:])
-             if val not in (False, 0, "tile") and val != off]
+             for (name, off), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val != off]
     text = f"{kind} {bm}x{bn} s{stages} t{threads}"
     if S > 1:
         text += f" S={S} +{combine_key(args)[0]}"
@@ -1122,8 +1125,10 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, dict, tuple]
     if len(knobs) > _KNOB["wide"] + 1:
         raise RuntimeError(f"cpu_kernel_args: knobs {knobs!r} reach past 'wide', which "
                            f"kernels.fwd_cpu does not take by position")
-    gpu = full_knobs(call_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:], p.mask_lmk, C, CPU_TILE[1]))
-    named = {"hoist_left": gpu[_KNOB["hoist_left"]]} if gpu[_KNOB["hoist_left"]] else {}
+    # hoist_left as the GPU's prefill grid bakes it, where this kernel's knobs have mask_split
+    hl = full_knobs(call_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:], p.mask_lmk, C,
+                               CPU_TILE[1]))[_KNOB["hoist_left"]]
+    named = {"hoist_left": hl} if hl and full_knobs(knobs)[_KNOB["mask_split"]] else {}
     return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
             named, (W, C, r, inv_c, sl2))
 

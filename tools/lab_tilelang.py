@@ -126,8 +126,10 @@ def _ship(D):
     of every head dim before session 42 (at D <= 64 the 64x128 tile, two CTAs per SM, the view
     of v up to two chunks a tile) and still what decode and other one-block calls run. Since
     session 42 long calls at D <= 64 run ``launch.shipped_config`` (the ``shipped`` variant:
-    occ3-64x64v's build in sessions 42-43, occ4-64x64v's since session 44); the variants keep
-    the base they were measured on."""
+    occ3-64x64v's build in sessions 42-43, occ4-64x64v's in session 44), and since session 45
+    long calls at D <= 128 take ``hoist_left`` there: at D = 128 the variants built on this
+    config are ``nohoist``'s kernel (their texts' "D=128: nohoist"). The variants keep the
+    base they were measured on."""
     return _launch().short_config(D, D)
 
 
@@ -412,11 +414,11 @@ VARIANTS = {
                     "softmax with wgmma, K/V tiles shared by two warp groups; against: twice the "
                     "barriers per key, both groups in lockstep on the shared stages; four CTAs "
                     "per SM hung with an exact register split in session 12, this split leaves "
-                    "1024 registers a CTA: the lab's watchdog reports a hang); D128 = shipped"),
+                    "1024 registers a CTA: the lab's watchdog reports a hang); D128 = nohoist"),
     "occ2-128x64-s3": (lambda D: _occ2_128x64(D, 3),
                        "occ2-128x64 with three stages (64 KB of shared memory a CTA)",
                        "D64 within 3% of occ2-128x64 (the producer already waits for free "
-                       "stages at two); D128 = shipped"),
+                       "stages at two); D128 = nohoist"),
     # "occ3-64x64" and "occ4-64x64" (64x64 at D=64 with three / four CTAs per SM, consumers
     # 144 / 104 registers) hung in lab15 (bench_results/tilelang-lab15-287ff31.json): at three
     # the consumers asked for more registers than the CTA launched with (80 a thread: 256 x 80
@@ -446,11 +448,11 @@ VARIANTS = {
     # occ4-64x64v replaced it: -9..-10% against it in session 44's run 3).
     "occ3-64x64v": (lambda D: _occ3(D),
                     "D<=64: shipped knobs (the view of v, lmk_const) on the 64x64 tile with three "
-                    "CTAs per SM (consumers 136 registers); D=128: shipped",
+                    "CTAs per SM (consumers 136 registers); D=128: nohoist",
                     "D64 rows -5..+20% against shipped then (prev-64x128; three latency-bound chains an SM where two "
                     "ran, +27% instructions a key; against: the hang of session 12 if its cause "
                     "was not only the register split: the lab's watchdog reports it), +10..+35% "
-                    "against vchunk-64x64; D128 = shipped"),
+                    "against vchunk-64x64; D128 = nohoist"),
     # Session 40 (written on the CPU, not run): occ3-64x64v with slack in its register split
     # (kernels.REG_SLACKS: consumers 128 where 136 fill the CTA's pool; producer 24, launch
     # 80), for the hang above: run beside occ3-64x64v under tools/lab_hang --gdb. If the
@@ -464,7 +466,7 @@ VARIANTS = {
     "occ3-64x64v-allwarps": (lambda D: (_occ3(D, producer_warps=4) if D <= 64 else
                                         _full(_ship(D), producer_warps=4)),
                              "occ3-64x64v with the producer's four warps in its key loop, as "
-                             "TileLang 0.1.15 writes it (before the guard); D=128: shipped the same way",
+                             "TileLang 0.1.15 writes it (before the guard); D=128: nohoist the same way",
                              "hangs under tools/lab_hang where occ3-64x64v does not; speed "
                              "within +-2% of occ3-64x64v where it finishes"),
     "shipped-allwarps": (lambda D: _full(_launch().shipped_config(D, D), producer_warps=4),
@@ -479,10 +481,10 @@ VARIANTS = {
     "prev-64x128": (lambda D: _full(_ship(D)),
                     "launch.short_config: D<=64 the 64x128 tile with two CTAs per SM and the view "
                     "of v up to two chunks a tile (every call's config until session 42, decode "
-                    "and one-block calls' since); D=128: shipped",
+                    "and one-block calls' since); D=128: nohoist",
                     "occ3-64x64v +9..+20% over it on the D64 rows (session 41 lab, H100; "
                     "+7.6..+17.8% in session 42's), shipped (occ4) a further +7..+14% "
-                    "(session 44); D128 = shipped"),
+                    "(session 44); D128 = nohoist"),
     # Session 43 (written on the CPU): four CTAs an SM of the same kernel. Session 12's
     # occ4-64x64 hung with a split that fits (64 registers at launch, consumers 104): that
     # was before session 41's producer guard, whose race three CTAs made likely; four make it
@@ -493,7 +495,7 @@ VARIANTS = {
     # this tile (session 40, against vchunk-64x64).
     "occ4-64x64v": (lambda D: _occ3(D, min_blocks=4),
                     "occ3-64x64v with four CTAs per SM (min_blocks 4: 64 registers at launch, "
-                    "consumers 104); D=128: shipped",
+                    "consumers 104); D=128: nohoist",
                     "D64 rows -8..+8% against occ3-64x64v, shipped then (a fourth latency-bound "
                     "chain an SM where issue slots were about half idle at two; against: 104 "
                     "registers may spill, and L1 left to the four is about 4 x 40 KB less); D128 = "
@@ -524,8 +526,8 @@ VARIANTS = {
     # instructions at D = 64 (the four-CTA tile) and 507 -> 474 at D = 128, I2F.RP / MUFU.RCP
     # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
     # Shipped in session 45 (launch.TC_HOIST_LEFT): lab on an H100 at bbc3780, two runs,
-    # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +6..+7%, D64 +1..+5%, chunked
-    # +0..+2%. Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
+    # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +5.5..+6.8%, D64 +0.7..+5.4%,
+    # chunked +0.1..+1.8%. Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
     "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
               "launch.shipped_config with hoist_left=1 (kernels.HOIST_LEFT): mask_split's "
               "last-row left edge computed once before the key loop",
@@ -538,7 +540,7 @@ VARIANTS = {
     # to five a tile). hoist_keys holds both in registers from before the loop.
     "hkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=1),
               "launch.shipped_config with hoist_keys=1 (kernels.HOIST_KEYS): the key/value head "
-              "and the block's first key held in registers from before the key loop",
+              "and the block's key range held in registers from before the key loop",
               "D64 rows +0..+3%, D128 rows +0..+2% (the producer runs a tile ahead of the "
               "consumers: its divisions cost only where it falls behind, at four CTAs an SM "
               "the likeliest)"),
@@ -548,9 +550,9 @@ VARIANTS = {
                 "D128 rows -5..-7%, D64 rows -1..-5% (session 45's lab, reversed)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
-                           "exact fill at 136); D=128: shipped",
+                           "exact fill at 136); D=128: nohoist",
                            "D64: no hang if the exact fill caused occ3's; within -3..0% of "
-                           "occ3-64x64v's speed (no spills at 128: the CPU build); D128 = shipped"),
+                           "occ3-64x64v's speed (no spills at 128: the CPU build); D128 = nohoist"),
 }
 
 
