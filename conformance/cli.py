@@ -11,6 +11,7 @@ Examples::
     hils-swa conform                                   # quick tier, default device and backends
     hils-swa conform --backend triton --only window,chunk --device cpu
     hils-swa conform --device cpu --exclude long4m       # leave out the 4M-key caches
+    hils-swa conform --device cuda --tier full --where "Lq > 64 and dtype != 'fp32'"  # by field
     hils-swa conform --device cuda --tier full -n 8 --json conformance/results/h200.json
     hils-swa conform --backend mutant:lse_base2       # watch the suite catch a bug
 """
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", metavar="NAMES",
                    help="comma-separated categories, case ids or id globs to leave out (repeatable; "
                         "after --only), e.g. --exclude long4m on a machine short of memory")
+    p.add_argument("--where", action="append", metavar="EXPR",
+                   help="keep the cases for which EXPR holds, a Python expression over the case's "
+                        "fields (Lq, Lk, Dqk, Dv, dtype, layout, window, chunk, ...; max, min, abs): "
+                        "e.g. \"Lq > 64 and max(Dqk, Dv) <= 128 and dtype != 'fp32'\" (repeatable: "
+                        "all must hold; after --only and --exclude)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="device of the cases (default: cuda when available, else cpu)")
     p.add_argument("--tier", choices=("quick", "full"), default="quick")
@@ -72,6 +78,8 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
         args += ["--only", names]
     for names in a.exclude or []:
         args += ["--exclude", names]
+    for expr in a.where or []:
+        args += ["--where", expr]
     if a.json:
         args += ["--conform-json", os.path.abspath(a.json)]
     if a.commit:
@@ -108,7 +116,7 @@ def _list(a: argparse.Namespace) -> int:
 
     try:
         cases = select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
-                       split_names(a.exclude))
+                       split_names(a.exclude), a.where)
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2

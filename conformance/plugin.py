@@ -21,6 +21,7 @@ from . import pinning
 
 pinning.apply()  # before anything below imports torch
 
+import ast  # noqa: E402
 import contextlib  # noqa: E402
 import faulthandler  # noqa: E402
 import fnmatch  # noqa: E402
@@ -55,6 +56,10 @@ def pytest_addoption(parser):
     g.addoption("--exclude", action="append", dest="conform_exclude", default=None, metavar="NAMES",
                 help="comma-separated categories, case ids or id globs to leave out (repeatable; "
                      "applied after --only)")
+    g.addoption("--where", action="append", dest="conform_where", default=None, metavar="EXPR",
+                help="keep the cases for which EXPR holds, over the case's fields (Lq, Dqk, dtype, "
+                     "layout, ...), e.g. \"Lq > 64 and max(Dqk, Dv) <= 128\" (repeatable: all must "
+                     "hold; after --only and --exclude)")
     g.addoption("--device", dest="conform_device", default="auto", choices=("auto", "cpu", "cuda"),
                 help="device of the cases: cuda when available, else cpu (default auto)")
     g.addoption("--tier", dest="conform_tier", default="quick", choices=("quick", "full"),
@@ -144,11 +149,57 @@ def _selected(case, only: list[str] | None) -> bool:
     return not only or any(_matches(case, name) for name in only)
 
 
-def select(cases: list, only: list[str] | None, where: str = "", exclude: list[str] | None = None) -> list:
+#: What a ``--where`` expression may use besides the case's fields (:func:`case_filter`).
+_WHERE_CALLS = {"max": max, "min": min, "abs": abs}
+_WHERE_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
+                ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn,
+                ast.Is, ast.IsNot, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+                ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.Call)
+
+
+def case_filter(expr: str) -> Callable:
+    """A predicate over cases from ``--where``'s ``expr``: a Python expression over a case's
+    fields (``conformance.cases.Case``: ``category``, ``dtype``, ``B``, ``Hq``, ``Hkv``,
+    ``Lq``, ``Lk``, ``Dqk``, ``Dv``, ``window``, ``chunk``, ``mask_lmk``, ``expand``,
+    ``kv_start``, ``sm_scale``, ``layout``, the NaN / inf flags, ``error``) and ``id``, with
+    comparisons, ``and`` / ``or`` / ``not``, integer arithmetic, ``in`` over literal tuples and
+    ``max`` / ``min`` / ``abs``; e.g. ``Lq > 64 and max(Dqk, Dv) <= 128 and dtype != 'fp32'``.
+    Raises ``ValueError`` for anything else (a name that is no field, an attribute, another
+    call): a typo must not change a run silently."""
+    import dataclasses
+
+    from .cases import Case
+
+    names = {f.name for f in dataclasses.fields(Case)} | {"id"}
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"--where {expr!r}: not an expression ({e.msg})") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _WHERE_NODES):
+            raise ValueError(f"--where {expr!r}: {type(node).__name__} is not allowed (comparisons, "
+                             f"and / or / not, + - * // %, in, max / min / abs over the case's fields)")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name)
+                                               and node.func.id in _WHERE_CALLS and not node.keywords):
+            raise ValueError(f"--where {expr!r}: calls only max, min and abs")
+        if (isinstance(node, ast.Name) and node.id not in names and node.id not in _WHERE_CALLS):
+            raise ValueError(f"--where {expr!r}: {node.id!r} is no case field; fields: "
+                             f"{', '.join(sorted(names))}")
+    code = compile(tree, "<--where>", "eval")
+
+    def holds(case) -> bool:
+        env = {n: getattr(case, n) for n in names}
+        return bool(eval(code, {"__builtins__": {}, **_WHERE_CALLS}, env))
+    return holds
+
+
+def select(cases: list, only: list[str] | None, where: str = "", exclude: list[str] | None = None,
+           exprs: list[str] | None = None) -> list:
     """The cases that ``--only``'s names (categories, case ids, id globs) select, less those
-    ``--exclude``'s names match. Raises ``ValueError`` naming every name of either that
-    matches nothing (a typo must not change a run silently); ``where`` says which tier and
-    device were searched."""
+    ``--exclude``'s names match, that every ``--where`` expression of ``exprs`` holds for
+    (:func:`case_filter`). Raises ``ValueError`` naming every name of either that matches
+    nothing (a typo must not change a run silently), for an expression it refuses, and where
+    the expressions leave no case; ``where`` says which tier and device were searched."""
     cases = list(cases)
     for flag, names in (("--only", only), ("--exclude", exclude)):
         dead = [n for n in names or [] if not any(_matches(c, n) for c in cases)]
@@ -158,6 +209,11 @@ def select(cases: list, only: list[str] | None, where: str = "", exclude: list[s
     kept = [c for c in cases if _selected(c, only) and not any(_matches(c, n) for n in exclude or [])]
     if not kept and exclude:  # a run that checks nothing must not pass
         raise ValueError(f"--exclude: {', '.join(exclude)} leaves none of the cases --only selects{where}")
+    for expr in exprs or []:
+        holds = case_filter(expr)
+        kept = [c for c in kept if holds(c)]
+        if not kept:  # a run that checks nothing must not pass
+            raise ValueError(f"--where {expr!r} leaves none of the cases selected before it{where}")
     return kept
 
 
@@ -254,7 +310,8 @@ def plan(config) -> list:
     st = _state(config)
     try:
         cases = select(generate(st["tier"], st["device"]), names_of(config, "conform_only"),
-                       f" of the {st['tier']} tier on {st['device']}", names_of(config, "conform_exclude"))
+                       f" of the {st['tier']} tier on {st['device']}", names_of(config, "conform_exclude"),
+                       config.getoption("conform_where"))
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
     names = list(backends(config))
@@ -737,6 +794,7 @@ class Collector:
                    commit=self.config.getoption("conform_commit") or _commit_label(),
                    versions=_versions(), only=names_of(self.config, "conform_only"),
                    exclude=names_of(self.config, "conform_exclude"),
+                   where=self.config.getoption("conform_where") or [],
                    backends=list(backends(self.config)), exitstatus=int(session.exitstatus),
                    duration_s=round(time.time() - self.t0, 2), checks=len(self.results),
                    failed=sum(r["status"] == "fail" for r in self.results),

@@ -59,7 +59,7 @@ def test_passing_run_writes_matrix_and_json(tmp_path):
     assert data["commit"] and data["commit"] != "unknown", data["commit"]
     assert data["versions"]["torch"] == __import__("torch").__version__
     assert set(data["versions"]) == {"python", "torch", "triton", "tilelang"}
-    assert data["only"] == ["basic"] and data["exclude"] == []
+    assert data["only"] == ["basic"] and data["exclude"] == [] and data["where"] == []
 
 
 def test_clean_run_exits_zero():
@@ -306,3 +306,42 @@ def test_failures_of_one_worker_are_named_as_such():
     one.results.append(dict(case="a", who="x", pair=False, status="fail", worker=dict(worker="main")))
     one.error_workers += ["main", "main"]
     assert one.one_worker_note() is None
+
+
+def test_where_keeps_the_cases_its_expression_holds_for_and_refuses_what_it_cannot_read():
+    """``--where`` (session 45): a Python expression over a case's fields selects exactly the
+    cases it holds for (here the long-call cases of the TileLang tensor-core kernels that
+    session 45 listed by hand), after ``--only`` / ``--exclude``; every expression must hold;
+    an unknown name, an attribute, another call or an expression that leaves nothing is a
+    usage error, not a silently changed run."""
+    import pytest
+
+    from conformance.cases import generate
+    from conformance.plugin import case_filter, select
+
+    cases = generate("full", "cuda")
+    expr = "Lq > 64 and max(Dqk, Dv) <= 128 and dtype in ('bf16', 'fp16')"
+    kept = select(cases, None, exprs=[expr])
+    want = [c for c in cases if c.Lq > 64 and max(c.Dqk, c.Dv) <= 128 and c.dtype != "fp32"]
+    assert kept == want and 0 < len(kept) < len(cases)
+    assert {c.id for c in select(cases, None, exprs=[expr, "max(Dqk, Dv) > 64"])} == \
+        {c.id for c in want if max(c.Dqk, c.Dv) > 64}
+    flags = select(cases, ["flags"], exprs=["not mask_lmk"])
+    assert flags and flags == [c for c in cases if c.category == "flags" and not c.mask_lmk]
+    assert case_filter("category == 'chunk' and chunk % 2 == 1 and -kv_start <= 0")(
+        next(c for c in cases if c.category == "chunk" and c.chunk % 2 == 1))
+    for bad, why in (("Lq > 64 and Lkk < 3", "'Lkk' is no case field"),
+                     ("Lq.real > 64", "Attribute is not allowed"),
+                     ("len(id) > 3", "calls only max, min and abs"),
+                     ("__import__('os')", "calls only max, min and abs"),
+                     ("Lq >", "not an expression"),
+                     ("[c for c in id]", "is not allowed")):
+        with pytest.raises(ValueError, match=why):
+            select(cases, None, exprs=[bad])
+    with pytest.raises(ValueError, match="leaves none"):
+        select(cases, ["window"], exprs=["Lq < 0"])
+    p = _run("--list", "--only", "basic", "--where", "dtype == 'fp16'", "--device", "cpu")
+    listed = [ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("basic ")]
+    assert p.returncode == 0 and listed and all(i.startswith("fp16-") for i in listed), p.stdout
+    p = _run("--list", "--where", "Lq == -1", "--device", "cpu")
+    assert p.returncode == 2 and "leaves none" in p.stderr

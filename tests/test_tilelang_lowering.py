@@ -111,6 +111,25 @@ def test_the_sweep_takes_conform_s_only_names_globs_included():
         tl_lower.tier_kernels("full", categories=["*no-such-case*"])
 
 
+def test_the_sweep_takes_conform_s_where():
+    """gpu_all.sh passes its ``WHERE`` (conform's ``--where``, session 45) to the pre-flight
+    too: the kernels of exactly the cases the expression holds for, beside ``--only``'s names;
+    the hoisted long calls at D = 96 / 128 among them (the cases session 45 listed by hand)."""
+    from conformance.cases import generate
+    from conformance.plugin import select
+    expr = "Lq > 64 and 64 < max(Dqk, Dv) <= 128 and dtype in ('bf16', 'fp16')"
+    part = tl_lower.fold_dtypes(tl_lower.tier_kernels("full", categories=["headdim", "flags"],
+                                                      where=[expr]))
+    theirs = {c.id for c in select(generate("full", "cuda"), ["headdim", "flags"])
+              if c.Lq > 64 and 64 < max(c.Dqk, c.Dv) <= 128 and c.dtype != "fp32"}
+    assert set(part) == {j for j, cases in WANTED.items() if set(cases) & theirs}
+    assert all(set(cases) == set(WANTED[j]) & theirs for j, cases in part.items())
+    hl = launch._KNOBS_AT + launch._KNOB["hoist_left"]
+    assert any(k == "fwd_tc" and len(a) > hl and a[hl] == 1 for k, a in part)
+    with pytest.raises(ValueError, match="leaves none"):
+        tl_lower.tier_kernels("full", where=["Lq < 0"])
+
+
 def test_the_check_catches_a_kernel_that_does_not_lower(monkeypatch, capsys):
     """With launch.pack_lowers' exclusion undone, the gqa_pack cases ask for the packed
     G = 2 kernel TileLang 0.1.15 refuses (what the GPU tier found at 0e82bb5 as four

@@ -1,6 +1,6 @@
 """Lower every TileLang GPU kernel a conformance tier asks for, on the CPU.
 
-    python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...]
+    python -m tools.tl_lower [--tier full] [--sms 132] [-j 2] [--only gqa_pack,...] [--where EXPR]
 
 Run it before a GPU run that reaches new TileLang kernels: about 10 minutes on 2
 cores for the full tier's 215 kernels (128 with fp16 folded; ``tilelang-split``'s
@@ -49,10 +49,11 @@ import torch
 
 
 def tier_kernels(tier: str = "full", sms: int = 132,
-                 categories=None) -> dict[tuple, list[str]]:
+                 categories=None, where=None) -> dict[tuple, list[str]]:
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
     ``tier`` (``categories``: those ``--only`` selects with these names, categories, case
-    ids or id globs: ``conformance.plugin.select``) build, every kernel a call requests
+    ids or id globs; ``where``: expressions over the case's fields, conform's ``--where``:
+    ``conformance.plugin.select``) build, every kernel a call requests
     (the split kernel and its combine), with the default backend ``tilelang`` and the
     optional ``tilelang-split`` (split-KV forced where a split variant exists)."""
     from conformance.cases import _store, generate, input_layouts
@@ -71,7 +72,9 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     launch._kernel, launch.sm_count = record, (lambda device: sms)
     try:
         cases = generate(tier, "cuda")
-        for case in (cases if categories is None else select(cases, list(categories))):
+        picked = (cases if categories is None and not where
+                  else select(cases, list(categories) if categories else None, exprs=where))
+        for case in picked:
             if case.error is not None:
                 continue
             dt = case.torch_dtype
@@ -197,6 +200,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="",
                     help="comma-separated categories, case ids or id globs (conform's --only; "
                          "gpu_all.sh passes its ONLY)")
+    ap.add_argument("--where", action="append", default=None, metavar="EXPR",
+                    help="conform's --where: an expression over the case's fields (repeatable; "
+                         "gpu_all.sh passes its WHERE)")
     ap.add_argument("--fold-dtypes", action="store_true",
                     help="lower each fp16 kernel's bf16 twin only (fold_dtypes; what gpu_all.sh runs)")
     ap.add_argument("--wide", action="store_true",
@@ -211,7 +217,7 @@ def main(argv=None) -> int:
         ap.error("--build builds the kernels the tier calls: --fold-dtypes would build bf16 "
                  "twins no call takes")
     t0 = time.time()
-    wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None)
+    wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None, a.where)
     if a.fold_dtypes:
         wanted = fold_dtypes(wanted)
     if a.wide:
