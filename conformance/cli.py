@@ -79,7 +79,7 @@ def pytest_args(a: argparse.Namespace) -> list[str]:
     for names in a.exclude or []:
         args += ["--exclude", names]
     for expr in a.where or []:
-        args += ["--where", expr]
+        args.append(f"--where={expr}")  # one token: an expression may start with '-'
     if a.json:
         args += ["--conform-json", os.path.abspath(a.json)]
     if a.commit:
@@ -139,7 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     from .cases import resolve_device
 
     try:  # one line and exit 2, not pytest's collection-error banner (exit 4)
-        resolve_device(a.device)
+        device = resolve_device(a.device)
+    except ValueError as e:
+        print(f"hils-swa conform: {e}", file=sys.stderr)
+        return 2
+    try:  # the selection too, before pytest starts its workers (they select again, alike)
+        from .cases import generate
+        from .plugin import select, split_names
+
+        select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
+               split_names(a.exclude), a.where)
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2

@@ -171,6 +171,7 @@ def case_filter(expr: str) -> Callable:
     from .cases import Case
 
     names = {f.name for f in dataclasses.fields(Case)} | {"id"}
+    assert not names & set(_WHERE_CALLS), "a case field would shadow a --where function"
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as e:
@@ -185,11 +186,19 @@ def case_filter(expr: str) -> Callable:
         if (isinstance(node, ast.Name) and node.id not in names and node.id not in _WHERE_CALLS):
             raise ValueError(f"--where {expr!r}: {node.id!r} is no case field; fields: "
                              f"{', '.join(sorted(names))}")
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, (ast.Is, ast.IsNot))
+                and not (isinstance(right, ast.Constant) and right.value is None)
+                for op, right in zip(node.ops, node.comparators)):
+            raise ValueError(f"--where {expr!r}: 'is' / 'is not' only against None (sm_scale is None)")
     code = compile(tree, "<--where>", "eval")
 
     def holds(case) -> bool:
         env = {n: getattr(case, n) for n in names}
-        return bool(eval(code, {"__builtins__": {}, **_WHERE_CALLS}, env))
+        try:
+            return bool(eval(code, {"__builtins__": {}, **_WHERE_CALLS}, env))
+        except Exception as e:  # e.g. sm_scale > 0.1 on a case whose sm_scale is None
+            raise ValueError(f"--where {expr!r} on {case.id}: {type(e).__name__}: {e}") from None
     return holds
 
 

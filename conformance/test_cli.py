@@ -32,6 +32,9 @@ def test_pytest_args():
         assert args[args.index(flag) + 1] == val
     assert args[args.index("--conform-json") + 1] == os.path.abspath("x.json")
     assert "--conform-progress" in args
+    a = cli._parser().parse_args(["--where", "Lq > 64", "--where", "-Lq < -64"])
+    assert [x for x in cli.pytest_args(a) if x.startswith("--where")] == [
+        "--where=Lq > 64", "--where=-Lq < -64"]  # one token each: a leading '-' stays the value
 
 
 def test_passing_run_writes_matrix_and_json(tmp_path):
@@ -340,8 +343,28 @@ def test_where_keeps_the_cases_its_expression_holds_for_and_refuses_what_it_cann
             select(cases, None, exprs=[bad])
     with pytest.raises(ValueError, match="leaves none"):
         select(cases, ["window"], exprs=["Lq < 0"])
+    # an expression that fails on a case (sm_scale is None on most) is a usage error too
+    with pytest.raises(ValueError, match=r"on .*: TypeError"):
+        select(cases, None, exprs=["sm_scale > 0.1"])
+    assert select(cases, ["scale"], exprs=["sm_scale is not None and sm_scale > 0.1"])
+    with pytest.raises(ValueError, match="only against None"):
+        select(cases, None, exprs=["Lq is 129"])
     p = _run("--list", "--only", "basic", "--where", "dtype == 'fp16'", "--device", "cpu")
     listed = [ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("basic ")]
     assert p.returncode == 0 and listed and all(i.startswith("fp16-") for i in listed), p.stdout
     p = _run("--list", "--where", "Lq == -1", "--device", "cpu")
     assert p.returncode == 2 and "leaves none" in p.stderr
+    # a run: refused before pytest starts, and the report records the expression it ran under
+    p = _run("--backend", "reference", "--where", "Lkk > 3", "--device", "cpu")
+    assert p.returncode == 2 and "'Lkk' is no case field" in p.stderr, p.stdout + p.stderr
+
+
+def test_a_run_under_where_checks_only_its_cases_and_records_it(tmp_path):
+    out = tmp_path / "w.json"
+    p = _run("--backend", "reference", "--only", "basic", "--where", "dtype == 'fp16'",
+             "--device", "cpu", "--json", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    assert data["where"] == ["dtype == 'fp16'"] and data["only"] == ["basic"]
+    ids = {r["case"] for r in data["results"]}
+    assert ids and all(i.startswith("fp16-") for i in ids), ids

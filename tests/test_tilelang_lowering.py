@@ -128,6 +128,9 @@ def test_the_sweep_takes_conform_s_where():
     assert any(k == "fwd_tc" and len(a) > hl and a[hl] == 1 for k, a in part)
     with pytest.raises(ValueError, match="leaves none"):
         tl_lower.tier_kernels("full", where=["Lq < 0"])
+    with pytest.raises(SystemExit) as e:  # the script: a usage error (2), not "does not lower"
+        tl_lower.main(["--where", "Lq < 0"])
+    assert e.value.code == 2
 
 
 def test_the_check_catches_a_kernel_that_does_not_lower(monkeypatch, capsys):

@@ -63,7 +63,7 @@ crc=skipped; brc=skipped; lrc=skipped
 case " ${BACKEND_ARGS:-tilelang} " in *tilelang*) tl_run=1 ;; *) tl_run=0 ;; esac
 if [ "${PART:-all}" != bench ] && [ "${PRELOWER:-1}" != 0 ] && [ "$tl_run" = 1 ]; then
   timeout -s INT -k 15 "${PRELOWER_S:-240}" python -m tools.tl_lower --tier "${TIER:-full}" \
-    "${mode[@]}" ${ONLY:+--only "$ONLY"} ${WHERE:+--where "$WHERE"} > "$OUT/tl_lower$tag.log" 2>&1
+    "${mode[@]}" ${ONLY:+--only "$ONLY"} ${WHERE:+"--where=$WHERE"} > "$OUT/tl_lower$tag.log" 2>&1
   lrc=$?
   case "$lrc" in
     0) tail -1 "$OUT/tl_lower$tag.log" ;;
@@ -87,7 +87,7 @@ if [ "${PART:-all}" != bench ] && { [ "$lrc" = skipped ] || [ "$lrc" = 0 ] || [ 
     echo "tier not started: ${left} s of CONFORM_S=${CONFORM_S:-540} left"
   else
     timeout -s INT -k 15 "$left" python -m tools.cli conform --device cuda --tier "${TIER:-full}" \
-      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${WHERE:+--where "$WHERE"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" ${1:+--commit "$1"} \
+      -n "${WORKERS:-8}" --seed 0 ${ONLY:+--only "$ONLY"} ${WHERE:+"--where=$WHERE"} ${BACKEND_ARGS:-} --json "$OUT/conform$tag.json" ${1:+--commit "$1"} \
       > "$OUT/conform$tag.log" 2>&1
     crc=$?
     [ -f "$OUT/conform$tag.json" ] && rm -f "$OUT/conform$tag.json.partial.jsonl"  # its own only

@@ -526,8 +526,8 @@ VARIANTS = {
     # instructions at D = 64 (the four-CTA tile) and 507 -> 474 at D = 128, I2F.RP / MUFU.RCP
     # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
     # Shipped in session 45 (launch.TC_HOIST_LEFT): lab on an H100 at bbc3780, two runs,
-    # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +5.5..+6.8%, D64 +0.7..+5.4%,
-    # chunked +0.1..+1.8%. Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
+    # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +5.5..+6.8%, D64 +0.7..+5.3%,
+    # chunked +0.0..+1.8% (best of five). Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
     "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
               "launch.shipped_config with hoist_left=1 (kernels.HOIST_LEFT): mask_split's "
               "last-row left edge computed once before the key loop",

@@ -217,7 +217,10 @@ def main(argv=None) -> int:
         ap.error("--build builds the kernels the tier calls: --fold-dtypes would build bf16 "
                  "twins no call takes")
     t0 = time.time()
-    wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None, a.where)
+    try:
+        wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None, a.where)
+    except ValueError as e:  # a selection that matches nothing or an expression it refuses
+        ap.error(str(e))
     if a.fold_dtypes:
         wanted = fold_dtypes(wanted)
     if a.wide:
