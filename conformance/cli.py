@@ -110,7 +110,7 @@ def default_workers(device: str, gpus: list[str] | None = None, cores: int | Non
 
 def _list(a: argparse.Namespace) -> int:
     from .cases import generate, resolve_device
-    from .plugin import select, split_names
+    from .selection import select, split_names
 
     device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:  # the selection too, before pytest starts its workers (they select again, alike)
         from .cases import generate
-        from .plugin import select, split_names
+        from .selection import select, split_names
 
         select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
                split_names(a.exclude), a.where)

@@ -85,7 +85,7 @@ def test_list_and_bad_usage():
 
 def test_exclude_leaves_out_what_it_names_and_refuses_names_that_match_nothing():
     from conformance.cases import generate
-    from conformance.plugin import select
+    from conformance.selection import select
 
     cases = generate("quick", "cpu")
     kept = select(cases, ["window", "long4m"], exclude=["long4m", "*-W18446744073709551619C*"])
@@ -320,7 +320,7 @@ def test_where_keeps_the_cases_its_expression_holds_for_and_refuses_what_it_cann
     import pytest
 
     from conformance.cases import generate
-    from conformance.plugin import case_filter, select
+    from conformance.selection import case_filter, select
 
     cases = generate("full", "cuda")
     expr = "Lq > 64 and max(Dqk, Dv) <= 128 and dtype in ('bf16', 'fp16')"

@@ -116,7 +116,7 @@ def test_the_sweep_takes_conform_s_where():
     too: the kernels of exactly the cases the expression holds for, beside ``--only``'s names;
     the hoisted long calls at D = 96 / 128 among them (the cases session 45 listed by hand)."""
     from conformance.cases import generate
-    from conformance.plugin import select
+    from conformance.selection import select
     expr = "Lq > 64 and 64 < max(Dqk, Dv) <= 128 and dtype in ('bf16', 'fp16')"
     part = tl_lower.fold_dtypes(tl_lower.tier_kernels("full", categories=["headdim", "flags"],
                                                       where=[expr]))

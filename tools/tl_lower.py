@@ -53,11 +53,11 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     """``{(kind, args): [case ids]}`` of the TileLang GPU kernels the CUDA cases of
     ``tier`` (``categories``: those ``--only`` selects with these names, categories, case
     ids or id globs; ``where``: expressions over the case's fields, conform's ``--where``:
-    ``conformance.plugin.select``) build, every kernel a call requests
+    ``conformance.selection.select``) build, every kernel a call requests
     (the split kernel and its combine), with the default backend ``tilelang`` and the
     optional ``tilelang-split`` (split-KV forced where a split variant exists)."""
     from conformance.cases import _store, generate, input_layouts
-    from conformance.plugin import select
+    from conformance.selection import select
     from reference.errors import UnsupportedConfig
     from tilelang_impl import api, launch
 
