@@ -527,7 +527,8 @@ VARIANTS = {
     # gone from it, HGMMA and MUFU.EX2 unchanged, no spills, registers as shipped.
     # Shipped in session 45 (launch.TC_HOIST_LEFT): lab on an H100 at bbc3780, two runs,
     # bench_results/tilelang-lab45-h100-{1,2}.json: D128 +5.5..+6.8%, D64 +0.7..+5.3%,
-    # chunked +0.0..+1.8% (best of five). Since then "hoist" is launch.shipped_config itself; "nohoist" is the control.
+    # chunked +0.0..+1.8% (best of five). Since then "hoist" is launch.shipped_config itself;
+    # "nohoist" is the control.
     "hoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=1),
               "launch.shipped_config with hoist_left=1 (kernels.HOIST_LEFT): mask_split's "
               "last-row left edge computed once before the key loop",
@@ -537,7 +538,8 @@ VARIANTS = {
     # Session 45 (written on the CPU): the producer's key loop recomputes the key/value head
     # (Hq / Hkv, then by / G) and the block's first key (a floor division by the chunk) every
     # tile: runtime integer divisions nvcc leaves in the loop (session 44's SASS, D = 64: three
-    # to five a tile). hoist_keys holds both in registers from before the loop.
+    # to five a tile). hoist_keys holds them (and hi, built on the first key) in registers from
+    # before the loop.
     "hkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=1),
               "launch.shipped_config with hoist_keys=1 (kernels.HOIST_KEYS): the key/value head "
               "and the block's key range held in registers from before the key loop",
