@@ -248,7 +248,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
                   left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first, q_end, block_M,
                   block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C, inv_c, mask_lmk,
                   expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold,
-                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False, left_last=None):
+                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False):
     """The key loop with one tile's softmax overlapped with the previous tile's ``P @ V``
     (the ``overlap`` knob of :func:`fwd_tc`; FA3's intra-warpgroup overlap).
 
@@ -290,7 +290,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0,
                         j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                         expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2,
-                        scale_fold, win_u32, pack, 0, left_last)
+                        scale_fold, win_u32, pack)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
         T.warpgroup_fence_operand(acc_p, num_regs=block_M * block_N // threads // 2)
@@ -551,7 +551,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                               q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
                               divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
                               fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
-                              policy, threads, overlap == 2, left_last)
+                              policy, threads, overlap == 2)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
                     k0 = lo + (kb0 + kb) * block_N

@@ -321,7 +321,7 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
     when none is given is :func:`prefill_config` (this or :func:`short_config` by ``Lq``,
     :func:`grid_config`)."""
     cfg = short_config(Dqk, Dv)
-    if max(Dqk, Dv) > 128:
+    if not full_knobs(cfg[4:])[_KNOB["mask_split"]]:  # above 128: no knobs, nothing to hoist
         return cfg
     if max(Dqk, Dv) > TC_LONG["max_d"]:
         return with_knobs(cfg, hoist_left=TC_HOIST_LEFT)
@@ -1126,8 +1126,7 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, dict, tuple]
         raise RuntimeError(f"cpu_kernel_args: knobs {knobs!r} reach past 'wide', which "
                            f"kernels.fwd_cpu does not take by position")
     # hoist_left as the GPU's prefill grid bakes it, where this kernel's knobs have mask_split
-    hl = full_knobs(call_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:], p.mask_lmk, C,
-                               CPU_TILE[1]))[_KNOB["hoist_left"]]
+    hl = full_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:])[_KNOB["hoist_left"]]
     named = {"hoist_left": hl} if hl and full_knobs(knobs)[_KNOB["mask_split"]] else {}
     return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
             named, (W, C, r, inv_c, sl2))
