@@ -640,17 +640,11 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
 def _producer_loops(sass):
     """Every backward branch of a fwd_tc SASS whose body (its target to the branch) issues TMA
     loads (UTMALDG) and no HGMMA: the producer's key loop as nvcc laid it out (several nested
-    back branches), each as (instructions, integer divisions: MUFU.RCP) of its body."""
-    import re
-    ins = sass_loops.instructions(sass)
-    out = []
-    for a, t in ins:
-        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", t)
-        if m and int(m.group(1), 16) < a:
-            body = [u for b, u in ins if int(m.group(1), 16) <= b <= a]
-            if any("UTMALDG" in u for u in body) and not any("HGMMA" in u for u in body):
-                out.append((len(body), sum("MUFU.RCP" in u for u in body)))
-    return out
+    back branches, tools.sass_loops.back_branches), each as (instructions, integer divisions:
+    MUFU.RCP) of its body."""
+    return [(len(body), sum("MUFU.RCP" in u for u in body))
+            for _, _, body in sass_loops.back_branches(sass)
+            if any("UTMALDG" in u for u in body) and not any("HGMMA" in u for u in body)]
 
 
 @pytest.mark.parametrize("D", [64, 128])

@@ -77,21 +77,26 @@ def instructions(sass: str) -> list[tuple[int, str]]:
     return [(int(a, 16), t) for a, t in _INSTR.findall(sass)]
 
 
-def loops(sass: str) -> list[dict]:
-    """Every backward branch whose body (its target to the branch, both included) issues
-    ``HGMMA``: ``instructions``, ``hgmma``, ``ex2`` (``MUFU.EX2``), ``start`` and ``branch``
-    addresses, in the order of the branches."""
+def back_branches(sass: str) -> list[tuple[int, int, list[str]]]:
+    """``(target, branch, body)`` of every backward branch of ``cuobjdump -sass`` output, the
+    body the instructions from its target to the branch, both included, in branch order."""
     ins = instructions(sass)
     at = {a: i for i, (a, _) in enumerate(ins)}
     out = []
     for i, (a, text) in enumerate(ins):
         m = _TARGET.search(text)
-        if not m:
-            continue
-        target = int(m.group(1), 16)
-        if target >= a or target not in at:
-            continue
-        body = [t for _, t in ins[at[target]:i + 1]]
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            target = int(m.group(1), 16)
+            out.append((target, a, [t for _, t in ins[at[target]:i + 1]]))
+    return out
+
+
+def loops(sass: str) -> list[dict]:
+    """Every backward branch whose body (its target to the branch, both included) issues
+    ``HGMMA``: ``instructions``, ``hgmma``, ``ex2`` (``MUFU.EX2``), ``start`` and ``branch``
+    addresses, in the order of the branches."""
+    out = []
+    for target, a, body in back_branches(sass):
         hgmma = sum("HGMMA" in t for t in body)
         if hgmma:
             out.append(dict(instructions=len(body), hgmma=hgmma,
