@@ -218,6 +218,15 @@ def _mask_split(acc_s, left_row, q0, k0, block_M, block_N, Lq, Lk, r, W, C, inv_
                           mask_lmk, scale_log2, gpu, lmk_cols, win_u32, j0, pack)
 
 
+def _hoisted_left(hoist, q_end, Lq, Lk, r, W, C, expand_to_chunk):
+    """``left_last`` of :func:`_mask_split` for a block of queries ``[.., q_end)``: the last
+    query's left edge held in a register from before the key loop (``macros.last_row_left``)
+    where ``hoist`` (``hoist_left``, :data:`HOIST_LEFT`), else None (each tile computes it)."""
+    if not hoist:
+        return None
+    return T.alloc_var("int32", init=M.last_row_left(q_end, Lq, Lk, r, W, C, expand_to_chunk))
+
+
 @T.macro
 def _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0, j0,
                 block_M, block_N, Lq, Lk, r, window_size, C, inv_c, mask_lmk, expand_to_chunk,
@@ -539,10 +548,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
-            left_last = None  # hoist_left: the last query's left edge, once (HOIST_LEFT)
-            if hoist_left:
-                left_last = T.alloc_var("int32", init=M.last_row_left(
-                    q_end, Lq, Lk, r, W, C, expand_to_chunk))
+            # hoist_left: the last query's left edge, once (HOIST_LEFT)
+            left_last = _hoisted_left(hoist_left, q_end, Lq, Lk, r, W, C, expand_to_chunk)
 
             policy = T.GemmWarpPolicy.FullRow
             if overlap:
@@ -848,10 +855,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                     q_l[i, d] = _elem(Q, q_blhd, bz, by, q0 + i, d)
             M.row_left_edges(left_row, q0, bm, Lq, Lk, r, W, C, expand_to_chunk, False)
             M.softmax_init(acc_o, m, l)
-            left_last = None  # hoist: as fwd_tc's hoist_left
-            if hoist:
-                left_last = T.alloc_var("int32", init=M.last_row_left(
-                    q0 + bm, Lq, Lk, r, W, C, expand_to_chunk))
+            left_last = _hoisted_left(hoist, q0 + bm, Lq, Lk, r, W, C, expand_to_chunk)
             for kb in T.serial(T.ceildiv(hi - lo, block_N)):
                 k0 = lo + kb * block_N
                 j0 = None
