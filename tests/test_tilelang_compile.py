@@ -48,7 +48,7 @@ def _tc(Dqk, Dv, lmk=True, q_blhd=False, kv_blhd=False, split=False, cfg=None, k
     ``split``; on the prefill grid, launch.short_config for a call of one query block, or
     with ``long`` launch.shipped_config for one of several: two tiles at max(Dqk, Dv) <= 64
     since session 42, one above, where the two configs differ in hoist_left up to 128 since
-    session 45; ``lmk_cols`` resolved by
+    session 45 (and hoist_keys since session 46); ``lmk_cols`` resolved by
     launch.lmk_cols_for) and the default
     ``sm_scale`` (``scale=False``: a scale that cannot fold, e.g. ``sm_scale=0``);
     ``view``: the call admits the chunk view of ``v`` (launch.v_chunk_call); ``wide``: its
@@ -75,7 +75,7 @@ def _lmk_cols(args):
 def _shipped_knobs(D, pack=0, view=False, C=64, **values):
     """The knobs launch bakes for launch.short_config(D, D) (a call of one query block: the
     packed calls' config; launch.shipped_config above D = 128, and from 65 to 128 but for
-    hoist_left) with ``values`` set by name,
+    hoist_left and hoist_keys) with ``values`` set by name,
     ``pack`` heads per packed tile (0: not packed), for a call at chunk ``C`` with the
     default scale (launch.call_knobs), admitting the chunk view of v or not (``view``)."""
     cfg = launch.with_knobs(launch.short_config(D, D), pack=pack > 0, **values)
@@ -215,7 +215,8 @@ TC_VARIANTS = {
     "d64-long-nolmk": _tc(64, 64, lmk=False, long=True),
     "d64-long-general-wide": _tc(64, 64, C=16, wide=True, long=True),
     # session 45: calls of several query blocks at 64 < max(Dqk, Dv) <= 128 bake hoist_left
-    # (launch.TC_HOIST_LEFT; calls of one block, the entries above, do not): D = 128 and 96
+    # (launch.TC_HOIST_LEFT; and hoist_keys since session 46, launch.TC_HOIST_KEYS, as the
+    # d64-long entries do; calls of one block, the entries above, do neither): D = 128 and 96
     # with one landmark column, two and the general test, an unfoldable scale, and the view
     # at C = 64 (the bench's D = 128 prefill)
     "d128-long": _tc(128, 128, long=True),
@@ -252,7 +253,7 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     expand_to_chunk (0, 1, 2) is among the compiled variants (the prefill tile was the
     same for every ``Lq`` from session 12 to 41; since session 42 D = 64 has two, both here:
     launch.grid_config; since session 45 D = 96 and 128 have two, the long calls' with
-    ``hoist_left``); D = 96 split-KV at C = 64 only, other head dims
+    ``hoist_left``, and ``hoist_keys`` since session 46); D = 96 split-KV at C = 64 only, other head dims
     below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
@@ -649,8 +650,9 @@ def _producer_loops(sass):
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
-    """The lab knob ``hoist_keys`` (session 45; ``tools/lab_tilelang.py``'s ``hkeys``) on the
-    shipped long-call kernels: the innermost region of the producer's key loop (the shortest
+    """The knob ``hoist_keys`` (session 45, ``tools/lab_tilelang.py``'s ``hkeys``; shipped in
+    session 46 for calls of several query blocks: ``launch.TC_HOIST_KEYS``) on the shipped
+    long-call kernels against the same config without it: the innermost region of the producer's key loop (the shortest
     back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions (the
     key/value head, the block's first key and the V view's chunk index) and 156 (D = 64) / 164
     (D = 128) instructions without it, 1 (the chunk index) and 109 / 117 with it, when written;
@@ -658,8 +660,9 @@ def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
     registers, no spills and the consumer's HGMMA and EX2 as shipped. The kernel refuses it
     with ``overlap`` and values other than 0 and 1."""
     ship = launch.shipped_config(D, D)
+    assert launch.full_knobs(ship[4:])[launch._KNOB["hoist_keys"]] == 1
     built = []
-    for cfg in (ship, launch.with_knobs(ship, hoist_keys=1)):
+    for cfg in (launch.with_knobs(ship, hoist_keys=0), ship):
         src, sass, res = _cubin(_call_args(D, cfg))
         assert "STL" not in sass and "LDL" not in sass
         loop = sass_loops.loops(sass)[0]

@@ -797,14 +797,15 @@ def test_lmk_cols_rule_per_call():
     # calls of several query blocks at max(Dqk, Dv) <= 64 (session 42): 64 x 64, four CTAs per
     # SM since session 44 (three before), the view of v at one chunk per tile; from 65 to 128
     # the two configs (one-block calls, packed or not, and longer ones: launch.grid_config)
-    # differ in hoist_left only (session 45; before, they were one), above 128 they are one
+    # differ in hoist_left (session 45; before, they were one) and hoist_keys (session 46)
+    # only, above 128 they are one
     assert launch.shipped_config(32, 64) == launch.shipped_config(64, 64) == launch.with_knobs(
         (64, 64, 2, 128) + launch.tc_knobs(64, 64), min_blocks=4, v_chunk=1, lmk_const=True,
-        hoist_left=1)
+        hoist_left=1, hoist_keys=1)
     assert launch.shipped_config(64, 80) == launch.with_knobs(launch.short_config(64, 80),
-                                                              hoist_left=1)
+                                                              hoist_left=1, hoist_keys=1)
     assert launch.shipped_config(128, 128) == launch.with_knobs(launch.short_config(128, 128),
-                                                                hoist_left=1)
+                                                                hoist_left=1, hoist_keys=1)
     assert launch.shipped_config(256, 256) == (64, 64, 2, 128)  # TileLang's launch bounds
     occ = (False, 0, launch.TC_MIN_BLOCKS)  # no lmk_rows_j0, not packed, two CTAs per SM
     assert launch.tc_kernel_args(split, True, 64, sl2) == \
@@ -972,10 +973,12 @@ def test_scale_fold_rule_per_call():
 def _hoisted(knobs: tuple) -> tuple:
     """A call's knob values (``knobs``, a prefix of TC_KNOBS' order) as baked for a call of
     several query blocks at head dims up to 128: the knobs after them at their defaults but
-    ``hoist_left``, 1 (launch.TC_HOIST_LEFT; session 45), trailing defaults left out."""
+    ``hoist_left`` and ``hoist_keys``, 1 (launch.TC_HOIST_LEFT, session 45;
+    launch.TC_HOIST_KEYS, session 46), trailing defaults left out."""
     at = launch._KNOB["hoist_left"]
+    assert launch._KNOB["hoist_keys"] == at + 1 == len(launch.TC_KNOBS) - 1
     return launch.trimmed_knobs(tuple(knobs) + tuple(d for _, d in launch.TC_KNOBS[len(knobs):at])
-                                + (1,))
+                                + (1, 1))
 
 
 def test_hoist_left_permission_per_call():
@@ -998,7 +1001,30 @@ def test_hoist_left_permission_per_call():
         assert baked(launch.with_knobs(ship, mask_split=False)) == 0
     assert launch.shipped_config(192, 192) == launch.short_config(192, 192) == (64, 64, 2, 128)
     assert launch.shipped_config(128, 128) == launch.with_knobs(launch.short_config(128, 128),
-                                                                hoist_left=1)
+                                                                hoist_left=1, hoist_keys=1)
+
+
+def test_hoist_keys_permission_per_call():
+    """``hoist_keys`` (launch.TC_HOIST_KEYS, session 46) is on in the configs of calls of
+    several query blocks at head dims up to 128 (launch.grid_config), off for calls of one
+    block (decode, short chunks, packed or not) and above 128, and launch.call_knobs drops it
+    where the kernel refuses it (kernels._check_knobs: with ``overlap`` baked); with ``pack``
+    or without ``mask_split`` the kernel takes it, and it stays."""
+    hk = launch._KNOB["hoist_keys"]
+
+    def baked(cfg, group=1):
+        return launch.full_knobs(launch.tc_kernel_args(cfg, True, 64, 0.2, group)[2])[hk]
+    for Dqk, Dv in ((32, 32), (64, 64), (64, 80), (96, 96), (128, 128)):
+        assert baked(launch.grid_config(Dqk, Dv, 65)) == launch.TC_HOIST_KEYS == 1
+        assert baked(launch.grid_config(Dqk, Dv, 64)) == 0
+        ship = launch.shipped_config(Dqk, Dv)
+        assert baked(launch.with_knobs(ship, pack=True), group=4) == 1
+        assert baked(launch.with_knobs(ship, overlap=1)) == 0
+        assert baked(launch.with_knobs(ship, mask_split=False)) == 1
+    for Dqk, Dv in ((160, 160), (192, 192), (256, 256)):
+        assert baked(launch.grid_config(Dqk, Dv, 10**4)) == 0
+    # the split-KV grid's kernels (decode) do not take it either
+    assert launch.full_knobs(launch.split_config(128, 128)[4:])[hk] == 0
 
 
 @pytest.mark.parametrize("sm_scale", [0.0, -0.3])
@@ -1122,9 +1148,10 @@ def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
     44) and ``hoist_keys`` (session 45, TC_KNOBS' last item) are ints: a config written before
     one of them that ends in ``ws`` is refused there, not read as one producer warp (True) or
-    none, as a rescale threshold or as a hoist. (The config: the shipped long-call one with ``hoist_left`` off,
-    so that every knob from ``producer_warps`` on is at its default.)"""
-    full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0)
+    none, as a rescale threshold or as a hoist. (The config: the shipped long-call one with
+    ``hoist_left`` and ``hoist_keys`` off, so that every knob from ``producer_warps`` on is at
+    its default.)"""
+    full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
     assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_keys"
     with pytest.raises(ValueError, match=knob):

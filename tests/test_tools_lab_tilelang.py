@@ -18,6 +18,9 @@ ALIASES = {"nolmkcols", "shipped"}
 # session 45: "hoist" shipped (launch.TC_HOIST_LEFT; "shipped" stands for it), and "nohoist",
 # the kernel shipped before, is occ4-64x64v's at D = 64 and occ3-64x64v's at D = 128
 ALIASES |= {"nohoist"}
+# session 46: "hkeys" shipped (launch.TC_HOIST_KEYS; "shipped" and "hoist" stand for it);
+# "nohkeys", the kernel shipped in session 45, is its own kernel
+ALIASES |= {"hkeys"}
 # session 5's "s5" variants vary launch.shipped_config as it is: at D = 128 all three are the
 # shipped kernel (noise checks); at D = 64 "s5-rows+fold" is what shipped after that lab
 S5 = {"s5-rows", "s5-rows+fold", "s5+fold"}
@@ -84,10 +87,17 @@ def test_shipped_and_lmkcols_variants():
         # in sessions 42-43, the same kernel at three CTAs); prev-64x128 = the config occ3
         # replaced, launch.short_config (session 12's occ2-64x128 tile and the knobs since):
         # at D = 128 nohoist's config, and occ3's and occ4's there
+        # session 46: shipped = hkeys (launch.TC_HOIST_KEYS) too; nohkeys, the kernel shipped
+        # in session 45, = shipped without hoist_keys; nohoist keeps the kernel it named then
         prev, nohoist = kern("prev-64x128"), kern("nohoist")
-        assert kern("shipped") == now == kern("hoist") != nohoist
-        assert now[2] == launch.trimmed_knobs(1 if i == launch._KNOB["hoist_left"] else k
+        assert kern("shipped") == now == kern("hoist") == kern("hkeys") != nohoist
+        hoists = (launch._KNOB["hoist_left"], launch._KNOB["hoist_keys"])
+        assert now[2] == launch.trimmed_knobs(1 if i in hoists else k
                                               for i, k in enumerate(launch.full_knobs(nohoist[2])))
+        nohkeys = kern("nohkeys")
+        assert nohkeys not in (now, nohoist) and nohkeys[:2] == now[:2]
+        assert nohkeys[2] == launch.trimmed_knobs(
+            0 if i == launch._KNOB["hoist_keys"] else k for i, k in enumerate(launch.full_knobs(now[2])))
         assert nohoist == kern("occ4-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
         occ3 = kern("occ3-64x64v")
         assert (occ3 == nohoist) == (D == 128)

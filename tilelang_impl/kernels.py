@@ -93,7 +93,8 @@ LAZY_RESCALES = (0, 8)
 #: division), or 1, once before the loop into a register (``macros.last_row_left``). Only
 #: with ``mask_split``, and not with ``overlap`` or ``pack`` (not built or run there).
 HOIST_LEFT = (0, 1)
-#: ``hoist_keys`` values the kernels accept (session 45, a lab knob): 0, the key/value head
+#: ``hoist_keys`` values the kernels accept (session 45; ``launch.shipped_config`` bakes 1 since
+#: session 46, ``launch.TC_HOIST_KEYS``): 0, the key/value head
 #: (``by // (Hq // Hkv)``) and the block's key range (``lo``, a floor division by the chunk with
 #: ``expand_to_chunk``, and ``hi``, built on it) as expressions that the warp-specialised loop
 #: recomputes where it uses them (nvcc leaves their runtime integer divisions in the producer's
@@ -692,9 +693,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     knob, :data:`LAZY_RESCALES`: the conditional output rescale of
     ``macros.online_softmax_update`` / ``macros.rescale_output``), ``hoist_left`` (session 44,
     :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the key loop;
-    ``launch.shipped_config`` sets it since session 45), ``hoist_keys`` (session 45, a lab
-    knob, :data:`HOIST_KEYS`: the key/value head and the block's key range held in registers
-    from before the key loop) and ``producer_warps`` (session 41,
+    ``launch.shipped_config`` sets it since session 45), ``hoist_keys`` (session 45,
+    :data:`HOIST_KEYS`: the key/value head and the block's key range held in registers
+    from before the key loop; ``launch.shipped_config`` sets it since session 46) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The

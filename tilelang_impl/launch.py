@@ -104,6 +104,29 @@ TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 #: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` or ``pack`` baked).
 TC_HOIST_LEFT = 1
 
+#: The ``hoist_keys`` permission of :func:`shipped_config`, beside :data:`TC_HOIST_LEFT` (session
+#: 46): the key/value head (``by // (Hq // Hkv)``) and the block's key range (``lo``, a floor
+#: division by the chunk with ``expand_to_chunk``, and ``hi``, built on it) held in registers
+#: from before the key loop (``kernels.HOIST_KEYS``) instead of expressions that the
+#: warp-specialised loop recomputes where it uses them. sm_90a, C = 64: the producer loop's
+#: innermost region 156 -> 109 instructions at D = 64 and 164 -> 117 at D = 128, its runtime
+#: integer divisions 3 -> 1 (the V view's chunk index stays; ``tools/sass_loops``); the
+#: consumer's key loop 436 -> 433. Lab on the H200 at 16e5c2e (variants ``shipped`` /
+#: ``hkeys``, three runs, L2 not flushed, best of 5,
+#: bench_results/tilelang-lab46-h200-{1,2,3}.json), TFLOP/s: 32/32/128 L=8K 356.3 -> 374.8,
+#: 355.7 -> 374.8, 355.2 -> 374.7; L=16K 367.7 -> 385.5, 367.7 -> 385.7, 367.7 -> 386.0; GQA
+#: 32/4 D=64 L=8K 296.9 -> 315.8, 297.0 -> 325.4, 270.2 -> 291.9; 16/2 258.7 -> 299.0, 266.5
+#: -> 307.7, 257.3 -> 276.6; batch 4 x 4K 288.8 -> 324.7, 285.9 -> 335.2, 277.9 -> 299.9;
+#: chunked Lq=512 of 8K D=128 304.8 -> 329.3, 302.5 -> 336.6, 293.9 -> 307.0 (D = 128 +4.8..+5.5%,
+#: D = 64 +6.4..+17.3%, chunked +4.5..+11.3%; predicted D = 64 +0..+3%, D = 128 +0..+2%: the
+#: producer's divisions held the consumers back more than a producer a tile ahead should; why
+#: is not known). The lab's GPU correctness cases passed in all three runs; ``tools/lab_hang``
+#: eager and under graph replay, 20,000 launches each at B4 GQA32/4 D64 L4K and 10,000 at
+#: 32/32/128 L=8K: no hang. Calls of one query block (:func:`short_config`: decode, short
+#: chunks, the split-KV grid) keep the expressions (not measured with the knob);
+#: :func:`call_knobs` drops the permission where the kernel cannot take it (``overlap`` baked).
+TC_HOIST_KEYS = 1
+
 
 #: The ``v_chunk`` permission of the prefill-grid config at ``max(Dqk, Dv) <= 128``
 #: (:func:`short_config`; 1 in :data:`TC_LONG`): ``v`` through the chunk view (:func:`v_chunk_view`) for calls
@@ -295,8 +318,8 @@ def ctas_per_sm(config) -> int:
 def short_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of one query block
     (``Lq <= block_M``: decode and short chunks, packed or not, :func:`prefill_config`), and
-    for every call at ``max(Dqk, Dv) > 128`` (from 65 to 128 longer calls add ``hoist_left``,
-    :func:`shipped_config`): tile (:func:`tc_config`), knobs
+    for every call at ``max(Dqk, Dv) > 128`` (from 65 to 128 longer calls add ``hoist_left``
+    and ``hoist_keys``, :func:`shipped_config`): tile (:func:`tc_config`), knobs
     (:func:`tc_knobs`) and, at ``max(Dqk, Dv) <= 128``, ``min_blocks`` =
     :data:`TC_MIN_BLOCKS`, the chunk view of ``v`` (``v_chunk`` = :data:`TC_V_CHUNK`) and
     ``lmk_const`` (a permission, :func:`lmk_const_acts` per call; session 39 lab on an H100,
@@ -313,8 +336,9 @@ def short_config(Dqk: int, Dv: int) -> tuple:
 @functools.cache
 def shipped_config(Dqk: int, Dv: int) -> tuple:
     """The prefill-grid config of head dims ``Dqk``/``Dv`` for calls of several query blocks
-    (``Lq > block_M``; rows not packed): :func:`short_config` with the ``hoist_left``
-    permission (:data:`TC_HOIST_LEFT`, since session 45) at ``max(Dqk, Dv) <= 128``, and at
+    (``Lq > block_M``; rows not packed): :func:`short_config` with the ``hoist_left`` and
+    ``hoist_keys`` permissions (:data:`TC_HOIST_LEFT`, since session 45; :data:`TC_HOIST_KEYS`,
+    since session 46) at ``max(Dqk, Dv) <= 128``, and at
     ``max(Dqk, Dv) <= 64`` (:data:`TC_LONG`) the 64 x 64 tile with four CTAs per SM
     (``min_blocks`` 4) and the chunk view of ``v`` at one chunk per tile (``v_chunk`` 1);
     above 128, :func:`short_config` itself. What :func:`run_cuda` uses
@@ -323,10 +347,11 @@ def shipped_config(Dqk: int, Dv: int) -> tuple:
     cfg = short_config(Dqk, Dv)
     if not full_knobs(cfg[4:])[_KNOB["mask_split"]]:  # above 128: no knobs, nothing to hoist
         return cfg
+    hoists = dict(hoist_left=TC_HOIST_LEFT, hoist_keys=TC_HOIST_KEYS)
     if max(Dqk, Dv) > TC_LONG["max_d"]:
-        return with_knobs(cfg, hoist_left=TC_HOIST_LEFT)
+        return with_knobs(cfg, **hoists)
     return with_knobs(TC_LONG["tile"] + cfg[2:], min_blocks=TC_LONG["min_blocks"],
-                      v_chunk=TC_LONG["v_chunk"], hoist_left=TC_HOIST_LEFT)
+                      v_chunk=TC_LONG["v_chunk"], **hoists)
 
 
 def packs(p, block_M: int) -> bool:
@@ -381,8 +406,8 @@ def grid_config(Dqk: int, Dv: int, Lq: int) -> tuple:
     """The prefill-grid config of a call of ``Lq`` queries at head dims ``Dqk``/``Dv``, rows
     not packed: :func:`shipped_config` for several query blocks (``Lq > block_M``), else
     :func:`short_config` (decode, short chunks: the tile their numbers were measured on).
-    Both tiles have 64 rows; from head dim 65 to 128 they differ in ``hoist_left`` only, and
-    above 128 they are one config."""
+    Both tiles have 64 rows; from head dim 65 to 128 they differ in ``hoist_left`` and
+    ``hoist_keys`` only, and above 128 they are one config."""
     short = short_config(Dqk, Dv)
     return shipped_config(Dqk, Dv) if Lq > short[0] else short
 
@@ -447,9 +472,10 @@ def prefill_config(p) -> tuple:
 #: ``hoist_left`` (session 44, ``kernels.HOIST_LEFT``): ``mask_split``'s last-row left edge
 #: computed once before the key loop instead of every tile; a permission (:func:`call_knobs`),
 #: on in :func:`shipped_config` since session 45 (:data:`TC_HOIST_LEFT`); ``ws`` moves to 22.
-#: ``hoist_keys`` (session 45, a lab knob, ``kernels.HOIST_KEYS``): the key/value head and the
-#: block's key range held in registers from before the key loop, where the producer's loop
-#: recomputed their integer divisions every tile; no shipped config sets it; ``ws`` moves to 23.
+#: ``hoist_keys`` (session 45, ``kernels.HOIST_KEYS``): the key/value head and the block's key
+#: range held in registers from before the key loop, where the producer's loop recomputed their
+#: integer divisions every tile; a permission (:func:`call_knobs`), on in :func:`shipped_config`
+#: since session 46 (:data:`TC_HOIST_KEYS`); ``ws`` moves to 23.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -535,7 +561,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     it (a lab timing its cost: the wide test is exact at every position a kernel gets).
     ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call.
     ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
-    neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``)."""
+    neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
+    permission) where ``overlap`` is not baked."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -551,6 +578,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     hl = _KNOB["hoist_left"]  # the value itself where it may act: the kernel checks it
     if not full[_KNOB["mask_split"]] or full[_KNOB["overlap"]] or full[pk]:
         full[hl] = 0
+    if full[_KNOB["overlap"]]:  # hoist_keys: as hoist_left, where the kernel takes it
+        full[_KNOB["hoist_keys"]] = 0
     return trimmed_knobs(full)
 
 

@@ -127,9 +127,9 @@ def _ship(D):
     of v up to two chunks a tile) and still what decode and other one-block calls run. Since
     session 42 long calls at D <= 64 run ``launch.shipped_config`` (the ``shipped`` variant:
     occ3-64x64v's build in sessions 42-43, occ4-64x64v's in session 44), and since session 45
-    long calls at D <= 128 take ``hoist_left`` there: at D = 128 the variants built on this
-    config are ``nohoist``'s kernel (their texts' "D=128: nohoist"). The variants keep the
-    base they were measured on."""
+    long calls at D <= 128 take ``hoist_left`` there (and ``hoist_keys`` since session 46): at
+    D = 128 the variants built on this config are ``nohoist``'s kernel (their texts' "D=128:
+    nohoist"). The variants keep the base they were measured on."""
     return _launch().short_config(D, D)
 
 
@@ -539,17 +539,26 @@ VARIANTS = {
     # (Hq / Hkv, then by / G) and the block's first key (a floor division by the chunk) every
     # tile: runtime integer divisions nvcc leaves in the loop (session 44's SASS, D = 64: three
     # to five a tile). hoist_keys holds them (and hi, built on the first key) in registers from
-    # before the loop.
+    # before the loop. Shipped in session 46 (launch.TC_HOIST_KEYS): lab on the H200 at 16e5c2e,
+    # three runs, bench_results/tilelang-lab46-h200-{1,2,3}.json: D128 +4.8..+5.5%, D64
+    # +6.4..+17.3%, chunked +4.5..+11.3% (best of five). Since then "hkeys" is
+    # launch.shipped_config itself; "nohkeys" is the control.
     "hkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=1),
               "launch.shipped_config with hoist_keys=1 (kernels.HOIST_KEYS): the key/value head "
               "and the block's key range held in registers from before the key loop",
               "D64 rows +0..+3%, D128 rows +0..+2% (the producer runs a tile ahead of the "
               "consumers: its divisions cost only where it falls behind, at four CTAs an SM "
               "the likeliest)"),
-    "nohoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=0),
-                "launch.shipped_config without hoist_left (shipped until session 45): "
-                "mask_split's last-row left edge computed in every key tile",
+    "nohoist": (lambda D: _full(_launch().shipped_config(D, D), hoist_left=0, hoist_keys=0),
+                "launch.shipped_config without hoist_left (shipped until session 45; and "
+                "without hoist_keys, as it was then): mask_split's last-row left edge "
+                "computed in every key tile",
                 "D128 rows -5..-7%, D64 rows -1..-5% (session 45's lab, reversed)"),
+    "nohkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=0),
+                "launch.shipped_config without hoist_keys (shipped in session 45): the "
+                "key/value head and the block's key range recomputed where the loop uses them",
+                "D128 rows -4..-5%, D64 rows -6..-15%, chunked -4..-10% (session 46's lab, "
+                "reversed)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: nohoist",
