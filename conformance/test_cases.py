@@ -177,8 +177,8 @@ _REACH_PLANS = {
     "scale-split-neg": (r"^splitkv ", r"^fwd_tc (?!.*scale_fold).*S=\d+", None),
     "scale-split-zero": (r"^splitkv 16x32 ", None, None),
     "wide-view-decode": (None, r"^fwd_tc 64x64 .*S=\d+ .*v_chunk wide lmk_const\]", None),
-    "wide-view-prefill": (None, r"^fwd_tc 64x64 (?!.*S=).*v_chunk wide lmk_const hoist_left=1\]",
-                          None),
+    "wide-view-prefill": (None, r"^fwd_tc 64x64 (?!.*S=).*v_chunk wide lmk_const hoist_left=1 "
+                                r"hoist_keys=1\]", None),
 }
 
 

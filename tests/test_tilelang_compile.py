@@ -685,7 +685,7 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     D = 128) against the same config without it: the consumer's key loop (tools.sass_loops:
     the first loop that issues HGMMA) loses the runtime floor division of ``mask_split``'s
     tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at least 25
-    instructions (34 and 33 when written), with its tensor work and exponentials, the launch
+    instructions (34 and 33 when written, before ``hoist_keys`` shipped), with its tensor work and exponentials, the launch
     registers and no spills unchanged. The kernel refuses values other than 0 and 1, and 1
     without ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or
     run on), past ``launch.call_knobs``, which drops the permission there."""

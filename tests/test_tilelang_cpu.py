@@ -1008,8 +1008,9 @@ def test_hoist_keys_permission_per_call():
     """``hoist_keys`` (launch.TC_HOIST_KEYS, session 46) is on in the configs of calls of
     several query blocks at head dims up to 128 (launch.grid_config), off for calls of one
     block (decode, short chunks, packed or not) and above 128, and launch.call_knobs drops it
-    where the kernel refuses it (kernels._check_knobs: with ``overlap`` baked); with ``pack``
-    or without ``mask_split`` the kernel takes it, and it stays."""
+    where the kernel refuses it (kernels._check_knobs: with ``overlap`` baked) and with
+    ``pack`` baked (never built or run there); without ``mask_split``, or with a ``pack``
+    permission on a call that packs nothing (G = 1), it stays."""
     hk = launch._KNOB["hoist_keys"]
 
     def baked(cfg, group=1):
@@ -1018,7 +1019,8 @@ def test_hoist_keys_permission_per_call():
         assert baked(launch.grid_config(Dqk, Dv, 65)) == launch.TC_HOIST_KEYS == 1
         assert baked(launch.grid_config(Dqk, Dv, 64)) == 0
         ship = launch.shipped_config(Dqk, Dv)
-        assert baked(launch.with_knobs(ship, pack=True), group=4) == 1
+        assert baked(launch.with_knobs(ship, pack=True), group=4) == 0
+        assert baked(launch.with_knobs(ship, pack=True), group=1) == 1
         assert baked(launch.with_knobs(ship, overlap=1)) == 0
         assert baked(launch.with_knobs(ship, mask_split=False)) == 1
     for Dqk, Dv in ((160, 160), (192, 192), (256, 256)):

@@ -123,8 +123,12 @@ TC_HOIST_LEFT = 1
 #: is not known). The lab's GPU correctness cases passed in all three runs; ``tools/lab_hang``
 #: eager and under graph replay, 20,000 launches each at B4 GQA32/4 D64 L4K and 10,000 at
 #: 32/32/128 L=8K: no hang. Calls of one query block (:func:`short_config`: decode, short
-#: chunks, the split-KV grid) keep the expressions (not measured with the knob);
-#: :func:`call_knobs` drops the permission where the kernel cannot take it (``overlap`` baked).
+#: chunks, packed or not) and the split-KV grid (:func:`split_config`) keep the expressions (not
+#: measured with the knob); :func:`call_knobs` drops the permission where the kernel cannot
+#: take it (``overlap`` baked) and where it was never built or run (``pack`` baked: no packed
+#: call takes :func:`shipped_config`; a packed build with it lowered where the packed kernel
+#: without it does not, ``tests/test_tilelang_compile.py``'s G = 2 case, which was not
+#: looked into).
 TC_HOIST_KEYS = 1
 
 
@@ -562,7 +566,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call.
     ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
     neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
-    permission) where ``overlap`` is not baked."""
+    permission) where neither ``overlap`` (the kernel refuses it) nor ``pack`` (never built
+    or run with it) is baked."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -578,7 +583,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     hl = _KNOB["hoist_left"]  # the value itself where it may act: the kernel checks it
     if not full[_KNOB["mask_split"]] or full[_KNOB["overlap"]] or full[pk]:
         full[hl] = 0
-    if full[_KNOB["overlap"]]:  # hoist_keys: as hoist_left, where the kernel takes it
+    if full[_KNOB["overlap"]] or full[pk]:  # hoist_keys: where it was built and run
         full[_KNOB["hoist_keys"]] = 0
     return trimmed_knobs(full)
 

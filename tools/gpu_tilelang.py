@@ -320,7 +320,7 @@ def precompile_configs() -> list[tuple]:
     tc(64, 64, cfg=launch.short_config(64, 64))
     tc(64, 64, cfg=launch.with_knobs(launch.short_config(64, 64), pack=True), group=8)
     # the D = 128 decode timed at split=1 (the prefill grid, one query block): short_config,
-    # without the long calls' hoist_left since session 45
+    # without the long calls' hoist_left (session 45) and hoist_keys (session 46)
     tc(128, 128, cfg=launch.short_config(128, 128))
     tc(128, 64); tc(64, 128); tc(128, 128, "float16")
     tc(128, 128, lmk=False); tc(128, 128, exp=False); tc(128, 128, lmk=False, exp=False)

@@ -469,6 +469,7 @@ VARIANTS = {
                              "TileLang 0.1.15 writes it (before the guard); D=128: nohoist the same way",
                              "hangs under tools/lab_hang where occ3-64x64v does not; speed "
                              "within +-2% of occ3-64x64v where it finishes"),
+    # (built on launch.shipped_config: it moves with it, hoist_keys included since session 46)
     "shipped-allwarps": (lambda D: _full(_launch().shipped_config(D, D), producer_warps=4),
                          "launch.shipped_config with the producer's four warps in its key loop "
                          "(the shipped kernel before session 41's guard; at D<=64 the long "
@@ -511,6 +512,7 @@ VARIANTS = {
     # added, the multiplies still in it, skipped at run time); no spills, registers as
     # shipped. Its arithmetic is checked on the C target (cpu_lazy_rescale below, a backend
     # for hils-swa conform; tests/test_tilelang_cpu.py).
+    # (built on launch.shipped_config: it moves with it, hoist_keys included since session 46)
     "lazy8": (lambda D: _full(_launch().shipped_config(D, D), lazy_rescale=8),
               "launch.shipped_config with lazy_rescale=8 (kernels.LAZY_RESCALES): a row keeps its "
               "reference while the tile max moves less than 2**8, warps whose rows all kept it "
@@ -553,7 +555,8 @@ VARIANTS = {
                 "launch.shipped_config without hoist_left (shipped until session 45; and "
                 "without hoist_keys, as it was then): mask_split's last-row left edge "
                 "computed in every key tile",
-                "D128 rows -5..-7%, D64 rows -1..-5% (session 45's lab, reversed)"),
+                "D128 rows -10..-11%, D64 rows -13..-18%, chunked -12..-13% (session 46's "
+                "lab against hkeys, reversed)"),
     "nohkeys": (lambda D: _full(_launch().shipped_config(D, D), hoist_keys=0),
                 "launch.shipped_config without hoist_keys (shipped in session 45): the "
                 "key/value head and the block's key range recomputed where the loop uses them",
