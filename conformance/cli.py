@@ -108,15 +108,23 @@ def default_workers(device: str, gpus: list[str] | None = None, cores: int | Non
     return str(max(1, min(8, cores // 2)))
 
 
-def _list(a: argparse.Namespace) -> int:
-    from .cases import generate, resolve_device
+def _selected(a: argparse.Namespace, device: str) -> list:
+    """The cases of ``a``'s tier on ``device`` that its ``--only`` / ``--exclude`` / ``--where``
+    select (``conformance.selection.select``; a ``ValueError`` for a selection it refuses)."""
+    from .cases import generate
     from .selection import select, split_names
+
+    return select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
+                  split_names(a.exclude), a.where)
+
+
+def _list(a: argparse.Namespace) -> int:
+    from .cases import resolve_device
 
     device = resolve_device(a.device) if a.device == "auto" else a.device  # a CUDA list needs no GPU
 
     try:
-        cases = select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
-                       split_names(a.exclude), a.where)
+        cases = _selected(a, device)
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2
@@ -138,24 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         return _list(a)
     from .cases import resolve_device
 
-    try:  # one line and exit 2, not pytest's collection-error banner (exit 4)
-        device = resolve_device(a.device)
-    except ValueError as e:
-        print(f"hils-swa conform: {e}", file=sys.stderr)
-        return 2
-    try:  # the selection too, before pytest starts its workers (they select again, alike)
-        from .cases import generate
-        from .selection import select, split_names
-
-        select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
-               split_names(a.exclude), a.where)
-    except ValueError as e:
-        print(f"hils-swa conform: {e}", file=sys.stderr)
-        return 2
-    try:  # a clear message for a bad --backend before pytest starts
+    # one line and exit 2, not pytest's collection-error banner (exit 4): the device, the
+    # selection (before pytest starts its workers, which select again, alike) and --backend
+    try:
         from .runner import resolve_backends
+        from .selection import split_names
 
-        resolve_backends([s for spec in (a.backend or []) for s in spec.split(",") if s])
+        _selected(a, resolve_device(a.device))
+        resolve_backends(split_names(a.backend))
     except ValueError as e:
         print(f"hils-swa conform: {e}", file=sys.stderr)
         return 2

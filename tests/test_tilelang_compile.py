@@ -652,8 +652,8 @@ def _producer_loops(sass):
 def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
     """The knob ``hoist_keys`` (session 45, ``tools/lab_tilelang.py``'s ``hkeys``; shipped in
     session 46 for calls of several query blocks: ``launch.TC_HOIST_KEYS``) on the shipped
-    long-call kernels against the same config without it: the innermost region of the producer's key loop (the shortest
-    back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions (the
+    long-call kernels against the same config without it: the innermost region of the
+    producer's key loop (the shortest back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions (the
     key/value head, the block's first key and the V view's chunk index) and 156 (D = 64) / 164
     (D = 128) instructions without it, 1 (the chunk index) and 109 / 117 with it, when written;
     the test asks for fewer divisions and at least 25 instructions fewer, with the launch
@@ -685,8 +685,8 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     D = 128) against the same config without it: the consumer's key loop (tools.sass_loops:
     the first loop that issues HGMMA) loses the runtime floor division of ``mask_split``'s
     tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at least 25
-    instructions (34 and 33 when written, before ``hoist_keys`` shipped), with its tensor work and exponentials, the launch
-    registers and no spills unchanged. The kernel refuses values other than 0 and 1, and 1
+    instructions (34 and 33 when written, before ``hoist_keys`` shipped), with its tensor work
+    and exponentials, the launch registers and no spills unchanged. The kernel refuses values other than 0 and 1, and 1
     without ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or
     run on), past ``launch.call_knobs``, which drops the permission there."""
     def key_loop(cfg):

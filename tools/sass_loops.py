@@ -85,8 +85,8 @@ def back_branches(sass: str) -> list[tuple[int, int, list[str]]]:
     out = []
     for i, (a, text) in enumerate(ins):
         m = _TARGET.search(text)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
-            target = int(m.group(1), 16)
+        target = int(m.group(1), 16) if m else a
+        if target < a and target in at:
             out.append((target, a, [t for _, t in ins[at[target]:i + 1]]))
     return out
 

@@ -72,9 +72,7 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     launch._kernel, launch.sm_count = record, (lambda device: sms)
     try:
         cases = generate(tier, "cuda")
-        picked = (cases if categories is None and not where
-                  else select(cases, list(categories) if categories else None, exprs=where))
-        for case in picked:
+        for case in select(cases, list(categories) if categories else None, exprs=where):
             if case.error is not None:
                 continue
             dt = case.torch_dtype
