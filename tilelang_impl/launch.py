@@ -580,10 +580,12 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     full[j0] = bool(full[j0]) and rows_j0_acts(mask_lmk, full[_KNOB["lmk_zero"]], full[cols])
     lc = _KNOB["lmk_const"]
     full[lc] = bool(full[lc]) and lmk_const_acts(full[vc], full[cols], C, block_N)
-    hl = _KNOB["hoist_left"]  # the value itself where it may act: the kernel checks it
-    if not full[_KNOB["mask_split"]] or full[_KNOB["overlap"]] or full[pk]:
-        full[hl] = 0
-    if full[_KNOB["overlap"]] or full[pk]:  # hoist_keys: where it was built and run
+    # the hoists: the values themselves where they may act (the kernel checks them); neither
+    # was built or run with overlap or pack, and hoist_left acts in mask_split's tile test
+    unrun = full[_KNOB["overlap"]] or full[pk]
+    if unrun or not full[_KNOB["mask_split"]]:
+        full[_KNOB["hoist_left"]] = 0
+    if unrun:
         full[_KNOB["hoist_keys"]] = 0
     return trimmed_knobs(full)
 
