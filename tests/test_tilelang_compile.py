@@ -678,6 +678,29 @@ def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
             kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=full))
 
 
+def test_vc_shift_takes_the_last_division_out_of_the_producer_loop():
+    """The lab knob ``vc_shift`` (session 47, ``tools/lab_tilelang.py``'s ``vshift``) on the
+    shipped long-call kernel at D = 64, C = 64 (``lmk_const`` at one chunk a tile: C ==
+    block_N): the V view's tile coordinates become ``0`` and ``k0 >> 6``, and the producer's
+    key loop keeps no integer division (MUFU.RCP; one in its innermost region without the knob,
+    109 instructions there when written, 47-48 a tile with it, nvcc then unrolling the loop
+    four times); the consumer's key loop, the launch registers and the spills are
+    unchanged."""
+    ship = launch.shipped_config(64, 64)
+    built = []
+    for cfg in (ship, launch.with_knobs(ship, vc_shift=1)):
+        args = _call_args(64, cfg)
+        assert args[launch._KNOBS_AT + launch._KNOB["vc_shift"]:][:1] == ((1,) if built else ())
+        src, sass, res = _cubin(args)
+        assert "STL" not in sass and "LDL" not in sass
+        built.append((_producer_loops(sass), sass_loops.loops(sass)[0]["instructions"],
+                      sass_loops.summary(src, sass, res)["registers"], src))
+    (off, off_loop, off_regs, _), (on, on_loop, on_regs, on_src) = built
+    assert min(off)[1] >= 1 and on and all(rcp == 0 for _, rcp in on), (off, on)
+    assert on_loop == off_loop and on_regs == off_regs
+    assert "(k_first >> 6)" in on_src
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     """The knob ``hoist_left`` (session 44, shipped in session 45 for calls of several query

@@ -976,9 +976,9 @@ def _hoisted(knobs: tuple) -> tuple:
     ``hoist_left`` and ``hoist_keys``, 1 (launch.TC_HOIST_LEFT, session 45;
     launch.TC_HOIST_KEYS, session 46), trailing defaults left out."""
     at = launch._KNOB["hoist_left"]
-    assert launch._KNOB["hoist_keys"] == at + 1 == len(launch.TC_KNOBS) - 1
+    assert launch._KNOB["hoist_keys"] == at + 1
     return launch.trimmed_knobs(tuple(knobs) + tuple(d for _, d in launch.TC_KNOBS[len(knobs):at])
-                                + (1, 1))
+                                + (1, 1) + tuple(d for _, d in launch.TC_KNOBS[at + 2:]))
 
 
 def test_hoist_left_permission_per_call():
@@ -1027,6 +1027,36 @@ def test_hoist_keys_permission_per_call():
         assert baked(launch.grid_config(Dqk, Dv, 10**4)) == 0
     # the split-KV grid's kernels (decode) do not take it either
     assert launch.full_knobs(launch.split_config(128, 128)[4:])[hk] == 0
+
+
+def test_vc_shift_permission_per_call():
+    """``vc_shift`` (session 47, a lab knob): launch.call_knobs keeps the permission only where
+    ``lmk_const`` stays on at one chunk a tile (``v_chunk`` 1 with ``C == block_N``: the
+    64-key tiles at C = 64), and drops it at C = 128 (one chunk a tile, no ``lmk_const``), at
+    C = 32 (the shipped view spans one chunk a tile at most: no view), without the view (``kv_start``
+    not a whole chunk: the call's ``view`` False) and without ``mask_lmk``; the kernel refuses
+    it anywhere else (kernels._check_knobs), before it builds anything."""
+    from tilelang_impl import kernels
+    vs, lc, vc = (launch._KNOB[k] for k in ("vc_shift", "lmk_const", "v_chunk"))
+    for D in (64, 128):
+        ship = launch.with_knobs(launch.shipped_config(D, D), vc_shift=1)
+        assert launch.full_knobs(launch.shipped_config(D, D)[4:])[vs] == 0  # not shipped
+
+        def baked(C, view=True, mask_lmk=True):
+            return launch.full_knobs(launch.call_knobs(ship[4:], mask_lmk, C, ship[1], 0.2,
+                                                       view=view, Dv=D))
+        at64 = baked(64)
+        assert at64[vs] == 1 and at64[lc] and at64[vc] == 1
+        for knobs in (baked(128), baked(32), baked(64, view=False), baked(64, mask_lmk=False)):
+            assert knobs[vs] == 0
+        assert baked(32)[vc] == 0 and baked(128)[vc] == 1 and not baked(128)[lc]
+    args = dict(Dqk=64, Dv=64, dtype="bfloat16", mask_lmk=True, expand_to_chunk=True,
+                q_blhd=False, kv_blhd=False, block_M=64, block_N=64, num_stages=2, threads=128,
+                split=False, lmk_zero="rows", mask_split=True, lmk_cols=1)
+    for extra in (dict(), dict(v_chunk=1), dict(v_chunk=1, lmk_const=True, lmk_cols=2),
+                  dict(lmk_const=True, v_chunk=2)):
+        with pytest.raises(ValueError, match="vc_shift"):
+            kernels.fwd_tc.get_tir(**{**args, **extra, "vc_shift": 1})
 
 
 @pytest.mark.parametrize("sm_scale", [0.0, -0.3])
@@ -1145,17 +1175,18 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
-                                           ("hoist_left", 0), ("hoist_keys", 0)])
+                                           ("hoist_left", 0), ("hoist_keys", 0),
+                                           ("vc_shift", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
-    44) and ``hoist_keys`` (session 45, TC_KNOBS' last item) are ints: a config written before
+    44), ``hoist_keys`` (session 45) and ``vc_shift`` (session 47, TC_KNOBS' last item) are ints: a config written before
     one of them that ends in ``ws`` is refused there, not read as one producer warp (True) or
     none, as a rescale threshold or as a hoist. (The config: the shipped long-call one with
     ``hoist_left`` and ``hoist_keys`` off, so that every knob from ``producer_warps`` on is at
     its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "hoist_keys"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "vc_shift"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1169,13 +1200,14 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
     ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale``,
-    session 44's ``hoist_left`` and session 45's ``hoist_keys`` follow it, at their defaults) so
+    session 44's ``hoist_left``, session 45's ``hoist_keys`` and session 47's ``vc_shift`` follow
+    it, at their defaults) so
     older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
                                    ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0),
-                                   ("hoist_keys", 0))
+                                   ("hoist_keys", 0), ("vc_shift", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -102,6 +102,14 @@ HOIST_LEFT = (0, 1)
 #: registers from before the key loop (``T.alloc_var``). Not with ``overlap`` (not built or
 #: run there).
 HOIST_KEYS = (0, 1)
+#: ``vc_shift`` values the kernels accept (session 47, a lab knob): 0, the chunk view's tile
+#: coordinates (:func:`_load_v_chunks` at one chunk per tile) as ``k0 % C`` and ``k0 // C`` by
+#: the runtime chunk, the producer's last runtime integer division a tile once ``hoist_keys``
+#: holds the rest; or 1, ``0`` and ``k0 // block_N`` (a shift): exact where ``lmk_const`` is
+#: baked with ``v_chunk = 1``, which already needs ``C == block_N`` (``lmk_cols * C ==
+#: block_N`` with ``C`` a multiple of ``block_N``: one landmark column, every tile one whole
+#: chunk). Only there.
+VC_SHIFT = (0, 1)
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -155,7 +163,7 @@ def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, ma
 
 
 @T.macro
-def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span):
+def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span, shift=0):
     """The ``V`` tile from the chunk view ``V5[b, h, c, t, :] = V[b, h, c * C + t, :]``,
     ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
     ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
@@ -170,8 +178,14 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span):
       chunk into its rows of ``V_s``. TileLang 0.1.15 lowers each as a bulk copy because
       the split rows are static (with a runtime ``C`` they became element loads, session
       25). A tile past ``Lk`` (``Lk`` need not be a multiple of ``block_N`` here) reads
-      chunks past the view's last, which the copy engine fills with zeros."""
-    if span == 1:
+      chunks past the view's last, which the copy engine fills with zeros.
+
+    ``shift`` (knob ``vc_shift``, :data:`VC_SHIFT`): at ``span = 1`` with ``C == block_N``
+    (the kernel checks ``lmk_const``, which needs it) the tile is chunk ``k0 // block_N``
+    from its row 0, a shift instead of the runtime division by ``C``."""
+    if span == 1 and shift:
+        T.copy(V5[bz, hk, k0 // block_N, 0:block_N, :], V_s)
+    elif span == 1:
         t0 = k0 % C
         T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
     else:
@@ -330,7 +344,7 @@ LMK_ZERO = ("tile", "rows")
 
 def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
                  ws=True, lazy_rescale=0, overlap=0, hoist_left=0, mask_split=False, hoist_keys=0,
-                 **flags):
+                 vc_shift=0, vc_shift_ok=False, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
@@ -339,7 +353,9 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
     ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
     without ``overlap`` or ``pack`` (paths it was not built or run on); ``hoist_keys`` one of
-    :data:`HOIST_KEYS`, not with ``overlap``; the other knobs named in ``flags`` are bools."""
+    :data:`HOIST_KEYS`, not with ``overlap``; ``vc_shift`` one of :data:`VC_SHIFT`, 1 only
+    where ``vc_shift_ok`` (``lmk_const`` with ``v_chunk = 1`` and one landmark column: ``C ==
+    block_N``); the other knobs named in ``flags`` are bools."""
     # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
     # stand here, and where one may
     for name, value, off, ok, where in (
@@ -350,7 +366,9 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             ("lazy_rescale", lazy_rescale, 0, not overlap, "not with overlap"),
             ("hoist_left", hoist_left, 0, mask_split and not overlap and not pack,
              "1 only with mask_split and without overlap or pack (not built or run there)"),
-            ("hoist_keys", hoist_keys, 0, not overlap, "not with overlap (not built or run there)")):
+            ("hoist_keys", hoist_keys, 0, not overlap, "not with overlap (not built or run there)"),
+            ("vc_shift", vc_shift, 0, vc_shift_ok,
+             "1 only with lmk_const, v_chunk=1 and lmk_cols=1 (there C == block_N)")):
         values = globals()[INT_KNOBS[name]]
         if value not in values or isinstance(value, bool) or (value != off and not ok):
             raise ValueError(f"{name}={value!r}: one of {values} (kernels.{INT_KNOBS[name]})"
@@ -370,7 +388,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
                  lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0,
-                 hoist_keys=0):
+                 hoist_keys=0, vc_shift=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -433,7 +451,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
-                 lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, fast_exp2=fast_exp2,
+                 lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, vc_shift,
+                 v_chunk == 1 and lmk_const is True and lmk_cols == 1, fast_exp2=fast_exp2,
                  scale_fold=scale_fold, win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
@@ -565,7 +584,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     k0 = lo + (kb0 + kb) * block_N
                     T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
                     if v_chunk:
-                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk)
+                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk, vc_shift)
                     else:
                         _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, divisor(inv_c), block_N,
                                 Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols)
@@ -640,7 +659,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
            producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-           hoist_keys: int = 0):
+           hoist_keys: int = 0, vc_shift: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -695,7 +714,9 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     :data:`HOIST_LEFT`: ``mask_split``'s last-row left edge computed once before the key loop;
     ``launch.shipped_config`` sets it since session 45), ``hoist_keys`` (session 45,
     :data:`HOIST_KEYS`: the key/value head and the block's key range held in registers
-    from before the key loop; ``launch.shipped_config`` sets it since session 46) and ``producer_warps`` (session 41,
+    from before the key loop; ``launch.shipped_config`` sets it since session 46), ``vc_shift``
+    (session 47, a lab knob, :data:`VC_SHIFT`: the chunk view's tile coordinates as a shift where
+    ``lmk_const`` with ``v_chunk = 1`` puts ``C == block_N``) and ``producer_warps`` (session 41,
     :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
@@ -708,7 +729,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift)
 
 
 @tilelang.jit(target=HOPPER,
@@ -722,7 +743,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
                 producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-                hoist_keys: int = 0):
+                hoist_keys: int = 0, vc_shift: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -738,7 +759,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift)
 
 
 @tilelang.jit(target=HOPPER)

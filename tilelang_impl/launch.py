@@ -480,18 +480,22 @@ def prefill_config(p) -> tuple:
 #: range held in registers from before the key loop, where the producer's loop recomputed their
 #: integer divisions every tile; a permission (:func:`call_knobs`), on in :func:`shipped_config`
 #: since session 46 (:data:`TC_HOIST_KEYS`); ``ws`` moves to 23.
+#: ``vc_shift`` (session 47, a lab knob, ``kernels.VC_SHIFT``): the chunk view's tile
+#: coordinates as ``k0 // block_N`` (a shift) where ``lmk_const`` acts at one chunk a tile (``C
+#: == block_N``) instead of a runtime division by ``C``; a permission (:func:`call_knobs`); no
+#: shipped config sets it; ``ws`` moves to 24.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
-            ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0))
+            ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 #: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
 #: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
 #: config whose ``ws`` (a bool) stands where one of them belongs.
 INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
              "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
-             "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS"}
+             "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS", "vc_shift": "VC_SHIFT"}
 
 
 def with_knobs(config, **values) -> tuple:
@@ -567,7 +571,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
     neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
     permission) where neither ``overlap`` (the kernel refuses it) nor ``pack`` (never built
-    or run with it) is baked."""
+    or run with it) is baked; ``vc_shift`` (a permission) where ``lmk_const`` stays on at one
+    chunk a tile (``v_chunk`` 1: there ``C == block_N``), the only place the kernel takes it."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -587,6 +592,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
         full[_KNOB["hoist_left"]] = 0
     if unrun:
         full[_KNOB["hoist_keys"]] = 0
+    if not (full[lc] and full[vc] == 1):  # vc_shift: where lmk_const puts C == block_N
+        full[_KNOB["vc_shift"]] = 0
     return trimmed_knobs(full)
 
 

@@ -562,6 +562,18 @@ VARIANTS = {
                 "key/value head and the block's key range recomputed where the loop uses them",
                 "D128 rows -4..-5%, D64 rows -6..-15%, chunked -4..-10% (session 46's lab, "
                 "reversed)"),
+    # Session 47 (written on the CPU): with hoist_keys the producer's one runtime integer
+    # division a tile left is the V chunk view's coordinates (k0 % C, k0 // C). Where
+    # lmk_const acts at one chunk a tile (C == block_N: the lab's C = 64 on the 64-key tiles)
+    # they are 0 and k0 // block_N, a shift (kernels.VC_SHIFT).
+    "vshift": (lambda D: _full(_launch().shipped_config(D, D), vc_shift=1),
+               "launch.shipped_config with vc_shift=1 (kernels.VC_SHIFT): the V chunk view's "
+               "tile coordinates as a shift where C == block_N, no runtime division in the "
+               "producer's loop",
+               "D64 rows +1..+8%, D128 rows +1..+4%, chunked +0..+4% (the producer's "
+               "innermost region 109 -> 47-48 instructions a tile at D = 64, its one "
+               "MUFU.RCP gone, nvcc unrolls the loop 4x; hkeys took two of three divisions "
+               "and 47 instructions for D128 +5%, D64 +6..+17%)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: nohoist",
