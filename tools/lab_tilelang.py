@@ -682,6 +682,11 @@ CASES = [
     ("D64 W512 C64 L1500 nan", 64, (True, True),
      dict(B=2, Hq=4, Hkv=1, Lq=1500, Lk=1500, window_size=512, chunk_size=64, kv_start=0,
           nan_slots=True)),
+    # the chunk view at C == block_N on the four-CTA tile (Lk and kv_start whole chunks:
+    # vshift's shifted coordinates act), queries offset into the cache
+    ("D64 C64 view Lq<Lk kv_start=64e4 GQA8/2 nan", 64, (True, True),
+     dict(B=2, Hq=8, Hkv=2, Lq=700, Lk=1280, window_size=300, chunk_size=64, kv_start=640000,
+          nan_slots=True)),
     ("D64 lmk=F exp=F", 64, (False, False),
      dict(B=1, Hq=4, Hkv=4, Lq=333, Lk=333, window_size=50, chunk_size=16, kv_start=0)),
     # one landmark column per 128-key tile at most (lmk_cols = 1 with the lmkcols variant)
