@@ -1033,7 +1033,10 @@ def test_vc_shift_permission_per_call():
     """``vc_shift`` (session 47, a lab knob): launch.call_knobs keeps the permission only where
     ``lmk_const`` stays on at one chunk a tile (``v_chunk`` 1 with ``C == block_N``: the
     64-key tiles at C = 64), and drops it at C = 128 (one chunk a tile, no ``lmk_const``), at
-    C = 32 (the shipped view spans one chunk a tile at most: no view), without the view (``kv_start``
+    C = 32 (no view under the long calls' permission of one chunk a tile at D = 64, and at
+    D = 128 none for a 128-wide ``v`` at two chunks a tile; with two permitted at D = 64 the
+    view spans two chunks with ``lmk_const`` on and still drops it), with ``pack`` (never
+    built or run with it), without the view (``kv_start``
     not a whole chunk: the call's ``view`` False) and without ``mask_lmk``; the kernel refuses
     it anywhere else (kernels._check_knobs), before it builds anything."""
     from tilelang_impl import kernels
@@ -1050,6 +1053,12 @@ def test_vc_shift_permission_per_call():
         for knobs in (baked(128), baked(32), baked(64, view=False), baked(64, mask_lmk=False)):
             assert knobs[vs] == 0
         assert baked(32)[vc] == 0 and baked(128)[vc] == 1 and not baked(128)[lc]
+        packed = launch.with_knobs(ship, pack=True)
+        assert launch.full_knobs(launch.call_knobs(packed[4:], True, 64, ship[1], 0.2, group=2,
+                                                   view=True, Dv=D))[vs] == 0
+    two = launch.with_knobs(launch.shipped_config(64, 64), vc_shift=1, v_chunk=2)
+    knobs = launch.full_knobs(launch.call_knobs(two[4:], True, 32, two[1], 0.2, view=True, Dv=64))
+    assert knobs[vc] == 2 and knobs[lc] is True and knobs[vs] == 0
     args = dict(Dqk=64, Dv=64, dtype="bfloat16", mask_lmk=True, expand_to_chunk=True,
                 q_blhd=False, kv_blhd=False, block_M=64, block_N=64, num_stages=2, threads=128,
                 split=False, lmk_zero="rows", mask_split=True, lmk_cols=1)
@@ -1179,11 +1188,11 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
                                            ("vc_shift", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
-    44), ``hoist_keys`` (session 45) and ``vc_shift`` (session 47, TC_KNOBS' last item) are ints: a config written before
-    one of them that ends in ``ws`` is refused there, not read as one producer warp (True) or
-    none, as a rescale threshold or as a hoist. (The config: the shipped long-call one with
-    ``hoist_left`` and ``hoist_keys`` off, so that every knob from ``producer_warps`` on is at
-    its default.)"""
+    44), ``hoist_keys`` (session 45) and ``vc_shift`` (session 47, TC_KNOBS' last item) are
+    ints: a config written before one of them that ends in ``ws`` is refused there, not read
+    as one producer warp (True) or none, as a rescale threshold, as a hoist or as a shift.
+    (The config: the shipped long-call one with ``hoist_left`` and ``hoist_keys`` off, so that
+    every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
     assert full[at] == default and launch.TC_KNOBS[-1][0] == "vc_shift"

@@ -34,7 +34,8 @@ from tvm.target import Target
 
 from . import macros as M
 from . import producer_guard as PG
-from .launch import FP32_TILE, INT_KNOBS, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts
+from .launch import (FP32_TILE, INT_KNOBS, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts,
+                     vc_shift_acts)
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -354,8 +355,8 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
     without ``overlap`` or ``pack`` (paths it was not built or run on); ``hoist_keys`` one of
     :data:`HOIST_KEYS`, not with ``overlap``; ``vc_shift`` one of :data:`VC_SHIFT`, 1 only
-    where ``vc_shift_ok`` (``lmk_const`` with ``v_chunk = 1`` and one landmark column: ``C ==
-    block_N``); the other knobs named in ``flags`` are bools."""
+    where ``vc_shift_ok`` (``launch.vc_shift_acts``: ``lmk_const`` with ``v_chunk = 1`` and one
+    landmark column, so ``C == block_N``); the other knobs named in ``flags`` are bools."""
     # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
     # stand here, and where one may
     for name, value, off, ok, where in (
@@ -452,7 +453,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
                  lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, vc_shift,
-                 v_chunk == 1 and lmk_const is True and lmk_cols == 1, fast_exp2=fast_exp2,
+                 vc_shift_acts(v_chunk, lmk_const, lmk_cols), fast_exp2=fast_exp2,
                  scale_fold=scale_fold, win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):

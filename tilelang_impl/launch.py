@@ -571,8 +571,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
     neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
     permission) where neither ``overlap`` (the kernel refuses it) nor ``pack`` (never built
-    or run with it) is baked; ``vc_shift`` (a permission) where ``lmk_const`` stays on at one
-    chunk a tile (``v_chunk`` 1: there ``C == block_N``), the only place the kernel takes it."""
+    or run with it) is baked; ``vc_shift`` (a permission) where :func:`vc_shift_acts` (``lmk_const``
+    on at one chunk a tile: there ``C == block_N``), the only place the kernel takes it, and
+    neither ``overlap`` nor ``pack`` is baked (never built or run with it)."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -592,7 +593,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
         full[_KNOB["hoist_left"]] = 0
     if unrun:
         full[_KNOB["hoist_keys"]] = 0
-    if not (full[lc] and full[vc] == 1):  # vc_shift: where lmk_const puts C == block_N
+    if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0
     return trimmed_knobs(full)
 
@@ -610,6 +611,15 @@ def trimmed_knobs(knobs) -> tuple:
     while full and full[-1] == TC_KNOBS[len(full) - 1][1]:
         full.pop()
     return tuple(full)
+
+
+def vc_shift_acts(span: int, lmk_const: bool, lmk_cols: int) -> bool:
+    """Whether a kernel may take ``vc_shift`` (``kernels.VC_SHIFT``: the chunk view's tile
+    coordinates as ``0`` and ``k0 // block_N``): the view at one chunk a tile (``span`` 1) with
+    ``lmk_const`` baked at one landmark column, which :func:`lmk_const_acts` allows only where
+    ``C == block_N`` and every tile starts a chunk. The kernel refuses the knob elsewhere, and
+    :func:`call_knobs` drops the permission there."""
+    return span == 1 and lmk_const is True and lmk_cols == 1
 
 
 def lmk_const_acts(span: int, lmk_cols: int, C: int, block_N: int) -> bool:
