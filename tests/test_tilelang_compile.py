@@ -639,13 +639,10 @@ def test_lazy_rescale_builds_with_a_warp_vote_around_the_output_rescale():
 
 
 def _producer_loops(sass):
-    """Every backward branch of a fwd_tc SASS whose body (its target to the branch) issues TMA
-    loads (UTMALDG) and no HGMMA: the producer's key loop as nvcc laid it out (several nested
-    back branches, tools.sass_loops.back_branches), each as (instructions, integer divisions:
-    MUFU.RCP) of its body."""
-    return [(len(body), sum("MUFU.RCP" in u for u in body))
-            for _, _, body in sass_loops.back_branches(sass)
-            if any("UTMALDG" in u for u in body) and not any("HGMMA" in u for u in body)]
+    """The producer's key loop of a fwd_tc SASS as nvcc laid it out (tools.sass_loops.
+    producer_loops: the back branches whose bodies issue TMA loads and no HGMMA), each as
+    (instructions, integer divisions: MUFU.RCP) of its body."""
+    return [(lp["instructions"], lp["rcp"]) for lp in sass_loops.producer_loops(sass)]
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -678,27 +675,31 @@ def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
             kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=full))
 
 
-def test_vc_shift_takes_the_last_division_out_of_the_producer_loop():
+@pytest.mark.parametrize("D", [64, 128])
+def test_vc_shift_takes_the_last_division_out_of_the_producer_loop(D):
     """The lab knob ``vc_shift`` (session 47, ``tools/lab_tilelang.py``'s ``vshift``) on the
-    shipped long-call kernel at D = 64, C = 64 (``lmk_const`` at one chunk a tile: C ==
-    block_N): the V view's tile coordinates become ``0`` and ``k0 >> 6``, and the producer's
-    key loop keeps no integer division (MUFU.RCP; one in its innermost region without the knob,
-    109 instructions there when written, 47-48 a tile with it, nvcc then unrolling the loop
-    four times); the consumer's key loop, the launch registers and the spills are
-    unchanged."""
-    ship = launch.shipped_config(64, 64)
+    shipped long-call kernel at C = 64 (``lmk_const`` at one chunk a tile: C == block_N): the V
+    view's tile coordinates become ``0`` and ``k0 >> 6`` instead of a division by the runtime
+    chunk, and the producer's key loop keeps no integer division (MUFU.RCP: one in every
+    producer back branch without the knob). When written (tools.sass_loops): the shortest
+    producer back branch 109 -> 62 instructions at D = 64 and 117 -> 77 at D = 128, and nvcc
+    unrolls the loop four times with the knob (190 / 255 instructions for four tiles). The
+    consumer's key loop, the launch registers and the spills are unchanged."""
+    ship = launch.shipped_config(D, D)
     built = []
     for cfg in (ship, launch.with_knobs(ship, vc_shift=1)):
-        args = _call_args(64, cfg)
+        args = _call_args(D, cfg)
         assert args[launch._KNOBS_AT + launch._KNOB["vc_shift"]:][:1] == ((1,) if built else ())
         src, sass, res = _cubin(args)
         assert "STL" not in sass and "LDL" not in sass
         built.append((_producer_loops(sass), sass_loops.loops(sass)[0]["instructions"],
                       sass_loops.summary(src, sass, res)["registers"], src))
-    (off, off_loop, off_regs, _), (on, on_loop, on_regs, on_src) = built
-    assert min(off)[1] >= 1 and on and all(rcp == 0 for _, rcp in on), (off, on)
+    (off, off_loop, off_regs, off_src), (on, on_loop, on_regs, on_src) = built
+    assert off and all(rcp >= 1 for _, rcp in off), off
+    assert on and all(rcp == 0 for _, rcp in on), on
     assert on_loop == off_loop and on_regs == off_regs
-    assert "(k_first >> 6)" in on_src
+    assert "(k_first >> 6)" in on_src and "(k_first >> 6)" not in off_src
+    assert "(k_first / chunk_size)" in off_src and "(k_first / chunk_size)" not in on_src
 
 
 @pytest.mark.parametrize("D", [64, 128])

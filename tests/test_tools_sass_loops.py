@@ -30,6 +30,25 @@ def test_loops_are_the_backward_branches_that_issue_hgmma():
                                               branch="0x50")]
 
 
+PRODUCER = """
+        /*0000*/                   S2R R0, SR_TID.X ;                      /* 0x0 */
+        /*0010*/                   MUFU.RCP R5, R4 ;                       /* 0x0 */
+        /*0020*/                   UTMALDG.2D [UR8], [UR4] ;               /* 0x0 */
+        /*0030*/               @P0 BRA 0x10 ;                              /* 0x0 */
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ ;   /* 0x0 */
+        /*0050*/                   UTMALDG.2D [UR8], [UR4] ;               /* 0x0 */
+        /*0060*/               @P1 BRA 0x40 ;                              /* 0x0 */
+        /*0070*/                   EXIT ;                                  /* 0x0 */
+"""
+
+
+def test_producer_loops_are_the_backward_branches_that_load_by_tma_without_hgmma():
+    # 0x10..0x30 loads by TMA with a division's reciprocal; 0x40..0x60 issues HGMMA too
+    assert sass_loops.producer_loops(PRODUCER) == [dict(instructions=3, tma=1, rcp=1,
+                                                        start="0x10", branch="0x30")]
+    assert sass_loops.producer_loops(LISTING) == []
+
+
 def test_summary_reads_registers_spills_and_the_register_split():
     res = "Function main_kernel:\n  REG:80 STACK:0 SHARED:2048 LOCAL:0 CONSTANT[0]:1316\n"
     src = "warpgroup_reg_dealloc<24>(); ... warpgroup_reg_alloc<136>();"

@@ -14,7 +14,8 @@ count, and every loop whose body issues ``HGMMA`` (instructions from the back br
 target to the branch, HGMMA, ``MUFU.EX2`` and the branch's address). The first such loop
 is the consumer's key loop: the figure sessions 38 and 39 compared (the D = 64 key loop of
 the 64x128 tile, which one-block calls run, at C = 64: 957 instructions before ``lmk_const``,
-729 with it).
+729 with it). Then every back branch of the producer's key loop (TMA loads, no HGMMA:
+instructions, ``UTMALDG``, ``MUFU.RCP``), the figures sessions 46 and 47 compared.
 
 Counts are static: an instruction count is not a time (the loop is latency-bound, BENCHMARKS.md
 "What bounds each miss"); they are the evidence a lab prediction is written from.
@@ -105,9 +106,27 @@ def loops(sass: str) -> list[dict]:
     return out
 
 
+def producer_loops(sass: str) -> list[dict]:
+    """Every backward branch whose body issues TMA loads (``UTMALDG``) and no ``HGMMA``: the
+    warp-specialised producer's key loop as nvcc laid it out (several nested back branches
+    where it peels or unrolls the loop): ``instructions``, ``tma`` (``UTMALDG``), ``rcp``
+    (``MUFU.RCP``: a runtime integer division's reciprocal), ``start`` and ``branch``
+    addresses, in the order of the branches. Per tile: a body's instructions over its TMA
+    loads times the loads one tile issues (two at D = 64, K and V; four at D = 128)."""
+    out = []
+    for target, a, body in back_branches(sass):
+        tma = sum("UTMALDG" in t for t in body)
+        if tma and not any("HGMMA" in t for t in body):
+            out.append(dict(instructions=len(body), tma=tma,
+                            rcp=sum("MUFU.RCP" in t for t in body),
+                            start=hex(target), branch=hex(a)))
+    return out
+
+
 def summary(src: str, sass: str, res: str) -> dict:
     """What :func:`main` prints of one kernel: registers at launch, stack and local bytes,
-    the ``setmaxnreg`` values in the source, spill instructions, instruction count, loops."""
+    the ``setmaxnreg`` values in the source, spill instructions, instruction count, loops
+    (:func:`loops`) and the producer's (:func:`producer_loops`)."""
     def field(name):
         m = re.search(rf"\b{name}:(\d+)", res)
         return int(m.group(1)) if m else None
@@ -116,7 +135,7 @@ def summary(src: str, sass: str, res: str) -> dict:
     return dict(registers=field("REG"), stack=field("STACK"), local=field("LOCAL"),
                 setmaxnreg=[int(x) for x in re.findall(r"warpgroup_reg_(?:alloc|dealloc)<(\d+)>", src)],
                 spills=sum(op.startswith(("LDL", "STL")) for op in ops),
-                instructions=len(body), loops=loops(sass))
+                instructions=len(body), loops=loops(sass), producer=producer_loops(sass))
 
 
 def config_of(name: str, D: int) -> tuple[tuple, bool]:
@@ -165,6 +184,9 @@ def main(argv=None) -> int:
         for lp in s["loops"]:
             print(f"  loop {lp['start']}..{lp['branch']}: {lp['instructions']} instructions, "
                   f"{lp['hgmma']} HGMMA, {lp['ex2']} MUFU.EX2")
+        for lp in s["producer"]:
+            print(f"  producer {lp['start']}..{lp['branch']}: {lp['instructions']} instructions, "
+                  f"{lp['tma']} UTMALDG, {lp['rcp']} MUFU.RCP")
         sys.stdout.flush()
     return 0
 
