@@ -570,10 +570,10 @@ VARIANTS = {
                "launch.shipped_config with vc_shift=1 (kernels.VC_SHIFT): the V chunk view's "
                "tile coordinates as a shift where C == block_N, no runtime division in the "
                "producer's loop",
-               "D64 rows +1..+8%, D128 rows +1..+4%, chunked +0..+4% (the producer's "
-               "innermost region 109 -> 47-48 instructions a tile at D = 64, its one "
-               "MUFU.RCP gone, nvcc unrolls the loop 4x; hkeys took two of three divisions "
-               "and 47 instructions for D128 +5%, D64 +6..+17%)"),
+               "D64 rows +1..+8%, D128 rows +1..+4%, chunked +0..+4% (the producer's one "
+               "MUFU.RCP a tile gone; its shortest back branch 109 -> 62 instructions at "
+               "D = 64, 117 -> 77 at D = 128, and nvcc unrolls the loop 4x: 190 / 255 for "
+               "four tiles; hkeys took two of three divisions for D128 +5%, D64 +6..+17%)"),
     "occ3-64x64v-slack8": (lambda D: _occ3(D, reg_slack=8),
                            "occ3-64x64v with consumers at 128 registers (8 below the pool's "
                            "exact fill at 136); D=128: nohoist",
@@ -682,11 +682,6 @@ CASES = [
     ("D64 W512 C64 L1500 nan", 64, (True, True),
      dict(B=2, Hq=4, Hkv=1, Lq=1500, Lk=1500, window_size=512, chunk_size=64, kv_start=0,
           nan_slots=True)),
-    # the chunk view at C == block_N on the four-CTA tile (Lk and kv_start whole chunks:
-    # vshift's shifted coordinates act), queries offset into the cache
-    ("D64 C64 view Lq<Lk kv_start=64e4 GQA8/2 nan", 64, (True, True),
-     dict(B=2, Hq=8, Hkv=2, Lq=700, Lk=1280, window_size=300, chunk_size=64, kv_start=640000,
-          nan_slots=True)),
     ("D64 lmk=F exp=F", 64, (False, False),
      dict(B=1, Hq=4, Hkv=4, Lq=333, Lk=333, window_size=50, chunk_size=16, kv_start=0)),
     # one landmark column per 128-key tile at most (lmk_cols = 1 with the lmkcols variant)
@@ -726,9 +721,10 @@ CASES = [
     ("D128 Lq<Lk kv_start=128 C64 view nan", 128, (True, True),
      dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=1024, window_size=200, chunk_size=64, kv_start=128,
           nan_slots=True, tail_nan=True)),
-    # C == the tile's block_N (D=64: 128-key tiles, one chunk each; lmk_const's column 127),
-    # and C = 2 block_N (a landmark in every other tile: launch.lmk_const_acts refuses it,
-    # the shipped kernel tests the columns against j0 there)
+    # C = 2 block_N and 4 block_N on the long calls' 64-key tiles (a landmark in every other /
+    # fourth tile: launch.lmk_const_acts refuses them, the shipped kernel tests the columns
+    # against j0 there; written for session 28's 128-key D = 64 tile, where C = 128 was one
+    # chunk a tile)
     ("D64 C128 view kv_start=256 nan", 64, (True, True),
      dict(B=1, Hq=4, Hkv=2, Lq=700, Lk=1280, window_size=400, chunk_size=128, kv_start=256,
           nan_slots=True, tail_nan=True)),
