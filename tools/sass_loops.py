@@ -92,18 +92,24 @@ def back_branches(sass: str) -> list[tuple[int, int, list[str]]]:
     return out
 
 
+def _counted_loops(sass: str, counts: dict, keep) -> list[dict]:
+    """Every backward branch whose body (its target to the branch, both included) ``keep``
+    accepts (called with the body's counts and the body): ``instructions``, for each ``name:
+    opcode`` of ``counts`` the body's instructions that contain ``opcode``, ``start`` and
+    ``branch`` addresses, in the order of the branches."""
+    out = []
+    for target, a, body in back_branches(sass):
+        n = {name: sum(op in t for t in body) for name, op in counts.items()}
+        if keep(n, body):
+            out.append(dict(instructions=len(body), **n, start=hex(target), branch=hex(a)))
+    return out
+
+
 def loops(sass: str) -> list[dict]:
     """Every backward branch whose body (its target to the branch, both included) issues
     ``HGMMA``: ``instructions``, ``hgmma``, ``ex2`` (``MUFU.EX2``), ``start`` and ``branch``
     addresses, in the order of the branches."""
-    out = []
-    for target, a, body in back_branches(sass):
-        hgmma = sum("HGMMA" in t for t in body)
-        if hgmma:
-            out.append(dict(instructions=len(body), hgmma=hgmma,
-                            ex2=sum("MUFU.EX2" in t for t in body),
-                            start=hex(target), branch=hex(a)))
-    return out
+    return _counted_loops(sass, dict(hgmma="HGMMA", ex2="MUFU.EX2"), lambda n, _: n["hgmma"])
 
 
 def producer_loops(sass: str) -> list[dict]:
@@ -113,14 +119,8 @@ def producer_loops(sass: str) -> list[dict]:
     (``MUFU.RCP``: a runtime integer division's reciprocal), ``start`` and ``branch``
     addresses, in the order of the branches. Per tile: a body's instructions over its TMA
     loads times the loads one tile issues (two at D = 64, K and V; four at D = 128)."""
-    out = []
-    for target, a, body in back_branches(sass):
-        tma = sum("UTMALDG" in t for t in body)
-        if tma and not any("HGMMA" in t for t in body):
-            out.append(dict(instructions=len(body), tma=tma,
-                            rcp=sum("MUFU.RCP" in t for t in body),
-                            start=hex(target), branch=hex(a)))
-    return out
+    return _counted_loops(sass, dict(tma="UTMALDG", rcp="MUFU.RCP"),
+                          lambda n, body: n["tma"] and not any("HGMMA" in t for t in body))
 
 
 def summary(src: str, sass: str, res: str) -> dict:
