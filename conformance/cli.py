@@ -114,8 +114,8 @@ def _selected(a: argparse.Namespace, device: str) -> list:
     from .cases import generate
     from .selection import select, split_names
 
-    return select(generate(a.tier, device), split_names(a.only), f" of the {a.tier} tier on {device}",
-                  split_names(a.exclude), a.where)
+    return select(generate(a.tier, device), split_names(a.only),
+                  f" of the {a.tier} tier on {device}", split_names(a.exclude), a.where)
 
 
 def _list(a: argparse.Namespace) -> int:

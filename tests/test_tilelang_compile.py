@@ -253,8 +253,8 @@ def test_shipped_variants_cover_every_lmk_cols_the_launcher_bakes():
     expand_to_chunk (0, 1, 2) is among the compiled variants (the prefill tile was the
     same for every ``Lq`` from session 12 to 41; since session 42 D = 64 has two, both here:
     launch.grid_config; since session 45 D = 96 and 128 have two, the long calls' with
-    ``hoist_left``, and ``hoist_keys`` since session 46); D = 96 split-KV at C = 64 only, other head dims
-    below 128 only with the general landmark test (Dv = 80, 112). Calls whose
+    ``hoist_left``, and ``hoist_keys`` since session 46); D = 96 split-KV at C = 64 only,
+    other head dims below 128 only with the general landmark test (Dv = 80, 112). Calls whose
     scale cannot fold into the exponent (``sm_scale <= 0``) run kernels without
     ``scale_fold``: compiled here at C = 64 only (the other lmk_cols differ from
     them in the same way as the folded ones do)."""
@@ -650,8 +650,9 @@ def test_hoist_keys_takes_divisions_out_of_the_producer_loop(D):
     """The knob ``hoist_keys`` (session 45, ``tools/lab_tilelang.py``'s ``hkeys``; shipped in
     session 46 for calls of several query blocks: ``launch.TC_HOIST_KEYS``) on the shipped
     long-call kernels against the same config without it: the innermost region of the
-    producer's key loop (the shortest back branch whose body issues TMA loads and no HGMMA) holds 3 integer divisions (the
-    key/value head, the block's first key and the V view's chunk index) and 156 (D = 64) / 164
+    producer's key loop (the shortest back branch whose body issues TMA loads and no HGMMA)
+    holds 3 integer divisions (the key/value head, the block's first key and the V view's
+    chunk index) and 156 (D = 64) / 164
     (D = 128) instructions without it, 1 (the chunk index) and 109 / 117 with it, when written;
     the test asks for fewer divisions and at least 25 instructions fewer, with the launch
     registers, no spills and the consumer's HGMMA and EX2 as shipped. The kernel refuses it
@@ -710,9 +711,10 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
     the first loop that issues HGMMA) loses the runtime floor division of ``mask_split``'s
     tile test (I2F.RP / MUFU.RCP, the integer division's reciprocal) and at least 25
     instructions (34 and 33 when written, before ``hoist_keys`` shipped), with its tensor work
-    and exponentials, the launch registers and no spills unchanged. The kernel refuses values other than 0 and 1, and 1
-    without ``mask_split`` or with ``overlap`` or ``pack`` (paths the knob was not built or
-    run on), past ``launch.call_knobs``, which drops the permission there."""
+    and exponentials, the launch registers and no spills unchanged. The kernel refuses values
+    other than 0 and 1, and 1 without ``mask_split`` or with ``overlap`` or ``pack`` (paths
+    the knob was not built or run on), past ``launch.call_knobs``, which drops the permission
+    there."""
     def key_loop(cfg):
         src, sass, res = _cubin(_call_args(D, cfg))
         loop = sass_loops.loops(sass)[0]

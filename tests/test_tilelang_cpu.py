@@ -1036,9 +1036,9 @@ def test_vc_shift_permission_per_call():
     C = 32 (no view under the long calls' permission of one chunk a tile at D = 64, and at
     D = 128 none for a 128-wide ``v`` at two chunks a tile; with two permitted at D = 64 the
     view spans two chunks with ``lmk_const`` on and still drops it), with ``pack`` (never
-    built or run with it), without the view (``kv_start``
-    not a whole chunk: the call's ``view`` False) and without ``mask_lmk``; the kernel refuses
-    it anywhere else (kernels._check_knobs), before it builds anything."""
+    built or run with it), without the view (``kv_start`` not a whole chunk: the call's
+    ``view`` False) and without ``mask_lmk``; the kernel refuses it anywhere else
+    (kernels._check_knobs), before it builds anything."""
     from tilelang_impl import kernels
     vs, lc, vc = (launch._KNOB[k] for k in ("vc_shift", "lmk_const", "v_chunk"))
     for D in (64, 128):

@@ -97,7 +97,8 @@ def test_shipped_and_lmkcols_variants():
         nohkeys = kern("nohkeys")
         assert nohkeys not in (now, nohoist) and nohkeys[:2] == now[:2]
         assert nohkeys[2] == launch.trimmed_knobs(
-            0 if i == launch._KNOB["hoist_keys"] else k for i, k in enumerate(launch.full_knobs(now[2])))
+            0 if i == launch._KNOB["hoist_keys"] else k
+            for i, k in enumerate(launch.full_knobs(now[2])))
         assert nohoist == kern("occ4-64x64v") and prev[1:] == kern("occ2-64x128")[1:]
         occ3 = kern("occ3-64x64v")
         assert (occ3 == nohoist) == (D == 128)

@@ -12,8 +12,8 @@ Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs p
 (``occ4-64x64v``, the shipped long-call build at D <= 64 in session 44) ran 100,000 launches
 of that shape without a hang, and so did ``hoist`` eager (session 45), the kernel that
 ``shipped`` (the default) was in session 46 until ``hkeys`` shipped: 20,000 launches of that
-shape and 10,000 at 32/32/128 L=8K, eager and under graph replay, on the H200. The child synchronises every ``--every`` launches and prints the
-count; the parent reports the last count it saw when the child stalls for ``--stall-s``
+shape and 10,000 at 32/32/128 L=8K, eager and under graph replay, on the H200. The child
+synchronises every ``--every`` launches and prints the count; the parent reports the last count it saw when the child stalls for ``--stall-s``
 (the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
 mode and writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` runs a shape of
 one's own (bf16, the lab's window and chunk): a prefill grid of at most two programs an SM
