@@ -7,20 +7,21 @@ a watchdog kills when it stops making progress (GPU).
     python -m tools.lab_hang --variant occ3-64x64v --dims 1,32,4,512,512,64   (any shape)
 
 Written in session 40 for ``occ3-64x64v`` (D = 64 on 64x64 tiles at three CTAs per SM):
-+8..+15% on the D = 64 GQA rows in every lab run that finished them, and one of six hung while timing
-``B4 GQA32/4 D64 L4K``. Since session 41's producer guard three CTAs (``occ3-64x64v``) and four
-(``occ4-64x64v``, the shipped long-call build at D <= 64 in session 44) ran 100,000 launches
-of that shape without a hang, and so did ``hoist`` eager (session 45), the kernel that
-``shipped`` (the default) was in session 46 until ``hkeys`` shipped: 20,000 launches of that
-shape and 10,000 at 32/32/128 L=8K, eager and under graph replay, on the H200. The child
-synchronises every ``--every`` launches and prints the count; the parent reports the last count it saw when the child stalls for ``--stall-s``
-(the hang lies in the next ``--every`` launches) or the child's exit. Prints one line per
-mode and writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` runs a shape of
-one's own (bf16, the lab's window and chunk): a prefill grid of at most two programs an SM
++8..+15% on the D = 64 GQA rows in every lab run that finished them, and one of six hung
+while timing ``B4 GQA32/4 D64 L4K``. Since session 41's producer guard three CTAs
+(``occ3-64x64v``) and four (``occ4-64x64v``, the shipped long-call build at D <= 64 in
+session 44) ran 100,000 launches of that shape without a hang, and so did ``hoist`` eager
+(session 45), the kernel that ``shipped`` (the default) was in session 46 until ``hkeys``
+shipped: 20,000 launches of that shape and 10,000 at 32/32/128 L=8K, eager and under graph
+replay, on the H200. The child synchronises every ``--every`` launches and prints the count;
+the parent reports the last count it saw when the child stalls for ``--stall-s`` (the hang
+lies in the next ``--every`` launches) or the child's exit. Prints one line per mode and
+writes ``lab_hang.json`` under ``--out``. ``--dims B,Hq,Hkv,Lq,Lk,D`` runs a shape of one's
+own (bf16, the lab's window and chunk): a prefill grid of at most two programs an SM
 (``launch.grid_programs`` against the SM count, which the child reports as ``programs``)
-cannot put three CTAs on one SM, so a three- or four-CTA build that hangs there hangs for its
-code, not for its occupancy. ``--gdb`` attaches cuda-gdb to a hung child before the kill and
-records where the warps of two SMs wait (their PCs and the instructions there: an
+cannot put three CTAs on one SM, so a three- or four-CTA build that hangs there hangs for
+its code, not for its occupancy. ``--gdb`` attaches cuda-gdb to a hung child before the kill
+and records where the warps of two SMs wait (their PCs and the instructions there: an
 ``USETMAXREG`` that never returns, or a barrier wait).
 """
 from __future__ import annotations
