@@ -109,7 +109,12 @@ HOIST_KEYS = (0, 1)
 #: holds the rest; or 1, ``0`` and ``k0 // block_N`` (a shift): exact where ``lmk_const`` is
 #: baked with ``v_chunk = 1``, which already needs ``C == block_N`` (``lmk_cols * C ==
 #: block_N`` with ``C`` a multiple of ``block_N``: one landmark column, every tile one whole
-#: chunk). Only there.
+#: chunk). Only there. Measured in session 49 (``tools/lab_tilelang.py --only shipped,vshift``,
+#: nine runs on one H100 at 80bae8d, L2 not flushed, best of 5 each,
+#: bench_results/tilelang-lab49-h100-{1..9}.json): the median ratio to ``shipped`` was 0.999
+#: and 1.004 at 32/32/128 L = 8K / 16K, 1.003, 1.011 and 1.007 on the three D = 64 rows
+#: (single runs 0.947..1.076) and 0.983 on the chunked row (0.960..1.015); predicted +1..+8%
+#: from the producer's SASS. Not shipped.
 VC_SHIFT = (0, 1)
 
 

@@ -483,7 +483,8 @@ def prefill_config(p) -> tuple:
 #: ``vc_shift`` (session 47, a lab knob, ``kernels.VC_SHIFT``): the chunk view's tile
 #: coordinates as ``k0 // block_N`` (a shift) where ``lmk_const`` acts at one chunk a tile (``C
 #: == block_N``) instead of a runtime division by ``C``; a permission (:func:`call_knobs`); no
-#: shipped config sets it; ``ws`` moves to 24.
+#: shipped config sets it: session 49's nine lab runs against ``shipped`` (one H100, 80bae8d)
+#: moved no row beyond the runs' spread (``kernels.VC_SHIFT``); ``ws`` moves to 24.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
