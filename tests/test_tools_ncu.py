@@ -157,3 +157,54 @@ def test_profile_with_a_stand_in_ncu_writes_the_summary_and_fails_on_no_data(tmp
         k0, k1 = ent["kernels"]
         assert k0["source"]["kernel"] == k0["kernel"] == "_swa_fwd_tma_kernel"
         assert k1["source"]["by_opcode"] == {"EXIT": 2}
+
+
+def test_lab_variant_backends_are_checked_before_any_profile(tmp_path):
+    assert gpu_ncu.lab_variant("tilelang:nohkeys") == "nohkeys"
+    assert gpu_ncu.lab_variant("tilelang") is None and gpu_ncu.lab_variant("triton:x") is None
+    assert gpu_ncu._tag("tilelang:nohkeys", "train-8k-32/4/64") == "tilelang-nohkeys__train-8k-32-4-64"
+    ok = gpu_ncu.check_backends(["triton", "tilelang", "sdpa", "tilelang:nohkeys", "tilelang:vshift"],
+                                ["train-8k-32/4/64", "chunk512of8k-32/32/128"])
+    assert ok == []
+    bad = gpu_ncu.check_backends(["tritn", "tilelang:nope", "tilelang:shipped"],
+                                 ["train-8k-32/4/64", "decode-8k-32/32/128"])
+    assert len(bad) == 3
+    assert "unknown backend 'tritn'" in bad[0]
+    assert "unknown lab variant 'nope'" in bad[1]
+    assert "decode-8k-32/32/128 is a decode shape" in bad[2]
+    # the CLI refuses them before ncu runs: a stand-in that fails the test if it is started
+    trap = tmp_path / "ncu"
+    trap.write_text("#!/bin/sh\necho started > " + str(tmp_path / "started") + "\nexit 1\n")
+    trap.chmod(0o755)
+    for backends, shapes in (("tilelang:nope", "train-8k-32/4/64"),
+                             ("tilelang:nohkeys", "decode-8k-32/32/128"),
+                             ("tritn", "train-8k-32/4/64")):
+        with pytest.raises(SystemExit):
+            gpu_ncu.main(["--out", str(tmp_path / "out"), "--shapes", shapes, "--backends", backends,
+                          "--no-extra", "--ncu", str(trap)])
+    assert not (tmp_path / "started").exists()
+
+
+@pytest.mark.parametrize("variant", ["shipped", "nohkeys"])
+def test_lab_runner_runs_the_variants_config_on_the_prefill_grid_into_poisoned_outputs(
+        monkeypatch, variant):
+    import torch
+
+    from tilelang_impl import launch
+    from tools import bench, lab_tilelang
+
+    shape = next(s for s in bench.SHAPES if s.name == "train-4k-32/4/64")
+    small = bench.Shape(shape.name, shape.kind, 1, 4, 2, shape.D, 200, 200)  # the D, fewer rows
+    seen = []
+    monkeypatch.setattr(launch, "run_cuda", lambda *a, **kw: seen.append((a, kw)))
+    runner = gpu_ncu._lab_runner(variant, small)
+    (q, k, v), = bench._inputs(small, "cpu", torch.float16, 1, seed=3)
+    args = runner.prepare(q, k, v)
+    o, lse = args[-2:]
+    assert o.shape == q.shape and lse.shape == q.shape[:3]
+    assert torch.isnan(o).all() and torch.isnan(lse).all()   # poisoned once, before any call
+    assert runner.call(*args) == (o, lse) and runner.canonical
+    (a, kw), = seen
+    assert kw == {"force_split": 1, "config": lab_tilelang.VARIANTS[variant][0](small.D)}
+    assert a[1] is q and a[6] is o and a[7] is lse and a[4:6] == (False, False)
+    assert a[0].window_size == small.W and a[0].chunk_size == small.C

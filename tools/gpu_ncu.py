@@ -1,7 +1,15 @@
 """Hardware counters of the shipped kernels on the benchmark shapes (Nsight Compute).
 
     python -m tools.gpu_ncu --out $OUT [--shapes a,b] [--backends triton,tilelang,sdpa]
+    python -m tools.gpu_ncu --out $OUT --shapes train-8k-32/4/64 --backends tilelang,tilelang:nohkeys
     python -m tools.gpu_ncu --summarize DIR      (CPU: tables from a run's files)
+
+A backend is a registered one (``conformance.registry``), ``sdpa`` (the dense contrast),
+or ``tilelang:VARIANT``: TileLang's prefill grid with the config of ``VARIANT`` of
+``tools/lab_tilelang.py``'s ``VARIANTS`` at the shape's head dim (the lab's own runner,
+poisoned outputs), prefill shapes only; a lab knob's counters beside the shipped kernel's
+(``tilelang``) in one run. The command refuses unknown shapes, backends and variants, and a
+variant on a decode shape, before any profile starts.
 
 Where the kernel time goes, measured instead of inferred: for each (backend, shape)
 one child process builds the bench's inputs (``tools.bench``: same shapes, bf16,
@@ -58,7 +66,61 @@ STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.r
 
 
 def _tag(backend: str, shape: str) -> str:
-    return f"{backend}__{shape.replace('/', '-')}"
+    return f"{backend.replace(':', '-')}__{shape.replace('/', '-')}"
+
+
+def lab_variant(backend: str) -> str | None:
+    """``VARIANT`` of a ``tilelang:VARIANT`` backend, else None."""
+    head, sep, name = backend.partition(":")
+    return name if (head == "tilelang" and sep) else None
+
+
+def check_backends(backends, shapes) -> list[str]:
+    """What is wrong with profiling ``backends`` on the bench ``shapes`` (an empty list:
+    nothing): unknown backends, unknown lab variants, a lab variant on a decode shape."""
+    from conformance.registry import load_backend
+
+    from . import bench, lab_tilelang
+
+    kinds = {s.name: s.kind for s in bench.SHAPES}
+    bad = []
+    for b in backends:
+        name = lab_variant(b)
+        if name is None:
+            if b != "sdpa":
+                try:
+                    load_backend(b)
+                except ValueError as e:
+                    bad.append(f"{e} (here also: sdpa, tilelang:VARIANT)")
+        elif name not in lab_tilelang.VARIANTS:
+            bad.append(f"unknown lab variant {name!r} in {b!r} (tools/lab_tilelang.py VARIANTS: "
+                       f"{sorted(lab_tilelang.VARIANTS)})")
+        else:
+            bad += [f"{b} runs the prefill grid: {s} is a decode shape"
+                    for s in shapes if kinds.get(s) != "prefill"]
+    return bad
+
+
+def _lab_runner(name: str, shape):
+    """A :class:`tools.bench.Runner` of lab variant ``name`` on ``shape``: TileLang's prefill
+    grid with the variant's config, into outputs poisoned once by ``prepare`` (so the gate
+    still sees an element never written, and the profiled call launches no fill kernel)."""
+    from reference.validation import check_inputs
+    from tilelang_impl import launch
+
+    from . import bench, lab_tilelang
+
+    cfg = lab_tilelang.VARIANTS[name][0](shape.D)
+    rule = dict(shape.rule)
+
+    def prepare(q, k, v):
+        p = check_inputs(q, k, v, **rule)
+        return (p, q, k, v, *p.new_outputs(poison=True))
+
+    def call(p, q, k, v, o, lse):
+        launch.run_cuda(p, q, k, v, False, False, o, lse, force_split=1, config=cfg)
+        return o, lse
+    return bench.Runner(f"tilelang:{name}", call, True, prepare=prepare)
 
 
 # ------------------------------------------------------------------ child (profiled)
@@ -73,6 +135,8 @@ def _child(backend: str, shape_name: str) -> int:
         runner = bench._sdpa_runner(shape, "cuda")
         if shape.Hq != shape.Hkv:
             runner = bench._sdpa_expanded(shape, "cuda")
+    elif lab_variant(backend) is not None:
+        runner = _lab_runner(lab_variant(backend), shape)
     else:
         runner = bench._canonical_runner(backend, shape)
     (q, k, v), = bench._inputs(shape, "cuda", torch.bfloat16, 1, seed=7)
@@ -322,6 +386,9 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown shape(s) {bad}; bench shapes: {sorted(names)}")
     backends = a.backends.split(",") if a.backends else list(DEFAULT_BACKENDS)
+    bad = check_backends(backends, shapes)
+    if bad:
+        ap.error("; ".join(bad))
     pairs = [(b, s) for s in shapes for b in backends] + ([] if a.no_extra else list(EXTRA))
     summary = _profile(a.out, pairs, a.budget_s, a.ncu)
     print(table(summary))
