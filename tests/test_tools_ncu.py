@@ -162,16 +162,21 @@ def test_profile_with_a_stand_in_ncu_writes_the_summary_and_fails_on_no_data(tmp
 def test_lab_variant_backends_are_checked_before_any_profile(tmp_path):
     assert gpu_ncu.lab_variant("tilelang:nohkeys") == "nohkeys"
     assert gpu_ncu.lab_variant("tilelang") is None and gpu_ncu.lab_variant("triton:x") is None
-    assert gpu_ncu._tag("tilelang:nohkeys", "train-8k-32/4/64") == "tilelang-nohkeys__train-8k-32-4-64"
-    ok = gpu_ncu.check_backends(["triton", "tilelang", "sdpa", "tilelang:nohkeys", "tilelang:vshift"],
+    tag = gpu_ncu._tag("tilelang:nohkeys", "train-8k-32/4/64")
+    assert tag == "tilelang_lab-nohkeys__train-8k-32-4-64"
+    # the lab variant "split" and the registered backend "tilelang-split" keep apart
+    assert gpu_ncu._tag("tilelang:split", "s") != gpu_ncu._tag("tilelang-split", "s")
+    ok = gpu_ncu.check_backends(["triton", "tilelang", "sdpa", "tilelang:nohkeys",
+                                 "tilelang:vshift", "tilelang-split", "tilelang:split"],
                                 ["train-8k-32/4/64", "chunk512of8k-32/32/128"])
     assert ok == []
-    bad = gpu_ncu.check_backends(["tritn", "tilelang:nope", "tilelang:shipped"],
+    bad = gpu_ncu.check_backends(["tritn", "tilelang:nope", "tilelang:shipped", "triton", "triton"],
                                  ["train-8k-32/4/64", "decode-8k-32/32/128"])
-    assert len(bad) == 3
+    assert len(bad) == 4
     assert "unknown backend 'tritn'" in bad[0]
     assert "unknown lab variant 'nope'" in bad[1]
-    assert "decode-8k-32/32/128 is a decode shape" in bad[2]
+    assert "decode-8k-32/32/128 is not a prefill shape (decode)" in bad[2]
+    assert "backends ['triton', 'triton'] would write the same files" in bad[3]
     # the CLI refuses them before ncu runs: a stand-in that fails the test if it is started
     trap = tmp_path / "ncu"
     trap.write_text("#!/bin/sh\necho started > " + str(tmp_path / "started") + "\nexit 1\n")
@@ -180,8 +185,8 @@ def test_lab_variant_backends_are_checked_before_any_profile(tmp_path):
                              ("tilelang:nohkeys", "decode-8k-32/32/128"),
                              ("tritn", "train-8k-32/4/64")):
         with pytest.raises(SystemExit):
-            gpu_ncu.main(["--out", str(tmp_path / "out"), "--shapes", shapes, "--backends", backends,
-                          "--no-extra", "--ncu", str(trap)])
+            gpu_ncu.main(["--out", str(tmp_path / "out"), "--shapes", shapes,
+                          "--backends", backends, "--no-extra", "--ncu", str(trap)])
     assert not (tmp_path / "started").exists()
 
 

@@ -111,10 +111,11 @@ HOIST_KEYS = (0, 1)
 #: block_N`` with ``C`` a multiple of ``block_N``: one landmark column, every tile one whole
 #: chunk). Only there. Measured in session 49 (``tools/lab_tilelang.py --only shipped,vshift``,
 #: nine runs on one H100 at 80bae8d, L2 not flushed, best of 5 each,
-#: bench_results/tilelang-lab49-h100-{1..9}.json): the median ratio to ``shipped`` was 0.999
+#: bench_results/tilelang-lab49-h100-{1..9}.json): the median speed ratio to ``shipped`` was 0.999
 #: and 1.004 at 32/32/128 L = 8K / 16K, 1.003, 1.011 and 1.007 on the three D = 64 rows
-#: (single runs 0.947..1.076) and 0.983 on the chunked row (0.960..1.015); predicted +1..+8%
-#: from the producer's SASS. Not shipped.
+#: (single runs 0.947..1.076) and 0.983 on the chunked row (0.960..1.015); predicted from the
+#: producer's SASS: D = 64 +1..+8%, D = 128 +1..+4%, chunked +0..+4%. Not shipped
+#: (BENCHMARKS.md, session 49; ``python -m tools.lab_pool`` pools the runs).
 VC_SHIFT = (0, 1)
 
 

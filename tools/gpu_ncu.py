@@ -1,15 +1,19 @@
 """Hardware counters of the shipped kernels on the benchmark shapes (Nsight Compute).
 
     python -m tools.gpu_ncu --out $OUT [--shapes a,b] [--backends triton,tilelang,sdpa]
-    python -m tools.gpu_ncu --out $OUT --shapes train-8k-32/4/64 --backends tilelang,tilelang:nohkeys
+    python -m tools.gpu_ncu --out $OUT --shapes train-8k-32/4/64 \
+        --backends tilelang,tilelang:nohkeys
     python -m tools.gpu_ncu --summarize DIR      (CPU: tables from a run's files)
 
 A backend is a registered one (``conformance.registry``), ``sdpa`` (the dense contrast),
 or ``tilelang:VARIANT``: TileLang's prefill grid with the config of ``VARIANT`` of
-``tools/lab_tilelang.py``'s ``VARIANTS`` at the shape's head dim (the lab's own runner,
-poisoned outputs), prefill shapes only; a lab knob's counters beside the shipped kernel's
-(``tilelang``) in one run. The command refuses unknown shapes, backends and variants, and a
-variant on a decode shape, before any profile starts.
+``tools/lab_tilelang.py``'s ``VARIANTS`` at the shape's head dim (``launch.run_cuda`` with
+that config, as the lab times it, into outputs poisoned once before the warm-up calls, so
+the profiled call launches the variant's kernel alone), prefill shapes only: a lab knob's
+counters beside the shipped kernel's (``tilelang``) in one run. Its files are named
+``tilelang_lab-VARIANT__SHAPE``. The command refuses unknown shapes, backends and variants,
+a variant on a decode shape, and two backends whose files would share a name, before any
+profile starts.
 
 Where the kernel time goes, measured instead of inferred: for each (backend, shape)
 one child process builds the bench's inputs (``tools.bench``: same shapes, bf16,
@@ -66,7 +70,11 @@ STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.r
 
 
 def _tag(backend: str, shape: str) -> str:
-    return f"{backend.replace(':', '-')}__{shape.replace('/', '-')}"
+    """The file name of a profile (no ``/`` or ``:``; a lab variant ``tilelang:X`` is
+    ``tilelang_lab-X``, apart from registered names such as ``tilelang-split``)."""
+    name = lab_variant(backend)
+    b = backend if name is None else f"tilelang_lab-{name}"
+    return f"{b.replace(':', '-')}__{shape.replace('/', '-')}"
 
 
 def lab_variant(backend: str) -> str | None:
@@ -77,7 +85,8 @@ def lab_variant(backend: str) -> str | None:
 
 def check_backends(backends, shapes) -> list[str]:
     """What is wrong with profiling ``backends`` on the bench ``shapes`` (an empty list:
-    nothing): unknown backends, unknown lab variants, a lab variant on a decode shape."""
+    nothing): unknown backends, unknown lab variants, a lab variant on a shape that is not a
+    prefill, two backends whose profiles would share a file name."""
     from conformance.registry import load_backend
 
     from . import bench, lab_tilelang
@@ -96,8 +105,13 @@ def check_backends(backends, shapes) -> list[str]:
             bad.append(f"unknown lab variant {name!r} in {b!r} (tools/lab_tilelang.py VARIANTS: "
                        f"{sorted(lab_tilelang.VARIANTS)})")
         else:
-            bad += [f"{b} runs the prefill grid: {s} is a decode shape"
+            bad += [f"{b} runs the prefill grid: {s} is not a prefill shape ({kinds.get(s)})"
                     for s in shapes if kinds.get(s) != "prefill"]
+    tags = {}
+    for b in backends:
+        tags.setdefault(_tag(b, ""), []).append(b)
+    bad += [f"backends {same} would write the same files ({tag[:-2]}__SHAPE)"
+            for tag, same in tags.items() if len(same) > 1]
     return bad
 
 
