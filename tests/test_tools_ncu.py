@@ -213,3 +213,74 @@ def test_lab_runner_runs_the_variants_config_on_the_prefill_grid_into_poisoned_o
     assert kw == {"force_split": 1, "config": lab_tilelang.VARIANTS[variant][0](small.D)}
     assert a[1] is q and a[6] is o and a[7] is lse and a[4:6] == (False, False)
     assert a[0].window_size == small.W and a[0].chunk_size == small.C
+
+
+def _wait_source(kernel="hils_swa_fwd_tc_kernel"):
+    rows = [  # address, text, samples, executed
+        ("0x100", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R13+UR19], R6", 3, 100),
+        ("0x110", "FADD R1, R2, R3", 7, 100),
+        ("0x120", "@!P0  BRA 0x200", 40, 100),        # tests P0: the first wait
+        ("0x130", "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR17+0x30], R2", 2, 10),
+        ("0x140", "ISETP.NE.AND P1, PT, R1, RZ, PT", 1, 10),  # P1 written again: no wait
+        ("0x150", "@!P1  BRA 0x300", 9, 10),
+        ("0x160", "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR17+0x38], R2", 1, 10),
+        ("0x170", "@P2   BRA 0x400", 5, 10),          # taken when the phase completed
+        ("0x180", "@!P2  BRA 0x999", 6, 10),          # target outside the table
+        ("0x200", "MOV R7, R13", 0, 5),               # the first wait's retry path
+        ("0x210", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R7+URZ], R6", 4, 25),
+        ("0x220", "@!P0  NANOSLEEP.SYNCS 0x989680", 0, 25),
+        ("0x230", "@!P0  SYNCS.PHASECHK.TRANS64 P0, [R7+URZ], R6", 0, 25),
+        ("0x240", "@!P0  BRA 0x210", 0, 25),
+        ("0x250", "BRA 0x130", 0, 5),
+    ]
+    head = ('"Address","Source","Warp Stall Sampling (All Samples)",'
+            '"Warp Stall Sampling (Not-issued Samples)","Instructions Executed"\n')
+    body = "".join(f'"{a}","{t}","{n}","0","{x:,}"\n' for a, t, n, x in rows)
+    return f'"Kernel Name","{kernel}",\n' + head + body
+
+
+def test_barrier_waits_pair_each_try_wait_with_the_branch_that_tests_it():
+    (src,) = gpu_ncu.parse_sources(_wait_source())
+    assert src["samples"] == 78
+    assert src["waits"] == [
+        {"at": "0x0", "barrier": "[R13+UR19]", "pred": "P0", "branch_at": "0x20",
+         "samples": 43, "executed": 100, "retries": 25},
+        {"at": "0x60", "barrier": "[UR17+0x38]", "pred": "P2", "branch_at": "0x80",
+         "samples": 7, "executed": 10, "retries": None},
+    ]
+    # a page without counts: the same waits, no runs or retry rounds
+    (bare,) = gpu_ncu.parse_sources(_wait_source().replace(',"Instructions Executed"', ""))
+    assert [(w["samples"], w["executed"], w["retries"]) for w in bare["waits"]] == [
+        (43, None, None), (7, None, None)]
+    # without addresses no waits are found, the rest of the table is as before
+    no_addr = "\n".join(ln.split(",", 1)[1] for ln in _wait_source().splitlines()[1:])
+    (plain,) = gpu_ncu.parse_sources(no_addr)
+    assert plain["waits"] == [] and plain["samples"] == 78
+    assert gpu_ncu.parse_sources(SOURCE)[0]["waits"] == []
+
+
+def test_summarize_reads_the_source_pages_again_from_the_runs_tar(tmp_path, capsys):
+    k = gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW)[0])
+    k["kernel"] = "hils_swa_fwd_tc_kernel"
+    k["source"] = {"kernel": "hils_swa_fwd_tc_kernel", "samples": 1.0, "by_opcode": {"OLD": 1.0},
+                   "top": []}  # a summary written before the waits existed
+    old = dict(k, source=dict(k["source"]))
+    summary = {"tilelang__x": {"status": "ok", "note": "", "kernels": [k]},
+               "tilelang_lab-y__x": {"status": "ok", "note": "", "kernels": [old]}}
+    (tmp_path / "ncu_summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0  # no tar: the JSON as it is
+    assert "OLD 100%" in capsys.readouterr().out
+    page = tmp_path / "page.csv"
+    page.write_text(_wait_source())
+    with tarfile.open(tmp_path / "ncu.tar.xz", "w:xz") as tf:
+        tf.add(page, arcname="ncu/tilelang__x.source.csv")  # only the first tag's page
+    loaded = gpu_ncu.load_summary(str(tmp_path))
+    assert loaded["tilelang__x"]["kernels"][0]["source"]["samples"] == 78
+    assert loaded["tilelang_lab-y__x"]["kernels"][0]["source"]["by_opcode"] == {"OLD": 1.0}
+    assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "mbarrier waits (try-wait + its branch): 64.1% of samples in 2 waits" in text
+    assert "      0x0 [R13+UR19]: 55.1%, 100 runs, 25 retry rounds" in text
+    assert "      0x60 [UR17+0x38]: 9.0%, 10 runs\n" in text
+    assert "OLD 100%" in text  # the second tag kept its stored table

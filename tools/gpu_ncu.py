@@ -30,9 +30,13 @@ replays leave it (ncu's default cache control flushes caches before each pass).
 Per kernel the run keeps, in ``ncu_raw.csv`` files and the summary: duration, SM
 clock, issue-slot and tensor-pipe utilisation, achieved occupancy, DRAM throughput,
 and the warp-stall breakdown (cycles per issued instruction by reason); from the
-source page, the sampled stalls per SASS opcode and the most-stalled instructions.
+source page, the sampled stalls per SASS opcode, the most-stalled instructions and the
+mbarrier waits (:func:`barrier_waits`: each try-wait with the branch that tests it,
+where the samples of a wait land, and how often its retry path ran).
 Everything goes into ``$OUT/ncu.tar.xz`` (reports and CSVs) and ``$OUT/ncu_summary.json``;
-``--summarize`` prints the tables again from those files on any machine.
+``--summarize`` prints the tables again from those files on any machine, reading the
+source pages again from ``ncu.tar.xz`` where it is there (so a run profiled before a
+summary field existed gets it).
 """
 
 from __future__ import annotations
@@ -215,11 +219,79 @@ def _is_head(r) -> bool:
     return "Source" in r and any("Samples" in c for c in r)
 
 
+_TRYWAIT = re.compile(r"^SYNCS\.PHASECHK\.TRANS64\.TRYWAIT\s+(U?P\d+)\s*,\s*(\[[^\]]*\])")
+_PRED = re.compile(r"^@(!?)(U?P\d+)\s+(.*)$")
+_BRA = re.compile(r"^BRA\s+`?\(?(0x[0-9a-fA-F]+)")
+#: Instructions after a retry path's branch target searched for its try-wait
+RETRY_REACH = 4
+
+
+def _writes(text: str, pred: str) -> bool:
+    """Whether an instruction writes predicate ``pred`` (its first operand)."""
+    body = _PRED.sub(r"\3", text)
+    parts = body.split(None, 1)
+    return len(parts) == 2 and re.match(rf"{pred}\b", parts[1]) is not None
+
+
+def barrier_waits(instrs: list[tuple]) -> list[dict]:
+    """The mbarrier waits of one kernel's SASS, from ``(address, text, samples,
+    executed)`` rows in program order (``executed`` None where the page has no
+    ``Instructions Executed`` column).
+
+    A wait is a ``SYNCS.PHASECHK.TRANS64.TRYWAIT P, [bar]``: the try-wait returns after
+    a bounded time with ``P`` telling whether the phase completed, and the first later
+    ``@!P BRA`` (before anything else writes ``P``) takes the retry path when it did not.
+    A warp stalled on the barrier is sampled on that branch, which waits for ``P``, more
+    than on the try-wait itself, so a wait's ``samples`` are both instructions' (the
+    by-opcode table counts them as ``BRA`` and ``SYNCS...``). ``retries``: the executions
+    of the first try-wait within :data:`RETRY_REACH` instructions of the branch's target,
+    the retry path's: one a round of its loop, so a count of rounds, not of the waits that
+    missed (None where the target is not in the table or the page has no counts). The
+    retry paths' own try-waits, whose predicate the loop's ``SYNCS.PHASECHK`` writes again
+    before its branch, are not waits of their own here.
+    """
+    if not instrs:
+        return []
+    base = instrs[0][0]
+    where = {a: i for i, (a, *_rest) in enumerate(instrs)}
+    waits = []
+    for i, (addr, text, n, ex) in enumerate(instrs):
+        m = _TRYWAIT.match(_PRED.sub(r"\3", text) if text.startswith("@") else text)
+        if not m:
+            continue
+        pred, bar = m.groups()
+        branch = None
+        for j in range(i + 1, len(instrs)):
+            t = instrs[j][1]
+            pm = _PRED.match(t)
+            if pm and pm.group(1) == "!" and pm.group(2) == pred and _BRA.match(pm.group(3)):
+                branch = j
+                break
+            if _writes(t, pred):
+                break
+        if branch is None:
+            continue  # a retry path's own try-wait, or one whose result no branch tests
+        target = int(_BRA.match(_PRED.match(instrs[branch][1]).group(3)).group(1), 16)
+        retries = None
+        k = where.get(target)
+        if k is not None:
+            for t_ in instrs[k:k + RETRY_REACH]:
+                if _TRYWAIT.match(t_[1]):
+                    retries = t_[3]
+                    break
+        waits.append({"at": hex(addr - base), "barrier": bar, "pred": pred,
+                      "branch_at": hex(instrs[branch][0] - base),
+                      "samples": n + instrs[branch][2], "executed": ex, "retries": retries})
+    return waits
+
+
 def parse_sources(text: str, top: int = 25) -> list[dict]:
     """Sampled warp stalls per SASS opcode and the ``top`` most-sampled instructions,
     one dict per kernel table of ``ncu --page source --csv --print-source sass`` (a
     report of several kernels prints one table each, a header row opening each; the
-    columns are found by name: ``Source`` and the all-samples count)."""
+    columns are found by name: ``Source`` and the all-samples count; ``Address`` and
+    ``Instructions Executed`` where present), and its mbarrier waits
+    (:func:`barrier_waits`, where the table has addresses)."""
     rows = [r for r in csv.reader(io.StringIO(text)) if r]
     heads = [i for i, r in enumerate(rows) if _is_head(r)]
     out = []
@@ -230,8 +302,11 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
         name = rows[hi - 1][1] if hi > 0 and rows[hi - 1][:1] == ["Kernel Name"] and len(rows[hi - 1]) > 1 else None
         src = head.index("Source")
         smp = next(i for i, c in enumerate(head) if "Samples" in c and "Not" not in c)
+        adr = head.index("Address") if "Address" in head else None
+        exe = head.index("Instructions Executed") if "Instructions Executed" in head else None
         by_op: dict[str, float] = {}
         instrs = []
+        prog = []  # (address, text, samples, executed) in program order, for the waits
         total = 0.0
         for r in rows[hi + 1:end]:
             if len(r) <= max(src, smp) or r[0] == "Kernel Name":
@@ -245,10 +320,23 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
             by_op[op] = by_op.get(op, 0.0) + n
             total += n
             instrs.append((n, text_))
+            if adr is not None and len(r) > adr:
+                try:
+                    a = int(r[adr], 16)
+                except ValueError:
+                    continue
+                x = None
+                if exe is not None and len(r) > exe:
+                    try:
+                        x = int(float(r[exe].replace(",", "")))
+                    except ValueError:
+                        pass
+                prog.append((a, text_, n, x))
         instrs.sort(key=lambda t: -t[0])
         out.append({"kernel": name, "samples": total,
                     "by_opcode": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:20]),
-                    "top": [[n, t] for n, t in instrs[:top]]})
+                    "top": [[n, t] for n, t in instrs[:top]],
+                    "waits": barrier_waits(prog)})
     return out
 
 
@@ -296,7 +384,44 @@ def table(summary: dict) -> str:
                 ops = list(src["by_opcode"].items())[:8]
                 tot = src["samples"] or 1
                 lines.append("    samples by opcode: " + ", ".join(f"{o} {100 * n / tot:.0f}%" for o, n in ops))
+                waits = src.get("waits") or []
+                if waits:
+                    w_tot = sum(w["samples"] for w in waits)
+                    lines.append(f"    mbarrier waits (try-wait + its branch): "
+                                 f"{100 * w_tot / tot:.1f}% of samples in {len(waits)} waits")
+                    for w in sorted(waits, key=lambda w: -w["samples"])[:WAITS_SHOWN]:
+                        runs = "" if w["executed"] is None else f", {w['executed']} runs"
+                        if w["executed"] is not None and w["retries"] is not None:
+                            runs += f", {w['retries']} retry rounds"
+                        lines.append(f"      {w['at']} {w['barrier']}: "
+                                     f"{100 * w['samples'] / tot:.1f}%{runs}")
     return "\n".join(lines)
+
+
+#: Waits a table shows per kernel, most sampled first
+WAITS_SHOWN = 8
+
+
+def load_summary(folder: str) -> dict:
+    """A run's ``ncu_summary.json``, each kernel's source table parsed again from
+    ``ncu.tar.xz``'s ``ncu/TAG.source.csv`` where the folder has one (the tables of a run
+    profiled before a field of :func:`parse_sources` existed gain it)."""
+    with open(os.path.join(folder, "ncu_summary.json")) as f:
+        summary = json.load(f)
+    tar = os.path.join(folder, "ncu.tar.xz")
+    if not os.path.exists(tar):
+        return summary
+    with tarfile.open(tar) as tf:
+        names = set(tf.getnames())
+        for tag, ent in summary.items():
+            name = f"ncu/{tag}.source.csv"
+            if name not in names or not ent.get("kernels"):
+                continue
+            text = tf.extractfile(name).read().decode()
+            for k in ent["kernels"]:
+                k.pop("source", None)
+            attach_sources(ent["kernels"], parse_sources(text))
+    return summary
 
 
 # ------------------------------------------------------------------ parent (on the device)
@@ -381,14 +506,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-extra", action="store_true", help="skip the dense SDPA contrast profile")
     ap.add_argument("--budget-s", type=float, default=540.0, help="stop starting profiles after this")
     ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
-    ap.add_argument("--summarize", metavar="DIR", help="print the tables of a run's ncu_summary.json")
+    ap.add_argument("--summarize", metavar="DIR",
+                    help="print the tables of a run's ncu_summary.json (source pages read again "
+                         "from its ncu.tar.xz where there)")
     ap.add_argument("--child", nargs=2, metavar=("BACKEND", "SHAPE"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(*a.child)
     if a.summarize:
-        with open(os.path.join(a.summarize, "ncu_summary.json")) as f:
-            print(table(json.load(f)))
+        print(table(load_summary(a.summarize)))
         return 0
     if not a.out:
         ap.error("--out is required (or --summarize DIR)")
