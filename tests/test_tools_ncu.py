@@ -259,6 +259,17 @@ def test_barrier_waits_pair_each_try_wait_with_the_branch_that_tests_it():
     assert gpu_ncu.parse_sources(SOURCE)[0]["waits"] == []
 
 
+def test_by_count_groups_the_issued_instructions_by_how_often_each_ran():
+    (src,) = gpu_ncu.parse_sources(_wait_source())
+    assert src["by_count"] == {"total": 470, "groups": [
+        [100, 3, 300, 50.0], [25, 4, 100, 4.0], [10, 6, 60, 24.0], [5, 2, 10, 0.0]]}
+    assert gpu_ncu.by_count([(0, "A", 1.0, 3), (16, "B", 2.0, 3)], keep=1) == {
+        "total": 6, "groups": [[3, 2, 6, 3.0]]}
+    (bare,) = gpu_ncu.parse_sources(_wait_source().replace(',"Instructions Executed"', ""))
+    assert bare["by_count"] == {}
+    assert gpu_ncu.parse_sources(SOURCE)[0]["by_count"] == {}  # addresses, no counts
+
+
 def test_summarize_reads_the_source_pages_again_from_the_runs_tar(tmp_path, capsys):
     k = gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW)[0])
     k["kernel"] = "hils_swa_fwd_tc_kernel"
@@ -280,6 +291,8 @@ def test_summarize_reads_the_source_pages_again_from_the_runs_tar(tmp_path, caps
     assert loaded["tilelang_lab-y__x"]["kernels"][0]["source"]["by_opcode"] == {"OLD": 1.0}
     assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
+    assert "warp instructions issued: 470; by how often each instruction ran" in text
+    assert "      100 x 3: 63.8%, 25 x 4: 21.3%, 10 x 6: 12.8%, 5 x 2: 2.1%\n" in text
     assert "mbarrier waits (try-wait + its branch): 64.1% of samples in 2 waits" in text
     assert "      0x0 [R13+UR19]: 55.1%, 100 runs, 25 retry rounds" in text
     assert "      0x60 [UR17+0x38]: 9.0%, 10 runs\n" in text

@@ -30,9 +30,11 @@ replays leave it (ncu's default cache control flushes caches before each pass).
 Per kernel the run keeps, in ``ncu_raw.csv`` files and the summary: duration, SM
 clock, issue-slot and tensor-pipe utilisation, achieved occupancy, DRAM throughput,
 and the warp-stall breakdown (cycles per issued instruction by reason); from the
-source page, the sampled stalls per SASS opcode, the most-stalled instructions and the
-mbarrier waits (:func:`barrier_waits`: each try-wait with the branch that tests it,
-where the samples of a wait land, and how often its retry path ran).
+source page, the sampled stalls per SASS opcode, the most-stalled instructions, the
+warp instructions issued grouped by how often each instruction ran (:func:`by_count`: a
+loop's body is one group) and the mbarrier waits (:func:`barrier_waits`: each try-wait
+with the branch that tests it, where the samples of a wait land, and how often its retry
+path ran).
 Everything goes into ``$OUT/ncu.tar.xz`` (reports and CSVs) and ``$OUT/ncu_summary.json``;
 ``--summarize`` prints the tables again from those files on any machine, reading the
 source pages again from ``ncu.tar.xz`` where it is there (so a run profiled before a
@@ -336,8 +338,28 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
         out.append({"kernel": name, "samples": total,
                     "by_opcode": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:20]),
                     "top": [[n, t] for n, t in instrs[:top]],
-                    "waits": barrier_waits(prog)})
+                    "waits": barrier_waits(prog), "by_count": by_count(prog)})
     return out
+
+
+def by_count(instrs: list[tuple], keep: int = 12) -> dict:
+    """Where the issued instructions go: the kernel's instructions grouped by how often each
+    ran (``Instructions Executed``, warp instructions; a loop body's instructions share a
+    count, as do a block's run once a warp or once a CTA), the ``keep`` groups that issued
+    most, each ``[count, instructions, warp instructions, samples]``, and ``total`` warp
+    instructions. Empty where the page has no counts."""
+    groups: dict[int, list] = {}
+    for _a, _t, n, x in instrs:
+        if x is None:
+            return {}
+        g = groups.setdefault(x, [x, 0, 0, 0.0])
+        g[1] += 1
+        g[2] += x
+        g[3] += n
+    if not groups:
+        return {}
+    ranked = sorted(groups.values(), key=lambda g: -g[2])
+    return {"total": sum(g[2] for g in ranked), "groups": ranked[:keep]}
 
 
 def attach_sources(kernels: list[dict], sources: list[dict]) -> None:
@@ -384,6 +406,13 @@ def table(summary: dict) -> str:
                 ops = list(src["by_opcode"].items())[:8]
                 tot = src["samples"] or 1
                 lines.append("    samples by opcode: " + ", ".join(f"{o} {100 * n / tot:.0f}%" for o, n in ops))
+                bc = src.get("by_count") or {}
+                if bc.get("total"):
+                    lines.append(f"    warp instructions issued: {bc['total']:,}; by how often "
+                                 "each instruction ran (runs x instructions: share):")
+                    lines.append("      " + ", ".join(
+                        f"{x:,} x {k}: {100 * w / bc['total']:.1f}%"
+                        for x, k, w, _n in bc["groups"][:COUNT_GROUPS_SHOWN]))
                 waits = src.get("waits") or []
                 if waits:
                     w_tot = sum(w["samples"] for w in waits)
@@ -400,6 +429,8 @@ def table(summary: dict) -> str:
 
 #: Waits a table shows per kernel, most sampled first
 WAITS_SHOWN = 8
+#: Execution-count groups a table shows per kernel, most issued first
+COUNT_GROUPS_SHOWN = 6
 
 
 def load_summary(folder: str) -> dict:
