@@ -3,6 +3,7 @@ refusals (the profiling itself needs the device and ncu)."""
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 
@@ -217,21 +218,34 @@ def test_lab_runner_runs_the_variants_config_on_the_prefill_grid_into_poisoned_o
 
 def _wait_source(kernel="hils_swa_fwd_tc_kernel"):
     rows = [  # address, text, samples, executed
-        ("0x100", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R13+UR19], R6", 3, 100),
-        ("0x110", "FADD R1, R2, R3", 7, 100),
-        ("0x120", "@!P0  BRA 0x200", 40, 100),        # tests P0: the first wait
-        ("0x130", "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR17+0x30], R2", 2, 10),
-        ("0x140", "ISETP.NE.AND P1, PT, R1, RZ, PT", 1, 10),  # P1 written again: no wait
-        ("0x150", "@!P1  BRA 0x300", 9, 10),
-        ("0x160", "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR17+0x38], R2", 1, 10),
-        ("0x170", "@P2   BRA 0x400", 5, 10),          # taken when the phase completed
-        ("0x180", "@!P2  BRA 0x999", 6, 10),          # target outside the table
-        ("0x200", "MOV R7, R13", 0, 5),               # the first wait's retry path
-        ("0x210", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R7+URZ], R6", 4, 25),
-        ("0x220", "@!P0  NANOSLEEP.SYNCS 0x989680", 0, 25),
-        ("0x230", "@!P0  SYNCS.PHASECHK.TRANS64 P0, [R7+URZ], R6", 0, 25),
-        ("0x240", "@!P0  BRA 0x210", 0, 25),
-        ("0x250", "BRA 0x130", 0, 5),
+        ("0x100", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R13+UR19], R6", 3, 142848),
+        ("0x110", "FADD R1, R2, R3", 7, 142848),
+        ("0x120", "@!P0  BRA 0x300", 40, 142848),     # tests P0: a wait, TileLang's retry path
+        ("0x130", "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR17+0x30], R2", 2, 1000),
+        ("0x140", "ISETP.NE.AND P2, P1, R1, RZ, PT", 1, 1000),  # P1 written again: no wait
+        ("0x150", "@!P1  BRA 0x400", 9, 1000),
+        ("0x160", "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR17+0x38], R2", 1, 1000),
+        ("0x170", "@P2   BRA 0x500", 5, 1000),        # taken when the phase completed
+        ("0x180", "@!UP2 BRA 0x500", 2, 1000),        # another predicate
+        ("0x190", "@!P2  BRA 0x999", 6, 1000),        # a wait; its target outside the listing
+        ("0x1a0", "SYNCS.PHASECHK.TRANS64.TRYWAIT P3, [UR9], R2", 1, 1000),
+        ("0x1b0", "EXIT", 4, 1000),                   # the listing's next is not run next
+        ("0x1c0", "@!P3  BRA 0x600", 0, 1000),
+        ("0x1d0", "SYNCS.PHASECHK.TRANS64.TRYWAIT P4, [UR25], R2", 2, 2000),
+        ("0x1e0", "@!P4  BRA `(.L_x_7)", 3, 2000),   # a wait; a label for a target
+        ("0x1f0", "SYNCS.PHASECHK.TRANS64.TRYWAIT P5, [UR26], R2", 1, 2000),
+        ("0x200", "@!P5  BRA 0x240", 2, 2000),        # a wait; its target an offset (0x340)
+        ("0x300", "MOV R7, R13", 0, 5),               # TileLang's retry path: a NANOSLEEP loop
+        ("0x310", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R7+URZ], R6", 4, 4351),
+        ("0x320", "@!P0  NANOSLEEP.SYNCS 0x989680", 0, 4351),
+        ("0x330", "@!P0  SYNCS.PHASECHK.TRANS64 P0, [R7+URZ], R6", 0, 4351),
+        ("0x340", "SYNCS.PHASECHK.TRANS64.TRYWAIT P5, [UR26], R2", 0, 1234),  # a retry path
+        ("0x350", "@!P5  BRA 0x370", 0, 1234),        # whose try-wait a branch tests
+        ("0x360", "BRA 0x210", 0, 20),
+        ("0x370", "NANOSLEEP.SYNCS 0x20", 0, 1200),
+        ("0x380", "BRA 0x340", 0, 1200),
+        ("0x390", "SYNCS.PHASECHK.TRANS64.TRYWAIT P6, [UR27], R2", 0, 7),  # Triton's retry
+        ("0x3a0", "@!P6  BRA 0x390", 0, 7),           # path: a self-loop, no wait its own
     ]
     head = ('"Address","Source","Warp Stall Sampling (All Samples)",'
             '"Warp Stall Sampling (Not-issued Samples)","Instructions Executed"\n')
@@ -239,30 +253,53 @@ def _wait_source(kernel="hils_swa_fwd_tc_kernel"):
     return f'"Kernel Name","{kernel}",\n' + head + body
 
 
+WAITS = [
+    {"at": "0x0", "barrier": "[R13+UR19]", "pred": "P0", "branch_at": "0x20", "samples": 43,
+     "executed": 142848, "retries": 4351},
+    {"at": "0x60", "barrier": "[UR17+0x38]", "pred": "P2", "branch_at": "0x90", "samples": 7,
+     "executed": 1000, "retries": None},
+    {"at": "0xd0", "barrier": "[UR25]", "pred": "P4", "branch_at": "0xe0", "samples": 5,
+     "executed": 2000, "retries": None},
+    {"at": "0xf0", "barrier": "[UR26]", "pred": "P5", "branch_at": "0x100", "samples": 3,
+     "executed": 2000, "retries": 1234},
+]
+
+
 def test_barrier_waits_pair_each_try_wait_with_the_branch_that_tests_it():
     (src,) = gpu_ncu.parse_sources(_wait_source())
-    assert src["samples"] == 78
-    assert src["waits"] == [
-        {"at": "0x0", "barrier": "[R13+UR19]", "pred": "P0", "branch_at": "0x20",
-         "samples": 43, "executed": 100, "retries": 25},
-        {"at": "0x60", "barrier": "[UR17+0x38]", "pred": "P2", "branch_at": "0x80",
-         "samples": 7, "executed": 10, "retries": None},
-    ]
+    assert src["samples"] == 93
+    assert src["waits"] == WAITS
     # a page without counts: the same waits, no runs or retry rounds
     (bare,) = gpu_ncu.parse_sources(_wait_source().replace(',"Instructions Executed"', ""))
-    assert [(w["samples"], w["executed"], w["retries"]) for w in bare["waits"]] == [
-        (43, None, None), (7, None, None)]
+    assert bare["waits"] == [dict(w, executed=None, retries=None) for w in WAITS]
     # without addresses no waits are found, the rest of the table is as before
     no_addr = "\n".join(ln.split(",", 1)[1] for ln in _wait_source().splitlines()[1:])
     (plain,) = gpu_ncu.parse_sources(no_addr)
-    assert plain["waits"] == [] and plain["samples"] == 78
+    assert plain["waits"] == [] and plain["samples"] == 93
     assert gpu_ncu.parse_sources(SOURCE)[0]["waits"] == []
+
+
+@pytest.mark.parametrize("text,pred,writes", [
+    ("ISETP.NE.AND P2, P1, R1, RZ, PT", "P1", True),
+    ("ISETP.GT.OR P0, PT, R10, R21, P0", "P0", True),
+    ("ISETP.GT.OR P3, PT, R10, R21, P0", "P0", False),   # P0 a source
+    ("IADD3 R4, P0, PT, R1, R2, RZ", "P0", True),
+    ("FSEL R1, R2, R3, !P0", "P0", False),
+    ("@!P0  SYNCS.PHASECHK.TRANS64 P0, [R7+URZ], R6", "P0", True),
+    ("@P0 R2P PR, R3, 0x7f", "P4", True),
+    ("NANOSLEEP.SYNCS 0x989680", "P0", False),
+    ("ISETP.NE.AND P10, PT, R1, RZ, PT", "P1", False),
+])
+def test_writes_finds_a_predicate_among_the_leading_operands(text, pred, writes):
+    assert gpu_ncu._writes(text, pred) is writes
 
 
 def test_by_count_groups_the_issued_instructions_by_how_often_each_ran():
     (src,) = gpu_ncu.parse_sources(_wait_source())
-    assert src["by_count"] == {"total": 470, "groups": [
-        [100, 3, 300, 50.0], [25, 4, 100, 4.0], [10, 6, 60, 24.0], [5, 2, 10, 0.0]]}
+    assert src["by_count"] == {"total": 464504, "groups": [
+        [142848, 3, 428544, 50.0], [4351, 3, 13053, 4.0], [1000, 10, 10000, 31.0],
+        [2000, 4, 8000, 8.0], [1234, 2, 2468, 0.0], [1200, 2, 2400, 0.0], [20, 1, 20, 0.0],
+        [7, 2, 14, 0.0], [5, 1, 5, 0.0]]}
     assert gpu_ncu.by_count([(0, "A", 1.0, 3), (16, "B", 2.0, 3)], keep=1) == {
         "total": 6, "groups": [[3, 2, 6, 3.0]]}
     (bare,) = gpu_ncu.parse_sources(_wait_source().replace(',"Instructions Executed"', ""))
@@ -270,30 +307,55 @@ def test_by_count_groups_the_issued_instructions_by_how_often_each_ran():
     assert gpu_ncu.parse_sources(SOURCE)[0]["by_count"] == {}  # addresses, no counts
 
 
-def test_summarize_reads_the_source_pages_again_from_the_runs_tar(tmp_path, capsys):
+def _stored_summary():
     k = gpu_ncu.summarize_kernel(gpu_ncu.parse_raw(RAW)[0])
     k["kernel"] = "hils_swa_fwd_tc_kernel"
     k["source"] = {"kernel": "hils_swa_fwd_tc_kernel", "samples": 1.0, "by_opcode": {"OLD": 1.0},
                    "top": []}  # a summary written before the waits existed
     old = dict(k, source=dict(k["source"]))
-    summary = {"tilelang__x": {"status": "ok", "note": "", "kernels": [k]},
-               "tilelang_lab-y__x": {"status": "ok", "note": "", "kernels": [old]}}
-    (tmp_path / "ncu_summary.json").write_text(json.dumps(summary))
+    return {"tilelang__x": {"status": "ok", "note": "", "kernels": [k]},
+            "tilelang_lab-y__x": {"status": "ok", "note": "", "kernels": [old]}}
+
+
+def _tar(path, pages):
+    with tarfile.open(path, "w:xz") as tf:
+        for name, text in pages.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_summarize_reads_the_source_pages_again_from_the_runs_tar(tmp_path, capsys):
+    (tmp_path / "ncu_summary.json").write_text(json.dumps(_stored_summary()))
     capsys.readouterr()
     assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0  # no tar: the JSON as it is
     assert "OLD 100%" in capsys.readouterr().out
-    page = tmp_path / "page.csv"
-    page.write_text(_wait_source())
-    with tarfile.open(tmp_path / "ncu.tar.xz", "w:xz") as tf:
-        tf.add(page, arcname="ncu/tilelang__x.source.csv")  # only the first tag's page
+    _tar(tmp_path / "ncu.tar.xz", {  # the first tag's page; the second's names other kernels
+        "ncu/tilelang__x.source.csv": _wait_source(),
+        "ncu/tilelang_lab-y__x.source.csv": _wait_source(kernel="other")})
     loaded = gpu_ncu.load_summary(str(tmp_path))
-    assert loaded["tilelang__x"]["kernels"][0]["source"]["samples"] == 78
+    assert loaded["tilelang__x"]["kernels"][0]["source"]["samples"] == 93
     assert loaded["tilelang_lab-y__x"]["kernels"][0]["source"]["by_opcode"] == {"OLD": 1.0}
     assert gpu_ncu.main(["--summarize", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "warp instructions issued: 470; by how often each instruction ran" in text
-    assert "      100 x 3: 63.8%, 25 x 4: 21.3%, 10 x 6: 12.8%, 5 x 2: 2.1%\n" in text
-    assert "mbarrier waits (try-wait + its branch): 64.1% of samples in 2 waits" in text
-    assert "      0x0 [R13+UR19]: 55.1%, 100 runs, 25 retry rounds" in text
-    assert "      0x60 [UR17+0x38]: 9.0%, 10 runs\n" in text
+    assert "warp instructions issued: 464,504; by how often each instruction ran" in text
+    assert ("      142,848 x 3: 92.3%, 4,351 x 3: 2.8%, 1,000 x 10: 2.2%, 2,000 x 4: 1.7%, "
+            "1,234 x 2: 0.5%, 1,200 x 2: 0.5%\n") in text
+    assert "mbarrier waits (try-wait + its branch): 62.4% of samples in 4 waits" in text
+    assert "      0x0 [R13+UR19]: 46.2%, 142848 runs, 4351 retry rounds\n" in text
+    assert "      0x60 [UR17+0x38]: 7.5%, 1000 runs\n" in text
     assert "OLD 100%" in text  # the second tag kept its stored table
+
+
+def test_summarize_takes_a_stored_summary_and_its_csv_tar(tmp_path, capsys):
+    (tmp_path / "ncu-abc-summary.json").write_text(json.dumps(_stored_summary()))
+    _tar(tmp_path / "ncu-abc-csv.tar.xz", {"ncu/tilelang__x.source.csv": _wait_source()})
+    capsys.readouterr()
+    assert gpu_ncu.main(["--summarize", str(tmp_path / "ncu-abc-summary.json")]) == 0
+    assert "in 4 waits" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_ncu.main(["--summarize", str(tmp_path / "ncu-abc-csv.tar.xz")])
+    assert "a run's folder or a NAME-summary.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_ncu.main(["--summarize", str(tmp_path / "nothing-summary.json")])

@@ -3,7 +3,7 @@
     python -m tools.gpu_ncu --out $OUT [--shapes a,b] [--backends triton,tilelang,sdpa]
     python -m tools.gpu_ncu --out $OUT --shapes train-8k-32/4/64 \
         --backends tilelang,tilelang:nohkeys
-    python -m tools.gpu_ncu --summarize DIR      (CPU: tables from a run's files)
+    python -m tools.gpu_ncu --summarize DIR|NAME-summary.json   (CPU: a run's tables)
 
 A backend is a registered one (``conformance.registry``), ``sdpa`` (the dense contrast),
 or ``tilelang:VARIANT``: TileLang's prefill grid with the config of ``VARIANT`` of
@@ -36,9 +36,10 @@ loop's body is one group) and the mbarrier waits (:func:`barrier_waits`: each tr
 with the branch that tests it, where the samples of a wait land, and how often its retry
 path ran).
 Everything goes into ``$OUT/ncu.tar.xz`` (reports and CSVs) and ``$OUT/ncu_summary.json``;
-``--summarize`` prints the tables again from those files on any machine, reading the
-source pages again from ``ncu.tar.xz`` where it is there (so a run profiled before a
-summary field existed gets it).
+``--summarize`` prints the tables again from those files on any machine, or from a run
+stored in ``bench_results/`` as ``NAME-summary.json`` and ``NAME-csv.tar.xz``, reading the
+source pages again from the tar where it is there (so a run profiled before a summary
+field existed gets it).
 """
 
 from __future__ import annotations
@@ -222,17 +223,66 @@ def _is_head(r) -> bool:
 
 
 _TRYWAIT = re.compile(r"^SYNCS\.PHASECHK\.TRANS64\.TRYWAIT\s+(U?P\d+)\s*,\s*(\[[^\]]*\])")
-_PRED = re.compile(r"^@(!?)(U?P\d+)\s+(.*)$")
-_BRA = re.compile(r"^BRA\s+`?\(?(0x[0-9a-fA-F]+)")
+_PRED = re.compile(r"^@(!?)(U?P\w+)\s+(.*)$")
+_BRA = re.compile(r"^BRA\s+(\S+)")
+_PREDICATE = re.compile(r"^!?U?P(\d+|T)$")
+#: Unguarded instructions after which the next instruction in the listing is not the next one run
+_LEAVES = ("BRA", "EXIT", "RET", "JMP", "BRX", "JMX")
 #: Instructions after a retry path's branch target searched for its try-wait
 RETRY_REACH = 4
 
 
+def _unguarded(text: str) -> str:
+    """An instruction without its guard predicate (``@P0``, ``@!UP1``)."""
+    m = _PRED.match(text)
+    return m.group(3) if m else text
+
+
 def _writes(text: str, pred: str) -> bool:
-    """Whether an instruction writes predicate ``pred`` (its first operand)."""
-    body = _PRED.sub(r"\3", text)
+    """Whether an instruction may write predicate ``pred``: it is among the leading
+    operands that are predicates, after the first (``ISETP.NE.AND P1, P0, ...``,
+    ``IADD3 R4, P0, PT, ...``), or the instruction sets predicates from a register
+    (``R2P``). Conservative: a source predicate among those leading operands (``PLOP3``'s)
+    counts as written too, which only ends a search early."""
+    body = _unguarded(text)
     parts = body.split(None, 1)
-    return len(parts) == 2 and re.match(rf"{pred}\b", parts[1]) is not None
+    if not parts:
+        return False
+    if parts[0].split(".")[0] == "R2P":
+        return True
+    if len(parts) < 2:
+        return False
+    ops = [o.strip() for o in parts[1].split(",")]
+    lead = ops[:1]
+    for o in ops[1:]:
+        if not _PREDICATE.match(o):
+            break
+        lead.append(o)
+    return pred in lead
+
+
+def _target(text: str, base: int, where: dict) -> int | None:
+    """The index in the listing of a ``BRA``'s target: an absolute address as ncu's source
+    page prints it, else an offset from the kernel's first instruction; None for a label or
+    an address outside the listing."""
+    m = _BRA.match(_unguarded(text))
+    if not m:
+        return None
+    try:
+        t = int(m.group(1).strip("`()"), 16)
+    except ValueError:
+        return None
+    return where.get(t, where.get(base + t))
+
+
+def _retry_wait(instrs: list[tuple], k: int | None) -> int | None:
+    """The index of the first try-wait within :data:`RETRY_REACH` instructions from ``k``."""
+    if k is None:
+        return None
+    for j in range(k, min(k + RETRY_REACH, len(instrs))):
+        if _TRYWAIT.match(_unguarded(instrs[j][1])):
+            return j
+    return None
 
 
 def barrier_waits(instrs: list[tuple]) -> list[dict]:
@@ -242,26 +292,35 @@ def barrier_waits(instrs: list[tuple]) -> list[dict]:
 
     A wait is a ``SYNCS.PHASECHK.TRANS64.TRYWAIT P, [bar]``: the try-wait returns after
     a bounded time with ``P`` telling whether the phase completed, and the first later
-    ``@!P BRA`` (before anything else writes ``P``) takes the retry path when it did not.
-    A warp stalled on the barrier is sampled on that branch, which waits for ``P``, more
-    than on the try-wait itself, so a wait's ``samples`` are both instructions' (the
-    by-opcode table counts them as ``BRA`` and ``SYNCS...``). ``retries``: the executions
-    of the first try-wait within :data:`RETRY_REACH` instructions of the branch's target,
-    the retry path's: one a round of its loop, so a count of rounds, not of the waits that
-    missed (None where the target is not in the table or the page has no counts). The
-    retry paths' own try-waits, whose predicate the loop's ``SYNCS.PHASECHK`` writes again
-    before its branch, are not waits of their own here.
+    ``@!P BRA`` takes the retry path when it did not. The search for that branch stops at
+    an instruction that may write ``P`` (:func:`_writes`) and at an unguarded ``BRA``,
+    ``EXIT`` or return (the listing's next instruction is not the next run). A warp stalled
+    on the barrier is sampled on that branch, which waits for ``P``, more than on the
+    try-wait itself, so a wait's ``samples`` are both instructions' (the by-opcode table
+    counts them as ``BRA`` and ``SYNCS...``). A warp asleep in a retry path's
+    ``NANOSLEEP`` was not sampled in session 50's profiles (their retry paths hold no
+    samples), so ``samples`` count the first try only. ``retries``: the executions of the
+    first try-wait within :data:`RETRY_REACH` instructions of the branch's target, the
+    retry path's: one a round of its loop, so a count of rounds, not of the waits that
+    missed; None where the target is a label or outside the listing, no try-wait is that
+    near it, or the page has no counts. Two waits that branch to one retry path both
+    report all its rounds. Branch targets are the absolute addresses ncu's source page
+    prints (an offset from the kernel's first instruction is taken too).
+
+    A retry path's own try-wait is not a wait of its own: a try-wait that some wait's
+    branch reaches is left out, a self-loop's (``TRYWAIT P; @!P BRA`` back to it, Triton's
+    retry paths) included, as its branch reaches it.
     """
     if not instrs:
         return []
     base = instrs[0][0]
     where = {a: i for i, (a, *_rest) in enumerate(instrs)}
-    waits = []
-    for i, (addr, text, n, ex) in enumerate(instrs):
-        m = _TRYWAIT.match(_PRED.sub(r"\3", text) if text.startswith("@") else text)
+    found = []  # (try-wait index, branch index, retry-path try-wait index)
+    for i, (_addr, text, _n, _ex) in enumerate(instrs):
+        m = _TRYWAIT.match(_unguarded(text))
         if not m:
             continue
-        pred, bar = m.groups()
+        pred = m.group(1)
         branch = None
         for j in range(i + 1, len(instrs)):
             t = instrs[j][1]
@@ -269,21 +328,22 @@ def barrier_waits(instrs: list[tuple]) -> list[dict]:
             if pm and pm.group(1) == "!" and pm.group(2) == pred and _BRA.match(pm.group(3)):
                 branch = j
                 break
-            if _writes(t, pred):
+            if _writes(t, pred) or (not pm and t.split(" ")[0].split(".")[0] in _LEAVES):
                 break
         if branch is None:
-            continue  # a retry path's own try-wait, or one whose result no branch tests
-        target = int(_BRA.match(_PRED.match(instrs[branch][1]).group(3)).group(1), 16)
-        retries = None
-        k = where.get(target)
-        if k is not None:
-            for t_ in instrs[k:k + RETRY_REACH]:
-                if _TRYWAIT.match(t_[1]):
-                    retries = t_[3]
-                    break
-        waits.append({"at": hex(addr - base), "barrier": bar, "pred": pred,
+            continue  # a try-wait whose result no branch tests
+        found.append((i, branch, _retry_wait(instrs, _target(instrs[branch][1], base, where))))
+    in_retry = {r for _i, _b, r in found if r is not None}
+    waits = []
+    for i, branch, r in found:
+        if i in in_retry:
+            continue
+        addr, text, n, ex = instrs[i]
+        waits.append({"at": hex(addr - base), "barrier": _TRYWAIT.match(_unguarded(text)).group(2),
+                      "pred": _TRYWAIT.match(_unguarded(text)).group(1),
                       "branch_at": hex(instrs[branch][0] - base),
-                      "samples": n + instrs[branch][2], "executed": ex, "retries": retries})
+                      "samples": n + instrs[branch][2], "executed": ex,
+                      "retries": None if r is None else instrs[r][3]})
     return waits
 
 
@@ -381,6 +441,12 @@ def _pct(v) -> str:
     return f"{v:.1f} %" if isinstance(v, float) else "n/a"
 
 
+#: Waits a table shows per kernel, most sampled first
+WAITS_SHOWN = 8
+#: Execution-count groups a table shows per kernel, most issued first
+COUNT_GROUPS_SHOWN = 6
+
+
 def table(summary: dict) -> str:
     """A compact text table of a summary (``ncu_summary.json``)."""
     lines = []
@@ -427,19 +493,21 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-#: Waits a table shows per kernel, most sampled first
-WAITS_SHOWN = 8
-#: Execution-count groups a table shows per kernel, most issued first
-COUNT_GROUPS_SHOWN = 6
-
-
-def load_summary(folder: str) -> dict:
-    """A run's ``ncu_summary.json``, each kernel's source table parsed again from
-    ``ncu.tar.xz``'s ``ncu/TAG.source.csv`` where the folder has one (the tables of a run
-    profiled before a field of :func:`parse_sources` existed gain it)."""
-    with open(os.path.join(folder, "ncu_summary.json")) as f:
+def load_summary(path: str) -> dict:
+    """A run's summary: ``path`` a run's folder (``ncu_summary.json`` and ``ncu.tar.xz``, as
+    the device writes them) or a stored ``NAME-summary.json`` beside ``NAME-csv.tar.xz``
+    (``bench_results/``). Each kernel's source table is parsed again from the tar's
+    ``ncu/TAG.source.csv`` where it has one (a run profiled before a field of
+    :func:`parse_sources` existed gains it); a kernel whose table finds no match keeps the
+    stored one."""
+    if os.path.isdir(path):
+        js, tar = os.path.join(path, "ncu_summary.json"), os.path.join(path, "ncu.tar.xz")
+    elif path.endswith("-summary.json"):
+        js, tar = path, path[:-len("-summary.json")] + "-csv.tar.xz"
+    else:
+        raise ValueError(f"{path}: a run's folder or a NAME-summary.json file")
+    with open(js) as f:
         summary = json.load(f)
-    tar = os.path.join(folder, "ncu.tar.xz")
     if not os.path.exists(tar):
         return summary
     with tarfile.open(tar) as tf:
@@ -448,10 +516,11 @@ def load_summary(folder: str) -> dict:
             name = f"ncu/{tag}.source.csv"
             if name not in names or not ent.get("kernels"):
                 continue
-            text = tf.extractfile(name).read().decode()
-            for k in ent["kernels"]:
-                k.pop("source", None)
-            attach_sources(ent["kernels"], parse_sources(text))
+            fresh = [dict(k, source=None) for k in ent["kernels"]]
+            attach_sources(fresh, parse_sources(tf.extractfile(name).read().decode()))
+            for k, f_ in zip(ent["kernels"], fresh):
+                if f_.get("source") is not None:
+                    k["source"] = f_["source"]
     return summary
 
 
@@ -537,18 +606,23 @@ def main(argv=None) -> int:
     ap.add_argument("--no-extra", action="store_true", help="skip the dense SDPA contrast profile")
     ap.add_argument("--budget-s", type=float, default=540.0, help="stop starting profiles after this")
     ap.add_argument("--ncu", default=os.environ.get("NCU", "ncu"))
-    ap.add_argument("--summarize", metavar="DIR",
-                    help="print the tables of a run's ncu_summary.json (source pages read again "
-                         "from its ncu.tar.xz where there)")
+    ap.add_argument("--summarize", metavar="PATH",
+                    help="print the tables of a run: its folder (ncu_summary.json, ncu.tar.xz) or "
+                         "a stored NAME-summary.json beside NAME-csv.tar.xz; source pages read "
+                         "again from the tar where there")
     ap.add_argument("--child", nargs=2, metavar=("BACKEND", "SHAPE"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(*a.child)
     if a.summarize:
-        print(table(load_summary(a.summarize)))
+        try:
+            summary = load_summary(a.summarize)
+        except (OSError, ValueError) as e:
+            ap.error(str(e))
+        print(table(summary))
         return 0
     if not a.out:
-        ap.error("--out is required (or --summarize DIR)")
+        ap.error("--out is required (or --summarize PATH)")
     from . import bench
 
     names = {s.name for s in bench.SHAPES}
