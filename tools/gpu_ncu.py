@@ -315,7 +315,7 @@ def barrier_waits(instrs: list[tuple]) -> list[dict]:
         return []
     base = instrs[0][0]
     where = {a: i for i, (a, *_rest) in enumerate(instrs)}
-    found = []  # (try-wait index, branch index, retry-path try-wait index)
+    found = []  # (try-wait index, its match, branch index, retry-path try-wait index)
     for i, (_addr, text, _n, _ex) in enumerate(instrs):
         m = _TRYWAIT.match(_unguarded(text))
         if not m:
@@ -332,15 +332,15 @@ def barrier_waits(instrs: list[tuple]) -> list[dict]:
                 break
         if branch is None:
             continue  # a try-wait whose result no branch tests
-        found.append((i, branch, _retry_wait(instrs, _target(instrs[branch][1], base, where))))
-    in_retry = {r for _i, _b, r in found if r is not None}
+        found.append((i, m, branch,
+                      _retry_wait(instrs, _target(instrs[branch][1], base, where))))
+    in_retry = {r for *_rest, r in found if r is not None}
     waits = []
-    for i, branch, r in found:
+    for i, m, branch, r in found:
         if i in in_retry:
             continue
-        addr, text, n, ex = instrs[i]
-        waits.append({"at": hex(addr - base), "barrier": _TRYWAIT.match(_unguarded(text)).group(2),
-                      "pred": _TRYWAIT.match(_unguarded(text)).group(1),
+        addr, _text, n, ex = instrs[i]
+        waits.append({"at": hex(addr - base), "barrier": m.group(2), "pred": m.group(1),
                       "branch_at": hex(instrs[branch][0] - base),
                       "samples": n + instrs[branch][2], "executed": ex,
                       "retries": None if r is None else instrs[r][3]})
@@ -378,7 +378,7 @@ def parse_sources(text: str, top: int = 25) -> list[dict]:
             except ValueError:
                 continue
             text_ = r[src].strip()
-            op = re.sub(r"^@!?U?P\w+\s+", "", text_).split(" ")[0] if text_ else "?"
+            op = _unguarded(text_).split(" ")[0] if text_ else "?"
             by_op[op] = by_op.get(op, 0.0) + n
             total += n
             instrs.append((n, text_))
