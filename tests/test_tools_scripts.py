@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["tools/gpu_all.sh", "tools/gpu_sanitize.sh"]
+SCRIPTS = ["tools/gpu_all.sh", "tools/gpu_sanitize.sh", "tools/tl_site_slim.sh"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -298,3 +298,44 @@ def test_gpu_all_refuses_an_unknown_prelower_mode(tmp_path):
 def test_gpu_all_wants_conform_s_in_whole_seconds(tmp_path, value):
     res, calls, _ = _gpu_all(tmp_path, CONFORM_S=value)
     assert res.returncode == 2 and "whole seconds" in res.stderr and not calls
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("xz") is None,
+                    reason="needs bash and xz")
+def test_tl_site_slim_drops_only_the_sources_no_build_reads(tmp_path):
+    """``tools/tl_site_slim.sh`` rewrites the site's tar without TVM's C++ sources and CUTLASS's
+    tools, keeping every other file (the headers kernels include, the libraries, the Python
+    packages) byte for byte; a tar without ``tilelang/`` is refused and left as it was."""
+    import tarfile
+
+    site = tmp_path / "site"
+    keep = {"tilelang/lib/libtilelang.so": b"\x7fELF lib", "tilelang/__init__.py": b"x = 1\n",
+            "tilelang/3rdparty/cutlass/include/cute/tensor.hpp": b"// header\n",
+            "tilelang/3rdparty/tvm/include/tvm/runtime/c_runtime_api.h": b"// api\n",
+            "tilelang/3rdparty/tvm/python/tvm/__init__.py": b"y = 2\n",
+            "z3/lib/libz3.so.4.15": b"z3"}
+    drop = {"tilelang/3rdparty/tvm/src/runtime/module.cc": b"// source\n",
+            "tilelang/3rdparty/cutlass/tools/util/include/x.h": b"// tool\n"}
+    for rel, data in {**keep, **drop}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    tar = tmp_path / "tl_site.tar.xz"
+    with tarfile.open(tar, "w:xz") as t:
+        t.add(site, arcname=".")
+    res = subprocess.run(["bash", str(ROOT / "tools/tl_site_slim.sh"), str(tar)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    with tarfile.open(tar, "r:xz") as t:
+        files = {m.name.removeprefix("./"): t.extractfile(m).read() for m in t.getmembers()
+                 if m.isfile()}
+    assert files == keep
+    bare = tmp_path / "bare.tar.xz"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.txt").write_text("a")
+    with tarfile.open(bare, "w:xz") as t:
+        t.add(tmp_path / "other", arcname=".")
+    before = bare.read_bytes()
+    res = subprocess.run(["bash", str(ROOT / "tools/tl_site_slim.sh"), str(bare)],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "holds no tilelang/" in res.stderr
+    assert bare.read_bytes() == before
