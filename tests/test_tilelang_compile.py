@@ -16,6 +16,7 @@ before a GPU run (tests/test_tilelang_lowering.py tests the tool).
 """
 
 import os
+import re
 import shutil
 
 import pytest
@@ -736,3 +737,32 @@ def test_hoist_left_takes_the_floor_division_out_of_the_key_loop(D):
             full[launch._KNOB["hoist_left"]] = bad  # as baked, past call_knobs' permission
             with pytest.raises(ValueError, match="hoist_left"):
                 kernels.fwd_tc.get_tir(*_tc(64, 64, knobs=full))
+
+
+def test_lean_overlap_keeps_p_v_in_flight_through_the_softmax():
+    """The lab's lean overlapped loop (``overlap`` 3, session 51: ``kernels._overlap_loop``
+    with ``lean``) on the shipped D = 128 long-call config: ``launch.call_knobs`` keeps its
+    view of v and both hoists, and built for sm_90a its key loop waits for the score product
+    with ``P @ V`` still in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``). ptxas drops that wait
+    when it serialises the kernel's wgmma (C7515: with the repeated key tile's product skipped
+    too, every wait was ``0x0``), so the lab would time the serial loop under the overlap's
+    name. The serial control (4) waits for both; neither spills, and each issues the shipped
+    loop's tensor work and exponentials."""
+    from tools import lab_tilelang as L
+
+    cfg = L.VARIANTS["ovl-lean"][0](128)
+    knobs = dict(zip([n for n, _ in launch.TC_KNOBS], launch.full_knobs(cfg[4:])))
+    assert (knobs["overlap"], knobs["hoist_left"], knobs["hoist_keys"]) == (3, 1, 1)
+    full = launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(128), 1,
+                             True, 128)
+    baked = launch.full_knobs(full)
+    assert [baked[launch._KNOB[n]] for n in ("overlap", "hoist_left", "hoist_keys", "v_chunk")] \
+        == [3, 1, 1, 1]
+    ship = sass_loops.loops(_cubin(_call_args(128, launch.shipped_config(128, 128)))[1])[0]
+    for name, in_flight in (("ovl-lean", True), ("ovl-lean-serial", False)):
+        src, sass, res = _cubin(_call_args(128, L.VARIANTS[name][0](128)))
+        assert "STL" not in sass and "LDL" not in sass, name
+        waits = set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", sass))
+        assert waits == ({"0x0", "0x1"} if in_flight else {"0x0"}), (name, waits)
+        loop = sass_loops.loops(sass)[0]
+        assert (loop["hgmma"], loop["ex2"]) == (ship["hgmma"], ship["ex2"]), (name, loop, ship)

@@ -1556,19 +1556,23 @@ def test_run_cuda_hands_the_view_to_a_v_chunk_kernel(monkeypatch):
 
 
 def test_kernel_knobs_overlap_and_v_chunk_validated():
-    """fwd_tc refuses v_chunk without mask_lmk or with overlap, a v_chunk value outside
-    kernels.V_CHUNK or a multi-chunk span at Dv = 128, an overlap value outside
-    kernels.OVERLAP, overlap with lmk_zero='tile' under mask_lmk, and lmk_const (constant landmark columns)
-    without the view or the columns they stand for, before tracing."""
+    """fwd_tc refuses v_chunk without mask_lmk or with session 25's overlap (1, 2; the lean
+    loop, 3 and 4, takes the view), a v_chunk value outside kernels.V_CHUNK or a multi-chunk
+    span at Dv = 128, an overlap value outside kernels.OVERLAP, overlap with lmk_zero='tile'
+    under mask_lmk, and lmk_const (constant landmark columns) without the view or the columns
+    they stand for, before tracing."""
     from tilelang_impl import kernels
     base = (128, 128, "bfloat16", True, True, False, False, 64, 64, 2, 128, False)
     body = kernels._fwd_tc_body
     with pytest.raises(ValueError, match="v_chunk"):
         body(*base[:3], False, *base[4:], True, lmk_zero="rows", v_chunk=True)
-    with pytest.raises(ValueError, match="v_chunk"):
-        body(*base, True, lmk_zero="rows", overlap=1, v_chunk=True)
-    with pytest.raises(ValueError, match="overlap"):
-        body(*base, True, lmk_zero="rows", overlap=3)
+    for ovl in (1, 2):
+        with pytest.raises(ValueError, match="v_chunk"):
+            body(*base, True, lmk_zero="rows", overlap=ovl, v_chunk=True)
+    assert kernels.OVERLAP == (0, 1, 2, 3, 4)
+    for bad in (5, -1, True):
+        with pytest.raises(ValueError, match="overlap"):
+            body(*base, True, lmk_zero="rows", overlap=bad)
     with pytest.raises(ValueError, match="overlap"):
         body(*base, True, lmk_zero="tile", overlap=1)
     with pytest.raises(ValueError, match="v_chunk"):

@@ -92,7 +92,7 @@ LAZY_RESCALES = (0, 8)
 #: iteration and the division may trap; 34 instructions a tile of the consumer's loop at
 #: sm_90a, D = 64; kernels with ``expand_to_chunk`` only: without it the edge has no
 #: division), or 1, once before the loop into a register (``macros.last_row_left``). Only
-#: with ``mask_split``, and not with ``overlap`` or ``pack`` (not built or run there).
+#: with ``mask_split``, and not with ``overlap`` 1 or 2 or ``pack`` (not built or run there).
 HOIST_LEFT = (0, 1)
 #: ``hoist_keys`` values the kernels accept (session 45; ``launch.shipped_config`` bakes 1 since
 #: session 46, ``launch.TC_HOIST_KEYS``): 0, the key/value head
@@ -100,8 +100,8 @@ HOIST_LEFT = (0, 1)
 #: ``expand_to_chunk``, and ``hi``, built on it) as expressions that the warp-specialised loop
 #: recomputes where it uses them (nvcc leaves their runtime integer divisions in the producer's
 #: key loop: three to five a tile in the SASS of session 44, D = 64), or 1, the three held in
-#: registers from before the key loop (``T.alloc_var``). Not with ``overlap`` (not built or
-#: run there).
+#: registers from before the key loop (``T.alloc_var``). Not with ``overlap`` 1 or 2 (not
+#: built or run there).
 HOIST_KEYS = (0, 1)
 #: ``vc_shift`` values the kernels accept (session 47, a lab knob): 0, the chunk view's tile
 #: coordinates (:func:`_load_v_chunks` at one chunk per tile) as ``k0 % C`` and ``k0 // C`` by
@@ -279,7 +279,8 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
                   left_row, kv_blhd, bz, hk, lo, hi, kb0, n_it, q0, q_first, q_end, block_M,
                   block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C, inv_c, mask_lmk,
                   expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold,
-                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False):
+                  win_u32, rows_j0, pack, v_zero, policy, threads, serial=False, lean=False,
+                  v_chunk=0, vc_shift=0, left_last=None):
     """The key loop with one tile's softmax overlapped with the previous tile's ``P @ V``
     (the ``overlap`` knob of :func:`fwd_tc`; FA3's intra-warpgroup overlap).
 
@@ -294,6 +295,15 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
     skipped. ``serial`` (``overlap=2``, the lab's control): the same loop with both
     products waited for before the softmax step.
 
+    ``lean`` (``overlap`` 3, its serial control 4; session 51): no ``P V`` of tile -1 (at
+    ``kb == 0`` only ``S`` is issued and waited for), with the chunk view of ``v``
+    (``v_chunk``, ``vc_shift``: :func:`_load_v_chunks` at the value tile) and ``left_last``
+    (``hoist_left``, :func:`_mask_split`). The repeated last key tile's ``S`` is still
+    computed: with that product skipped too, ptxas 12.x serialises every wgmma of the kernel
+    (C7515, "non wgmma instructions defining accumulator registers of a wgmma between start
+    and end of the pipeline stage"), and so it does for this loop on D = 64's tile at four
+    CTAs an SM (104 consumer registers), where the lean loop spills.
+
     The copy stages are released by the warp-specialisation pass after the last statement
     that reads them, which it takes to be the (asynchronous) product: ``held`` reads one
     element of ``K_s`` / ``V_s`` after the wait that covers the product, so the release
@@ -304,14 +314,26 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
         k0 = lo + (kb0 + T.min(kb, n_it - 1)) * block_N
         k0v = lo + (kb0 + T.max(kb - 1, 0)) * block_N
         T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
-        T.copy(_tile(V, kv_blhd, bz, hk, k0v, block_N), V_s)
+        if v_chunk:
+            _load_v_chunks(V, V_s, bz, hk, k0v, C, block_N, v_chunk, vc_shift)
+        else:
+            T.copy(_tile(V, kv_blhd, bz, hk, k0v, block_N), V_s)
         if v_zero:
             M.zero_landmark_rows(V_s, k0v, block_N, Dv, r, C, inv_c, dtype, True,
                                  M.tile_landmark_start(k0v, r, C, mask_lmk, lmk_cols)
                                  if rows_j0 else None, lmk_cols)
-        T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
-        T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
-        T.wait_wgmma(0 if serial else 1)
+        if lean:  # no product of tile -1 (P = 0) nor of the repeated last key tile
+            T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
+            if kb > 0:
+                T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
+            if serial or kb == 0:
+                T.wait_wgmma(0)
+            else:
+                T.wait_wgmma(1)
+        else:
+            T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
+            T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
+            T.wait_wgmma(0 if serial else 1)
         T.warpgroup_fence_operand(acc_s, num_regs=block_M * block_N // threads)
         held[0] = K_s[0, 0]  # K_s is released here, after its product is done
         if kb < n_it:
@@ -321,7 +343,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             _score_step(acc_s, m, m_prev, alpha, l, row_sum, left_row, q0, q_first, q_end, k0,
                         j0, block_M, block_N, Lq, Lk, r, W, C, inv_c, mask_lmk,
                         expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2,
-                        scale_fold, win_u32, pack)
+                        scale_fold, win_u32, pack, 0, left_last)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
         T.warpgroup_fence_operand(acc_p, num_regs=block_M * block_N // threads // 2)
@@ -332,8 +354,9 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
 
 
 #: Values of the ``overlap`` knob (:func:`fwd_tc`): 0 off, 1 the overlapped loop
-#: (:func:`_overlap_loop`), 2 its serial control (the lab's).
-OVERLAP = (0, 1, 2)
+#: (:func:`_overlap_loop`), 2 its serial control (the lab's); 3 the lean overlapped loop
+#: (no product of tile -1; with the chunk view and the hoists), 4 its serial control.
+OVERLAP = (0, 1, 2, 3, 4)
 
 #: Values of the ``v_chunk`` knob (:func:`fwd_tc`, :func:`_load_v_chunks`): 0 (or False)
 #: off; 1 (or True) the tile inside one chunk (``C`` a multiple of ``block_N``); 2 or 4
@@ -359,10 +382,11 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     leave); ``producer_warps`` one of :data:`PRODUCER_WARPS`, 1 without warp specialisation
     (``ws`` False: no producer); ``lazy_rescale`` one of :data:`LAZY_RESCALES`, not with
     ``overlap``; ``hoist_left`` one of :data:`HOIST_LEFT`, 1 only with ``mask_split`` and
-    without ``overlap`` or ``pack`` (paths it was not built or run on); ``hoist_keys`` one of
-    :data:`HOIST_KEYS`, not with ``overlap``; ``vc_shift`` one of :data:`VC_SHIFT`, 1 only
-    where ``vc_shift_ok`` (``launch.vc_shift_acts``: ``lmk_const`` with ``v_chunk = 1`` and one
-    landmark column, so ``C == block_N``); the other knobs named in ``flags`` are bools."""
+    without ``overlap`` 1 or 2 or ``pack`` (paths it was not built or run on); ``hoist_keys``
+    one of :data:`HOIST_KEYS`, not with ``overlap`` 1 or 2; ``vc_shift`` one of
+    :data:`VC_SHIFT`, 1 only where ``vc_shift_ok`` (``launch.vc_shift_acts``: ``lmk_const``
+    with ``v_chunk = 1`` and one landmark column, so ``C == block_N``); the other knobs named
+    in ``flags`` are bools."""
     # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
     # stand here, and where one may
     for name, value, off, ok, where in (
@@ -371,9 +395,11 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             ("producer_warps", producer_warps, 1, ws,
              "1 without warp specialisation (no producer)"),
             ("lazy_rescale", lazy_rescale, 0, not overlap, "not with overlap"),
-            ("hoist_left", hoist_left, 0, mask_split and not overlap and not pack,
-             "1 only with mask_split and without overlap or pack (not built or run there)"),
-            ("hoist_keys", hoist_keys, 0, not overlap, "not with overlap (not built or run there)"),
+            ("hoist_left", hoist_left, 0, mask_split and overlap in (0, 3, 4) and not pack,
+             "1 only with mask_split and without overlap 1 or 2 or pack (not built or run "
+             "there)"),
+            ("hoist_keys", hoist_keys, 0, overlap in (0, 3, 4),
+             "not with overlap 1 or 2 (not built or run there)"),
             ("vc_shift", vc_shift, 0, vc_shift_ok,
              "1 only with lmk_const, v_chunk=1 and lmk_cols=1 (there C == block_N)")):
         values = globals()[INT_KNOBS[name]]
@@ -479,11 +505,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"v_chunk={v_chunk!r}: one of {V_CHUNK} (kernels.V_CHUNK); a span "
                          f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} one of "
                          f"{V_CHUNK_SPAN_DV} (launch.V_CHUNK_SPAN_DV)")
-    if overlap not in OVERLAP:
+    if overlap not in OVERLAP or isinstance(overlap, bool):
         raise ValueError(f"overlap={overlap!r}: one of {OVERLAP} (kernels.OVERLAP)")
-    if v_chunk and not (mask_lmk and ws and not overlap):
+    if v_chunk and not (mask_lmk and ws and overlap in (0, 3, 4)):
         raise ValueError("v_chunk needs mask_lmk and warp specialisation (fwd_tc), "
-                         "without overlap")
+                         "without overlap 1 or 2")
     v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)  # one j0 register per tile
     if not isinstance(lmk_const, bool):
@@ -585,7 +611,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                               q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
                               divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
                               fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
-                              policy, threads, overlap == 2)
+                              policy, threads, overlap in (2, 4), overlap >= 3, v_chunk, vc_shift,
+                              left_last)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
                     k0 = lo + (kb0 + kb) * block_N
@@ -695,7 +722,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     and ``min_blocks`` (CTAs per SM the launch bounds and the ``setmaxnreg`` split are
     made for, :data:`MIN_BLOCKS`; 0 = TileLang's defaults), ``overlap`` (a lab knob,
     :data:`OVERLAP`: the key loop with each tile's softmax beside the previous tile's
-    ``P @ V``, :func:`_overlap_loop`; never shipped, 14-16% slower on the H200, session 25)
+    ``P @ V``, :func:`_overlap_loop`; never shipped, 14-16% slower on the H200, session 25;
+    3 and 4 its lean form and control, session 51, which take the chunk view and the hoists)
     and ``v_chunk`` (``V`` is then the 5-D chunk view ``(B, Hkv, Lk / C, C - 1, Dv)`` of
     ``launch.v_chunk_view``, its shape and strides dynamic, read by :func:`_load_v_chunks`:
     the copy engine writes each chunk's landmark row as zeros and the consumer zeroes

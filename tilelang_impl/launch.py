@@ -570,11 +570,13 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     it (a lab timing its cost: the wide test is exact at every position a kernel gets).
     ``lmk_const`` (a permission) stays on only where :func:`lmk_const_acts` of the call.
     ``hoist_left`` (a permission) stays where the kernel takes it: with ``mask_split`` and
-    neither ``overlap`` nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
-    permission) where neither ``overlap`` (the kernel refuses it) nor ``pack`` (never built
-    or run with it) is baked; ``vc_shift`` (a permission) where :func:`vc_shift_acts` (``lmk_const``
-    on at one chunk a tile: there ``C == block_N``), the only place the kernel takes it, and
-    neither ``overlap`` nor ``pack`` is baked (never built or run with it)."""
+    neither ``overlap`` 1 or 2 nor ``pack`` baked (``kernels._check_knobs``); ``hoist_keys`` (a
+    permission) where neither ``overlap`` 1 or 2 (the kernel refuses it) nor ``pack`` (never
+    built or run with it) is baked; ``vc_shift`` (a permission) where :func:`vc_shift_acts`
+    (``lmk_const`` on at one chunk a tile: there ``C == block_N``), the only place the kernel
+    takes it, and neither ``overlap`` 1 or 2 nor ``pack`` is baked (never built or run with
+    it). ``overlap`` 3 and 4 (session 51's lean loop, ``kernels._overlap_loop``) keep all
+    three."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -588,8 +590,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     lc = _KNOB["lmk_const"]
     full[lc] = bool(full[lc]) and lmk_const_acts(full[vc], full[cols], C, block_N)
     # the hoists: the values themselves where they may act (the kernel checks them); neither
-    # was built or run with overlap or pack, and hoist_left acts in mask_split's tile test
-    unrun = full[_KNOB["overlap"]] or full[pk]
+    # was built or run with session 25's overlap (1, 2) or pack, and hoist_left acts in
+    # mask_split's tile test
+    unrun = full[_KNOB["overlap"]] in (1, 2) or full[pk]
     if unrun or not full[_KNOB["mask_split"]]:
         full[_KNOB["hoist_left"]] = 0
     if unrun:

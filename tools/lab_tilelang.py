@@ -265,6 +265,19 @@ VARIANTS = {
                     "overlap on the 128-row tile with two consumer warp groups, one CTA per SM "
                     "(FA3's own tile)",
                     "D=128 +0-20% over ovl (one CTA per SM loses the inter-CTA overlap)"),
+    "ovl-lean": (lambda D: _full(_launch().shipped_config(D, D), overlap=3),
+                 "shipped config with the lean overlap (session 51): each tile's softmax beside "
+                 "the previous tile's P @ V as in ovl, without ovl's two unused products a "
+                 "block (P @ V of tile -1, Q K^T of the repeated last key tile), on the chunk "
+                 "view and the hoists",
+                 "D=128 +0..+6% over shipped (ovl gained 2.8% over its serial control, whose "
+                 "extra products cost about a tenth of a block's tensor work), D=64 +0..+4%, "
+                 "chunked -3..+3%"),
+    "ovl-lean-serial": (lambda D: _full(_launch().shipped_config(D, D), overlap=4),
+                        "control of ovl-lean: the same loop with each product waited for at "
+                        "once",
+                        "slower than ovl-lean by what the overlap gains; within -3% of shipped "
+                        "(one more loop iteration a block)"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
