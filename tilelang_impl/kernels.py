@@ -723,7 +723,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     made for, :data:`MIN_BLOCKS`; 0 = TileLang's defaults), ``overlap`` (a lab knob,
     :data:`OVERLAP`: the key loop with each tile's softmax beside the previous tile's
     ``P @ V``, :func:`_overlap_loop`; never shipped, 14-16% slower on the H200, session 25;
-    3 and 4 its lean form and control, session 51, which take the chunk view and the hoists)
+    3 and 4 its lean form and control, session 51, which take the chunk view and the hoists:
+    6.2-6.5% slower than the shipped loop at D = 128 on an H100, its control 8.1-8.6%)
     and ``v_chunk`` (``V`` is then the 5-D chunk view ``(B, Hkv, Lk / C, C - 1, Dv)`` of
     ``launch.v_chunk_view``, its shape and strides dynamic, read by :func:`_load_v_chunks`:
     the copy engine writes each chunk's landmark row as zeros and the consumer zeroes

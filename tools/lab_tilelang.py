@@ -272,12 +272,15 @@ VARIANTS = {
                  "view and the hoists",
                  "D=128 +0..+6% over shipped (ovl gained 2.8% over its serial control, whose "
                  "extra products cost about a tenth of a block's tensor work), D=64 +0..+4%, "
-                 "chunked -3..+3%"),
+                 "chunked -3..+3%; measured (session 51, H100, two runs at 71ed54b): D=128 "
+                 "-6.2..-6.5%, D=64 -7..-22% (spills, wgmma serialised), chunked -1.8/-6.8%: "
+                 "not shipped"),
     "ovl-lean-serial": (lambda D: _full(_launch().shipped_config(D, D), overlap=4),
                         "control of ovl-lean: the same loop with each product waited for at "
                         "once",
                         "slower than ovl-lean by what the overlap gains; within -3% of shipped "
-                        "(one more loop iteration a block)"),
+                        "(one more loop iteration a block); measured (session 51): D=128 "
+                        "-8.1..-8.6% against shipped, 2.0-2.3% below ovl-lean"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
