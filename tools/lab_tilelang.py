@@ -145,6 +145,15 @@ def _ovl(D, stages=None, tile=None, **knobs):
     return _full(cfg, **knobs)
 
 
+def _lean_s3(D, **knobs):
+    """``launch.shipped_config`` with ``knobs`` set and, above D = 64, three copy stages
+    (session 51: the lean overlapped loop holds each value tile one iteration longer)."""
+    cfg = _launch().shipped_config(D, D)
+    if D > 64:
+        cfg = cfg[:2] + (3,) + cfg[3:]
+    return _full(cfg, **knobs)
+
+
 def _occ3(D, min_blocks=3, **knobs):
     """Session 39's three-CTA build at ``D <= 64``: the shipped knobs (the view of v,
     lmk_const) on the 64x64 tile with ``min_blocks`` (3; 4 for session 43's
@@ -281,6 +290,15 @@ VARIANTS = {
                         "slower than ovl-lean by what the overlap gains; within -3% of shipped "
                         "(one more loop iteration a block); measured (session 51): D=128 "
                         "-8.1..-8.6% against shipped, 2.0-2.3% below ovl-lean"),
+    "ovl-lean-s3": (lambda D: _lean_s3(D, overlap=3),
+                    "ovl-lean with three copy stages: the value tile, which the lean loop holds "
+                    "one iteration longer, no longer keeps the producer a tile closer behind",
+                    "D=128 within -2..+4% of shipped if the held value tile is what "
+                    "ovl-lean-serial's 8% cost is; D=64 unchanged (stages kept at its tile's)"),
+    "s3": (lambda D: _lean_s3(D),
+           "the shipped config with three copy stages at D=128 (two CTAs an SM: 112 KB of "
+           "dynamic shared memory each), ovl-lean-s3's control",
+           "within -2..+2% of shipped (the shipped loop holds no tile longer)"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
