@@ -294,11 +294,14 @@ VARIANTS = {
                     "ovl-lean with three copy stages: the value tile, which the lean loop holds "
                     "one iteration longer, no longer keeps the producer a tile closer behind",
                     "D=128 within -2..+4% of shipped if the held value tile is what "
-                    "ovl-lean-serial's 8% cost is; D=64 unchanged (stages kept at its tile's)"),
+                    "ovl-lean-serial's 8% cost is; D=64 unchanged (stages kept at its tile's); "
+                    "measured (session 51, H100, three runs at ff52ac6): D=128 -5.2..-5.7%, "
+                    "+0.7..+1.2% over ovl-lean: not the cost"),
     "s3": (lambda D: _lean_s3(D),
            "the shipped config with three copy stages at D=128 (two CTAs an SM: 112 KB of "
            "dynamic shared memory each), ovl-lean-s3's control",
-           "within -2..+2% of shipped (the shipped loop holds no tile longer)"),
+           "within -2..+2% of shipped (the shipped loop holds no tile longer); measured "
+           "(session 51): -0.2..-0.8% at 8K / 16K, chunked -4.3..-5.4%"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
