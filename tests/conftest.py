@@ -22,6 +22,10 @@ def _fresh_tilelang_plans():
         mod.clear_plans()
 
 
+#: How many times this process holds the GPU's memory lock (0 or 1: see _memory_lock).
+_HELD = [0]
+
+
 @contextlib.contextmanager
 def _memory_lock(shared: bool):
     """Hold the GPU's memory lock (``conformance.pinning.memory_lock_path``), shared or
@@ -29,7 +33,12 @@ def _memory_lock(shared: bool):
     traceback (``sys.last_traceback`` keeps its tensors alive) is dropped, the CUDA cache
     emptied. An exclusive request waits at a gate file while it waits for the lock, so
     shared holders arriving after it queue behind it instead of starving it (``flock``
-    alone does not order waiters)."""
+    alone does not order waiters). The files are closed, releasing both, even when the
+    clean-up raises (a sticky CUDA error in ``synchronize``): a lock left held would stop
+    every GPU test after it. A process asking again while it holds the lock gets an error,
+    not a wait that never ends (flock locks belong to an open file, so its own shared hold
+    would block its exclusive request): a test that takes ``gpu_memory_lock`` through
+    ``request.getfixturevalue`` must name it as an argument instead."""
     import gc
     import os
 
@@ -41,26 +50,35 @@ def _memory_lock(shared: bool):
         import fcntl
     except ImportError:  # not POSIX: no CUDA host this suite runs on
         fcntl = None
+    if _HELD[0]:
+        raise RuntimeError("this process already holds the GPU memory lock: take "
+                           "gpu_memory_lock as a test argument, not through getfixturevalue")
     path = memory_lock_path()  # conformance.pinning: the file the GPU's processes share
     gate = os.open(path + ".gate", os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     try:
-        if fcntl is not None:
-            fcntl.flock(gate, fcntl.LOCK_EX)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            if fcntl is not None:
+                fcntl.flock(gate, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                finally:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+            _HELD[0] = 1
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                yield path
             finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-        yield path
+                _HELD[0] = 0
+                for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+                    if hasattr(sys, name):
+                        setattr(sys, name, None)
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+        finally:
+            os.close(fd)  # releases the flock
     finally:
-        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-            if hasattr(sys, name):
-                setattr(sys, name, None)
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        os.close(fd)  # releases the flock
         os.close(gate)
 
 
@@ -73,8 +91,9 @@ def gpu_memory_lock():
     ``sys.last_traceback``: dropped first). An exclusive ``flock`` on a file named by the
     worker's ``CUDA_VISIBLE_DEVICES`` (``conformance.pinning`` gives each worker of a
     multi-GPU host its own GPU; on one GPU every worker shares the lock;
-    ``conformance.pinning.memory_lock_path``); every other GPU test holds it shared
-    (``_gpu_tests_share_the_memory_lock``). Session 33: ``pytest -m gpu -n 8`` on an 80 GB
+    ``conformance.pinning.memory_lock_path``); every other GPU test under ``tests/`` holds it
+    shared (``_gpu_tests_share_the_memory_lock``; the two ``gpu`` tests of ``conformance/``
+    take no lock: they hold a few MB). Session 33: ``pytest -m gpu -n 8`` on an 80 GB
     H100 ran three of TileLang's wide tests (32 GB each) and Triton's int64-offset test at
     once and four failed out of memory: hence the lock. Session 51: with only those tests
     excluding each other, a light test (``test_tma_prefill_path_choice_and_graph_replay``)

@@ -65,7 +65,7 @@ import pytest
 
 from conformance.pinning import memory_lock_path
 
-TRY = ("import fcntl, sys; f = open(sys.argv[1]); "
+TRY = ("import fcntl, sys; f = open(sys.argv[1], 'a'); "
        "fcntl.flock(f, getattr(fcntl, sys.argv[2]) | fcntl.LOCK_NB)")
 
 
@@ -74,8 +74,10 @@ def can_lock(mode):
 
 
 def test_first_plain():
-    pathlib.Path("started").write_text("")
+    import torch  # noqa: F401  (the lock's fixture imports it: loaded here, so the gpu
+    # test below would start within the outer test's wait if nothing held it back)
     assert can_lock("LOCK_EX")
+    pathlib.Path("started").write_text("")
 
 
 @pytest.mark.gpu
@@ -84,17 +86,26 @@ def test_then_gpu():
     assert not can_lock("LOCK_EX") and can_lock("LOCK_SH")
 
 
+@pytest.mark.gpu
+def test_then_heavy(gpu_memory_lock):
+    assert gpu_memory_lock == memory_lock_path()
+    assert not can_lock("LOCK_SH")
+
+
 def test_last_plain():
     assert can_lock("LOCK_EX")
 '''
 
 
-def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytester, request):
+def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytester, request,
+                                                                           monkeypatch):
     """A test marked ``gpu`` without ``gpu_memory_lock`` holds the lock shared: another
-    process can share it but not take it exclusively (a heavy test waits), and tests without
-    the mark hold nothing. While a heavy test waits for the lock (it holds the gate file),
-    a ``gpu`` test does not start: the inner session's gpu test has not run a second after
-    the test before it, and runs once the gate is let go."""
+    process can share it but not take it exclusively (a heavy test waits); a heavy test holds
+    it alone; tests without the mark hold nothing. While a heavy test waits for the lock (it
+    holds the gate file), a ``gpu`` test does not start: two seconds after the test before it,
+    the inner session is still running, its gpu test has not run and nothing holds the lock;
+    the test runs once the gate is let go. The inner session's lock files are its own
+    (``TMPDIR``), so other workers' locks cannot touch it, nor it theirs."""
     import fcntl
     import time
 
@@ -102,7 +113,10 @@ def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytes
 
     pytester.makeconftest((request.config.rootpath / "tests" / "conftest.py").read_text())
     pytester.makepyfile(test_inner=_SHARED)
-    gate = os.open(memory_lock_path() + ".gate", os.O_RDONLY | os.O_CREAT, 0o666)
+    monkeypatch.setenv("TMPDIR", str(pytester.path))  # the inner session's tempfile dir
+    lock = str(pytester.path / os.path.basename(memory_lock_path()))
+    gate = os.open(lock + ".gate", os.O_RDONLY | os.O_CREAT, 0o666)
+    proc = None
     try:
         fcntl.flock(gate, fcntl.LOCK_EX)
         proc = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
@@ -114,12 +128,21 @@ def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytes
                 break
             time.sleep(0.05)
         assert started.exists(), "the inner session did not reach its first test"
-        time.sleep(1.0)
+        time.sleep(2.0)
+        assert proc.poll() is None, "the inner session ended while the gate was held"
         assert not ran.exists(), "a gpu test started while a heavy test held the gate"
+        probe = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o666)
+        try:  # nobody holds the lock: the gpu test waits at the gate, not after it
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
         fcntl.flock(gate, fcntl.LOCK_UN)
         out, err = proc.communicate(timeout=300)
     finally:
         os.close(gate)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert ran.exists()
     assert proc.returncode == 0, (out or b"").decode()[-3000:] + (err or b"").decode()[-2000:]
-    assert re.search(rb"\b3 passed\b", out), out.decode()[-3000:]
+    assert re.search(rb"\b4 passed\b", out), out.decode()[-3000:]
