@@ -339,3 +339,17 @@ def test_tl_site_slim_drops_only_the_sources_no_build_reads(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode != 0 and "holds no tilelang/" in res.stderr
     assert bare.read_bytes() == before
+    # compression fails (an xz that refuses -9e, the script's compress step): the old tar is
+    # left whole and no temporary file beside it
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "xz").write_text(f'#!/usr/bin/env bash\ncase " $* " in *" -9e "*) exit 1 ;; esac\n'
+                             f'exec {shutil.which("xz")} "$@"\n')
+    (fake / "xz").chmod(0o755)
+    kept = tar.read_bytes()
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    res = subprocess.run(["bash", str(ROOT / "tools/tl_site_slim.sh"), str(tar)],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode != 0
+    assert tar.read_bytes() == kept
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".tl_site_slim")) == []

@@ -17,12 +17,16 @@ if [ ! -f "$tar_in" ]; then
   exit 1
 fi
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# the new tar is written beside the old one, so the last step is a rename on one file system:
+# an interrupted or failed run leaves the old tar whole
+out=$(mktemp "$(dirname "$tar_in")/.tl_site_slim.XXXXXX")
+trap 'rm -rf "$tmp"; rm -f "$out"' EXIT
 mkdir "$tmp/site"
 tar xJf "$tar_in" -C "$tmp/site"
 [ -d "$tmp/site/tilelang" ] || { echo "tl_site_slim: $tar_in holds no tilelang/" >&2; exit 1; }
 rm -rf "$tmp/site/tilelang/3rdparty/tvm/src" "$tmp/site/tilelang/3rdparty/cutlass/tools"
-(cd "$tmp/site" && tar cf - . | xz -T0 -9e > "$tmp/out.tar.xz")
+(cd "$tmp/site" && tar cf - . | xz -T0 -9e > "$out")
+xz -t "$out"
 before=$(stat -c %s "$tar_in")
-mv "$tmp/out.tar.xz" "$tar_in"
+mv -f "$out" "$tar_in"
 echo "tl_site_slim: $tar_in $before -> $(stat -c %s "$tar_in") bytes"
