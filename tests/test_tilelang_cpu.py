@@ -985,8 +985,9 @@ def test_hoist_left_permission_per_call():
     """``hoist_left`` (launch.TC_HOIST_LEFT, session 45) is on in the configs of calls of
     several query blocks at head dims up to 128 (launch.grid_config), off for calls of one
     block and above 128 (no ``mask_split``), and launch.call_knobs drops it where the kernel
-    refuses it (kernels._check_knobs): without ``mask_split``, with ``overlap`` or with
-    ``pack`` baked; a permission on a call that packs nothing (G = 1) stays."""
+    refuses it (kernels._check_knobs): without ``mask_split``, with ``overlap`` 1 or 2
+    (session 25's loop) or with ``pack`` baked; with the lean loop (``overlap`` 3, 4) and on a
+    call that packs nothing (G = 1) it stays."""
     hl = launch._KNOB["hoist_left"]
 
     def baked(cfg, group=1):
@@ -997,7 +998,8 @@ def test_hoist_left_permission_per_call():
         ship = launch.shipped_config(Dqk, Dv)
         assert baked(launch.with_knobs(ship, pack=True), group=4) == 0
         assert baked(launch.with_knobs(ship, pack=True), group=1) == 1
-        assert baked(launch.with_knobs(ship, overlap=1)) == 0
+        for ovl, kept in ((1, 0), (2, 0), (3, 1), (4, 1)):
+            assert baked(launch.with_knobs(ship, overlap=ovl)) == kept, ovl
         assert baked(launch.with_knobs(ship, mask_split=False)) == 0
     assert launch.shipped_config(192, 192) == launch.short_config(192, 192) == (64, 64, 2, 128)
     assert launch.shipped_config(128, 128) == launch.with_knobs(launch.short_config(128, 128),
@@ -1008,9 +1010,10 @@ def test_hoist_keys_permission_per_call():
     """``hoist_keys`` (launch.TC_HOIST_KEYS, session 46) is on in the configs of calls of
     several query blocks at head dims up to 128 (launch.grid_config), off for calls of one
     block (decode, short chunks, packed or not) and above 128, and launch.call_knobs drops it
-    where the kernel refuses it (kernels._check_knobs: with ``overlap`` baked) and with
-    ``pack`` baked (never built or run there); without ``mask_split``, or with a ``pack``
-    permission on a call that packs nothing (G = 1), it stays."""
+    where the kernel refuses it (kernels._check_knobs: with ``overlap`` 1 or 2 baked) and with
+    ``pack`` baked (never built or run there); without ``mask_split``, with the lean loop
+    (``overlap`` 3, 4), or with a ``pack`` permission on a call that packs nothing (G = 1), it
+    stays."""
     hk = launch._KNOB["hoist_keys"]
 
     def baked(cfg, group=1):
@@ -1021,7 +1024,8 @@ def test_hoist_keys_permission_per_call():
         ship = launch.shipped_config(Dqk, Dv)
         assert baked(launch.with_knobs(ship, pack=True), group=4) == 0
         assert baked(launch.with_knobs(ship, pack=True), group=1) == 1
-        assert baked(launch.with_knobs(ship, overlap=1)) == 0
+        for ovl, kept in ((1, 0), (2, 0), (3, 1), (4, 1)):
+            assert baked(launch.with_knobs(ship, overlap=ovl)) == kept, ovl
         assert baked(launch.with_knobs(ship, mask_split=False)) == 1
     for Dqk, Dv in ((160, 160), (192, 192), (256, 256)):
         assert baked(launch.grid_config(Dqk, Dv, 10**4)) == 0

@@ -34,8 +34,8 @@ from tvm.target import Target
 
 from . import macros as M
 from . import producer_guard as PG
-from .launch import (FP32_TILE, INT_KNOBS, V_CHUNK_SPAN_DV, V_CHUNK_SPANS, rows_j0_acts,
-                     vc_shift_acts)
+from .launch import (FP32_TILE, INT_KNOBS, OVERLAP_OLD, V_CHUNK_SPAN_DV, V_CHUNK_SPANS,
+                     rows_j0_acts, vc_shift_acts)
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -302,7 +302,8 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
     computed: with that product skipped too, ptxas 12.x serialises every wgmma of the kernel
     (C7515, "non wgmma instructions defining accumulator registers of a wgmma between start
     and end of the pipeline stage"), and so it does for this loop on D = 64's tile at four
-    CTAs an SM (104 consumer registers), where the lean loop spills.
+    CTAs an SM (104 consumer registers), where the lean loop spills. Both forms copy value
+    tile 0 and the last key tile twice (one more copy of each a block).
 
     The copy stages are released by the warp-specialisation pass after the last statement
     that reads them, which it takes to be the (asynchronous) product: ``held`` reads one
@@ -322,7 +323,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             M.zero_landmark_rows(V_s, k0v, block_N, Dv, r, C, inv_c, dtype, True,
                                  M.tile_landmark_start(k0v, r, C, mask_lmk, lmk_cols)
                                  if rows_j0 else None, lmk_cols)
-        if lean:  # no product of tile -1 (P = 0) nor of the repeated last key tile
+        if lean:  # no product of tile -1 (P = 0); the repeated key tile's stays (docstring)
             T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
             if kb > 0:
                 T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
@@ -395,10 +396,10 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             ("producer_warps", producer_warps, 1, ws,
              "1 without warp specialisation (no producer)"),
             ("lazy_rescale", lazy_rescale, 0, not overlap, "not with overlap"),
-            ("hoist_left", hoist_left, 0, mask_split and overlap in (0, 3, 4) and not pack,
+            ("hoist_left", hoist_left, 0, mask_split and overlap not in OVERLAP_OLD and not pack,
              "1 only with mask_split and without overlap 1 or 2 or pack (not built or run "
              "there)"),
-            ("hoist_keys", hoist_keys, 0, overlap in (0, 3, 4),
+            ("hoist_keys", hoist_keys, 0, overlap not in OVERLAP_OLD,
              "not with overlap 1 or 2 (not built or run there)"),
             ("vc_shift", vc_shift, 0, vc_shift_ok,
              "1 only with lmk_const, v_chunk=1 and lmk_cols=1 (there C == block_N)")):
@@ -506,8 +507,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                          f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} one of "
                          f"{V_CHUNK_SPAN_DV} (launch.V_CHUNK_SPAN_DV)")
     if overlap not in OVERLAP or isinstance(overlap, bool):
-        raise ValueError(f"overlap={overlap!r}: one of {OVERLAP} (kernels.OVERLAP)")
-    if v_chunk and not (mask_lmk and ws and overlap in (0, 3, 4)):
+        raise ValueError(f"overlap={overlap!r}: an int, one of {OVERLAP} (kernels.OVERLAP)")
+    if v_chunk and not (mask_lmk and ws and overlap not in OVERLAP_OLD):
         raise ValueError("v_chunk needs mask_lmk and warp specialisation (fwd_tc), "
                          "without overlap 1 or 2")
     v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
@@ -611,8 +612,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                               q_end, block_M, block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C,
                               divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
                               fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
-                              policy, threads, overlap in (2, 4), overlap >= 3, v_chunk, vc_shift,
-                              left_last)
+                              policy, threads, overlap in (2, 4), overlap not in OVERLAP_OLD,
+                              v_chunk, vc_shift, left_last)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
                     k0 = lo + (kb0 + kb) * block_N

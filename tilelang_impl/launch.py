@@ -101,7 +101,7 @@ TC_LONG = {"tile": (64, 64), "min_blocks": 4, "v_chunk": 1, "max_d": 64}
 #: (``tools/lab_hang``, the D = 64 shape B4 GQA32/4 L4K only; not under graph replay, not at
 #: D = 128). Calls of one query block keep the per-tile edge (not measured with
 #: the knob); :func:`call_knobs` drops the permission where the kernel cannot take it
-#: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` or ``pack`` baked).
+#: (``kernels._check_knobs``: no ``mask_split``, or ``overlap`` 1 or 2 or ``pack`` baked).
 TC_HOIST_LEFT = 1
 
 #: The ``hoist_keys`` permission of :func:`shipped_config`, beside :data:`TC_HOIST_LEFT` (session
@@ -125,7 +125,7 @@ TC_HOIST_LEFT = 1
 #: 32/32/128 L=8K: no hang. Calls of one query block (:func:`short_config`: decode, short
 #: chunks, packed or not) and the split-KV grid (:func:`split_config`) keep the expressions (not
 #: measured with the knob); :func:`call_knobs` drops the permission where the kernel cannot
-#: take it (``overlap`` baked) and where it was never built or run (``pack`` baked: no packed
+#: take it (``overlap`` 1 or 2 baked) and where it was never built or run (``pack`` baked: no packed
 #: call takes :func:`shipped_config`; a packed build with it lowered where the packed kernel
 #: without it does not, ``tests/test_tilelang_compile.py``'s G = 2 case, which was not
 #: looked into).
@@ -494,6 +494,11 @@ _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> positi
 #: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
 #: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
 #: config whose ``ws`` (a bool) stands where one of them belongs.
+#: The ``overlap`` values (``kernels.OVERLAP``) of session 25's overlapped loop, which takes
+#: neither the chunk view of v nor the hoists: :func:`call_knobs` drops those permissions
+#: there, and the kernel refuses them; 0 and session 51's lean loop (3, 4) take them.
+OVERLAP_OLD = (1, 2)
+
 INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
              "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
              "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS", "vc_shift": "VC_SHIFT"}
@@ -592,7 +597,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     # the hoists: the values themselves where they may act (the kernel checks them); neither
     # was built or run with session 25's overlap (1, 2) or pack, and hoist_left acts in
     # mask_split's tile test
-    unrun = full[_KNOB["overlap"]] in (1, 2) or full[pk]
+    unrun = full[_KNOB["overlap"]] in OVERLAP_OLD or full[pk]
     if unrun or not full[_KNOB["mask_split"]]:
         full[_KNOB["hoist_left"]] = 0
     if unrun:

@@ -145,12 +145,13 @@ def _ovl(D, stages=None, tile=None, **knobs):
     return _full(cfg, **knobs)
 
 
-def _lean_s3(D, **knobs):
-    """``launch.shipped_config`` with ``knobs`` set and, above D = 64, three copy stages
-    (session 51: the lean overlapped loop holds each value tile one iteration longer)."""
+def _lean(D, stages=None, **knobs):
+    """``launch.shipped_config`` with ``knobs`` set and, above D = 64, ``stages`` copy stages
+    (session 51's lean overlapped loop and its three-stage forms: the loop holds each value
+    tile one iteration longer; D = 64's four CTAs an SM have no shared memory for a third)."""
     cfg = _launch().shipped_config(D, D)
-    if D > 64:
-        cfg = cfg[:2] + (3,) + cfg[3:]
+    if stages is not None and D > 64:
+        cfg = cfg[:2] + (stages,) + cfg[3:]
     return _full(cfg, **knobs)
 
 
@@ -274,34 +275,36 @@ VARIANTS = {
                     "overlap on the 128-row tile with two consumer warp groups, one CTA per SM "
                     "(FA3's own tile)",
                     "D=128 +0-20% over ovl (one CTA per SM loses the inter-CTA overlap)"),
-    "ovl-lean": (lambda D: _full(_launch().shipped_config(D, D), overlap=3),
+    "ovl-lean": (lambda D: _lean(D, overlap=3),
                  "shipped config with the lean overlap (session 51): each tile's softmax beside "
-                 "the previous tile's P @ V as in ovl, without ovl's two unused products a "
-                 "block (P @ V of tile -1, Q K^T of the repeated last key tile), on the chunk "
-                 "view and the hoists",
+                 "the previous tile's P @ V as in ovl, without ovl's unused P @ V of tile -1 "
+                 "(the repeated last key tile's Q K^T stays: skipping it, ptxas serialised "
+                 "every wgmma), on the chunk view and the hoists",
                  "D=128 +0..+6% over shipped (ovl gained 2.8% over its serial control, whose "
-                 "extra products cost about a tenth of a block's tensor work), D=64 +0..+4%, "
-                 "chunked -3..+3%; measured (session 51, H100, two runs at 71ed54b): D=128 "
-                 "-6.2..-6.5%, D=64 -7..-22% (spills, wgmma serialised), chunked -1.8/-6.8%: "
-                 "not shipped"),
-    "ovl-lean-serial": (lambda D: _full(_launch().shipped_config(D, D), overlap=4),
+                 "extra products cost about a tenth of a block's tensor work), D=64 +0..+4% "
+                 "(written before the D=64 build spilled; BENCHMARKS.md's prediction before "
+                 "the run: -10..-2%), chunked -3..+3%; measured (session 51, H100, two runs "
+                 "at 71ed54b): D=128 -6.2..-6.5%, D=64 -7..-22% (spills, wgmma serialised), "
+                 "chunked -1.8/-6.8%: not shipped"),
+    "ovl-lean-serial": (lambda D: _lean(D, overlap=4),
                         "control of ovl-lean: the same loop with each product waited for at "
                         "once",
                         "slower than ovl-lean by what the overlap gains; within -3% of shipped "
-                        "(one more loop iteration a block); measured (session 51): D=128 "
-                        "-8.1..-8.6% against shipped, 2.0-2.3% below ovl-lean"),
-    "ovl-lean-s3": (lambda D: _lean_s3(D, overlap=3),
+                        "(one more loop iteration a block; BENCHMARKS.md's prediction before "
+                        "the run: -5..0%); measured (session 51): D=128 -8.1..-8.6% against "
+                        "shipped, 2.0-2.4% below ovl-lean"),
+    "ovl-lean-s3": (lambda D: _lean(D, stages=3, overlap=3),
                     "ovl-lean with three copy stages: the value tile, which the lean loop holds "
                     "one iteration longer, no longer keeps the producer a tile closer behind",
                     "D=128 within -2..+4% of shipped if the held value tile is what "
                     "ovl-lean-serial's 8% cost is; D=64 unchanged (stages kept at its tile's); "
                     "measured (session 51, H100, three runs at ff52ac6): D=128 -5.2..-5.7%, "
                     "+0.7..+1.2% over ovl-lean: not the cost"),
-    "s3": (lambda D: _lean_s3(D),
+    "s3": (lambda D: _lean(D, stages=3),
            "the shipped config with three copy stages at D=128 (two CTAs an SM: 112 KB of "
            "dynamic shared memory each), ovl-lean-s3's control",
            "within -2..+2% of shipped (the shipped loop holds no tile longer); measured "
-           "(session 51): -0.2..-0.8% at 8K / 16K, chunked -4.3..-5.4%"),
+           "(session 51): -0.4..-1.0% at 8K / 16K, chunked -4.3..-5.4%"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
