@@ -125,8 +125,8 @@ TC_HOIST_LEFT = 1
 #: 32/32/128 L=8K: no hang. Calls of one query block (:func:`short_config`: decode, short
 #: chunks, packed or not) and the split-KV grid (:func:`split_config`) keep the expressions (not
 #: measured with the knob); :func:`call_knobs` drops the permission where the kernel cannot
-#: take it (``overlap`` 1 or 2 baked) and where it was never built or run (``pack`` baked: no packed
-#: call takes :func:`shipped_config`; a packed build with it lowered where the packed kernel
+#: take it (``overlap`` 1 or 2 baked) and where it was never built or run (``pack`` baked: no
+#: packed call takes :func:`shipped_config`; a packed build with it lowered where the packed kernel
 #: without it does not, ``tests/test_tilelang_compile.py``'s G = 2 case, which was not
 #: looked into).
 TC_HOIST_KEYS = 1
@@ -491,14 +491,14 @@ TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
             ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
-#: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
-#: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
-#: config whose ``ws`` (a bool) stands where one of them belongs.
 #: The ``overlap`` values (``kernels.OVERLAP``) of session 25's overlapped loop, which takes
 #: neither the chunk view of v nor the hoists: :func:`call_knobs` drops those permissions
 #: there, and the kernel refuses them; 0 and session 51's lean loop (3, 4) take them.
 OVERLAP_OLD = (1, 2)
 
+#: The int knobs of TC_KNOBS and the ``kernels`` tuple of the values each takes: the
+#: kernels refuse others (``kernels._check_knobs``), and :func:`tc_kernel_args` refuses a
+#: config whose ``ws`` (a bool) stands where one of them belongs.
 INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
              "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
              "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS", "vc_shift": "VC_SHIFT"}
