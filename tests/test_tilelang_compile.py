@@ -751,13 +751,13 @@ def test_lean_overlap_keeps_p_v_in_flight_through_the_softmax():
     from tools import lab_tilelang as L
 
     cfg = L.VARIANTS["ovl-lean"][0](128)
-    knobs = dict(zip([n for n, _ in launch.TC_KNOBS], launch.full_knobs(cfg[4:])))
-    assert (knobs["overlap"], knobs["hoist_left"], knobs["hoist_keys"]) == (3, 1, 1)
-    full = launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(128), 1,
-                             True, 128)
-    baked = launch.full_knobs(full)
-    assert [baked[launch._KNOB[n]] for n in ("overlap", "hoist_left", "hoist_keys", "v_chunk")] \
-        == [3, 1, 1, 1]
+    def pick(knobs, names):
+        full = launch.full_knobs(knobs)
+        return [full[launch._KNOB[n]] for n in names]
+    assert pick(cfg[4:], ("overlap", "hoist_left", "hoist_keys")) == [3, 1, 1]
+    baked = launch.call_knobs(cfg[4:], True, 64, cfg[1], launch.LOG2E * default_scale(128), 1,
+                              True, 128)
+    assert pick(baked, ("overlap", "hoist_left", "hoist_keys", "v_chunk")) == [3, 1, 1, 1]
     ship = sass_loops.loops(_cubin(_call_args(128, launch.shipped_config(128, 128)))[1])[0]
     for name, in_flight in (("ovl-lean", True), ("ovl-lean-serial", False)):
         src, sass, res = _cubin(_call_args(128, L.VARIANTS[name][0](128)))

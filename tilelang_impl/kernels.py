@@ -323,8 +323,8 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             M.zero_landmark_rows(V_s, k0v, block_N, Dv, r, C, inv_c, dtype, True,
                                  M.tile_landmark_start(k0v, r, C, mask_lmk, lmk_cols)
                                  if rows_j0 else None, lmk_cols)
+        T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
         if lean:  # no product of tile -1 (P = 0); the repeated key tile's stays (docstring)
-            T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
             if kb > 0:
                 T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
             if serial or kb == 0:
@@ -332,7 +332,6 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
             else:
                 T.wait_wgmma(1)
         else:
-            T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
             T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
             T.wait_wgmma(0 if serial else 1)
         T.warpgroup_fence_operand(acc_s, num_regs=block_M * block_N // threads)
