@@ -363,6 +363,7 @@ def kernel_group(case_id: str) -> str:
     return "-".join([dtype, dims, flags, layout, "dec" if qk.startswith("q1k") else "pre"])
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest runs without it under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
     """All checks of one case go to one worker, in collection order (the pair
     checks then reuse its outputs), and all cases of one kernel configuration
@@ -420,6 +421,7 @@ class Collector:
         if not self.total:
             self.total = self._count(i.nodeid for i in session.items)
 
+    @pytest.hookimpl(optionalhook=True)  # xdist's hook, as above
     def pytest_xdist_node_collection_finished(self, node, ids):
         self.total = max(self.total, self._count(ids))
 
