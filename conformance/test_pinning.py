@@ -92,6 +92,14 @@ def test_xdist_workers_pinned_end_to_end(tmp_path):
         assert w["cuda_visible_devices"] == ["7", "9"][int(name[2:]) % 2]
 
 
+def test_gpu_tests_here_share_the_memory_lock(request):
+    """The memory lock's autouse fixture reaches the tests under ``conformance/`` too (the
+    repo-root ``conftest.py`` loads ``conformance.gpu_lock``): its ``gpu`` tests hold the lock
+    shared, so a memory-heavy test of ``tests/`` never runs beside them."""
+    assert "_gpu_tests_share_the_memory_lock" in request.fixturenames
+    assert request.config.pluginmanager.has_plugin("conformance.gpu_lock")
+
+
 @pytest.mark.gpu
 def test_worker_info_names_the_gpu():
     import torch

@@ -1,4 +1,6 @@
-"""The fixtures of ``tests/conftest.py`` that GPU tests rely on, checked on the CPU."""
+"""The GPU memory lock that GPU tests rely on (``conformance.gpu_lock``, loaded by the repo-root
+``conftest.py``), checked on the CPU. The inner pytest sessions below run with a copy of the
+root ``conftest.py``, so they check the wiring the suite itself has."""
 
 import os
 import re
@@ -49,7 +51,7 @@ def test_gpu_memory_lock_lets_a_failed_test_s_objects_go(pytester, request):
     fixture drops them before it empties the CUDA cache and releases the lock, so the next
     memory-heavy test does not meet the failed one's tensors (with that step taken out of
     the fixture, the inner session's second test fails)."""
-    pytester.makeconftest((request.config.rootpath / "tests" / "conftest.py").read_text())
+    pytester.makeconftest((request.config.rootpath / "conftest.py").read_text())
     pytester.makepyfile(test_inner=_INNER)
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
     res.assert_outcomes(failed=1, passed=1)
@@ -111,7 +113,7 @@ def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytes
 
     from conformance.pinning import memory_lock_path
 
-    pytester.makeconftest((request.config.rootpath / "tests" / "conftest.py").read_text())
+    pytester.makeconftest((request.config.rootpath / "conftest.py").read_text())
     pytester.makepyfile(test_inner=_SHARED)
     monkeypatch.setenv("TMPDIR", str(pytester.path))  # the inner session's tempfile dir
     lock = str(pytester.path / os.path.basename(memory_lock_path()))
@@ -119,6 +121,8 @@ def test_gpu_tests_hold_the_memory_lock_shared_behind_a_waiting_heavy_test(pytes
     proc = None
     try:
         fcntl.flock(gate, fcntl.LOCK_EX)
+        # -p no:xdist: the root conftest loads without xdist too (conformance.plugin's xdist
+        # hooks are optional)
         proc = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                                "-p", "no:randomly", "-p", "no:xdist", "test_inner.py"],
                               stdin=subprocess.DEVNULL)
