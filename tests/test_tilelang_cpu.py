@@ -1189,17 +1189,17 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
                                            ("hoist_left", 0), ("hoist_keys", 0),
-                                           ("vc_shift", 0)])
+                                           ("vc_shift", 0), ("pingpong", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
-    44), ``hoist_keys`` (session 45) and ``vc_shift`` (session 47, TC_KNOBS' last item) are
-    ints: a config written before one of them that ends in ``ws`` is refused there, not read
+    44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47) and ``pingpong`` (session 52,
+    TC_KNOBS' last item) are ints: a config written before one of them that ends in ``ws`` is refused there, not read
     as one producer warp (True) or none, as a rescale threshold, as a hoist or as a shift.
     (The config: the shipped long-call one with ``hoist_left`` and ``hoist_keys`` off, so that
     every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "vc_shift"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "pingpong"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1213,14 +1213,14 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
     ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale``,
-    session 44's ``hoist_left``, session 45's ``hoist_keys`` and session 47's ``vc_shift`` follow
-    it, at their defaults) so
+    session 44's ``hoist_left``, session 45's ``hoist_keys``, session 47's ``vc_shift`` and
+    session 52's ``pingpong`` follow it, at their defaults) so
     older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
                                    ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0),
-                                   ("hoist_keys", 0), ("vc_shift", 0))
+                                   ("hoist_keys", 0), ("vc_shift", 0), ("pingpong", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -117,6 +117,42 @@ HOIST_KEYS = (0, 1)
 #: producer's SASS: D = 64 +1..+8%, D = 128 +1..+4%, chunked +0..+4%. Not shipped
 #: (BENCHMARKS.md, session 49; ``python -m tools.lab_pool`` pools the runs).
 VC_SHIFT = (0, 1)
+#: ``pingpong`` values the kernels accept (session 52, a lab knob): 0 off; 1, with two consumer
+#: warp groups (``threads = 256``, ``block_M = 128``: each group 64 rows of the tile), FA3's
+#: ping-pong: the groups take turns at the tensor cores through two named barriers
+#: (:data:`PINGPONG_BARRIERS`), each product of one group issued while the other runs its
+#: softmax step, instead of both groups in step.
+PINGPONG = (0, 1)
+#: The two named barriers of ``pingpong`` (turn of group 0, turn of group 1): ids TileLang
+#: 0.1.15 leaves unused in this kernel (it takes 0 for the CTA and low ids for its own
+#: partial syncs; checked in the generated source by tests/test_tilelang_compile.py).
+PINGPONG_BARRIERS = (12, 13)
+#: ``pingpong``'s turns (:func:`_turn`), CUDA imported into the kernel. TileLang 0.1.15's warp
+#: specialisation numbers the producer group's threads 0-127 and the consumers' 128-383, so
+#: bit 7 of ``threadIdx.x`` tells the two consumer groups apart (group ``g``: threads of bit
+#: 7 equal to ``1 - g``; the generated wgmma addresses rows the same way). A turn is a
+#: ``bar.sync`` of 256 threads at the group's own barrier, which the other group completes
+#: with a ``bar.arrive`` of its 128: group 1 arrives once at group 0's barrier before its
+#: first turn, so group 0 goes first, and after each of its turns but the last; group 0 after
+#: each of its. Each barrier sees ``2 n_it`` syncs and ``2 n_it`` arrivals: none is left
+#: pending when the CTA ends.
+PINGPONG_SRC = r"""
+__device__ __forceinline__ int hils_pp_turn(int step, int kb, int n_it, float dep, int C) {
+  const int g = ((((int)threadIdx.x) >> 7) & 1) ^ 1;
+  if (step == 0 && kb == 0 && g == 1) {
+    asm volatile("bar.arrive %0, 256;" :: "r"(B0) : "memory");
+  }
+  if ((step & 1) == 0) {
+    // (C >> 31) is 0 (the chunk is positive) but not to ptxas: the barrier's id depends on
+    // dep, the row sums of the softmax step, so ptxas cannot move the wait above that step
+    const int id = B0 + g + (__float_as_int(dep) & (C >> 31));
+    asm volatile("bar.sync %0, 256;" :: "r"(id) : "memory");
+  } else if (!(step == 3 && g == 1 && kb == n_it - 1)) {
+    asm volatile("bar.arrive %0, 256;" :: "r"(B1 - g) : "memory");
+  }
+  return 0;
+}
+""".replace("B0", str(PINGPONG_BARRIERS[0])).replace("B1", str(PINGPONG_BARRIERS[1]))
 
 
 def launch_regs(threads: int, min_blocks: int) -> int:
@@ -374,7 +410,7 @@ LMK_ZERO = ("tile", "rows")
 
 def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, producer_warps=1,
                  ws=True, lazy_rescale=0, overlap=0, hoist_left=0, mask_split=False, hoist_keys=0,
-                 vc_shift=0, vc_shift_ok=False, **flags):
+                 vc_shift=0, vc_shift_ok=False, pingpong=0, **flags):
     """``lmk_cols`` is a count of landmark columns (``macros.tile_landmark``), 0 =
     general; ``pack`` a group size (0 = rows not packed, else at most ``block_M``);
     ``min_blocks`` one of :data:`MIN_BLOCKS`; ``reg_slack`` one of :data:`REG_SLACKS`,
@@ -385,8 +421,8 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
     without ``overlap`` 1 or 2 or ``pack`` (paths it was not built or run on); ``hoist_keys``
     one of :data:`HOIST_KEYS`, not with ``overlap`` 1 or 2; ``vc_shift`` one of
     :data:`VC_SHIFT`, 1 only where ``vc_shift_ok`` (``launch.vc_shift_acts``: ``lmk_const``
-    with ``v_chunk = 1`` and one landmark column, so ``C == block_N``); the other knobs named
-    in ``flags`` are bools."""
+    with ``v_chunk = 1`` and one landmark column, so ``C == block_N``); ``pingpong`` one of
+    :data:`PINGPONG`, not with ``hoist_keys``; the other knobs named in ``flags`` are bools."""
     # each int knob (launch.INT_KNOBS): its value, its off value, whether another value may
     # stand here, and where one may
     for name, value, off, ok, where in (
@@ -401,7 +437,10 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             ("hoist_keys", hoist_keys, 0, overlap not in OVERLAP_OLD,
              "not with overlap 1 or 2 (not built or run there)"),
             ("vc_shift", vc_shift, 0, vc_shift_ok,
-             "1 only with lmk_const, v_chunk=1 and lmk_cols=1 (there C == block_N)")):
+             "1 only with lmk_const, v_chunk=1 and lmk_cols=1 (there C == block_N)"),
+            ("pingpong", pingpong, 0, not hoist_keys,
+             "not with hoist_keys (TileLang 0.1.15's SplitHostDevice fails: 'variable hk has "
+             "been used before definition')")):
         values = globals()[INT_KNOBS[name]]
         if value not in values or isinstance(value, bool) or (value != off and not ok):
             raise ValueError(f"{name}={value!r}: one of {values} (kernels.{INT_KNOBS[name]})"
@@ -416,12 +455,20 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             raise ValueError(f"{name}={value!r}: a bool")
 
 
+def _turn(step, kb, n_it, dep=0.0, C=0):
+    """``pingpong``'s turns at the tensor cores (:data:`PINGPONG_SRC`): ``step`` 0 / 2 waits
+    for this group's turn before ``Q K^T`` / ``P V`` of tile ``kb``, 1 / 3 hands the turn
+    to the other group after it. An extern call: TileLang 0.1.15's warp specialisation drops
+    ``T.sync_threads`` and ``T.named_barrier_arrive`` from the consumer's pipelined loop."""
+    T.evaluate(T.call_extern("int32", "hils_pp_turn", step, kb, n_it, dep, C))
+
+
 def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                  num_stages, threads, split, ws, lmk_zero="tile", mask_split=False, fold=False,
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
                  lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0,
-                 hoist_keys=0, vc_shift=0):
+                 hoist_keys=0, vc_shift=0, pingpong=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -485,7 +532,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
                  lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, vc_shift,
-                 vc_shift_acts(v_chunk, lmk_const, lmk_cols), fast_exp2=fast_exp2,
+                 vc_shift_acts(v_chunk, lmk_const, lmk_cols), pingpong, fast_exp2=fast_exp2,
                  scale_fold=scale_fold, win_u32=win_u32, lmk_rows_j0=lmk_rows_j0, wide=wide)
     regs = consumer_regs(threads, min_blocks, reg_slack) if min_blocks else None
     if reg_slack and regs < launch_regs(threads, min_blocks):
@@ -505,6 +552,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError(f"v_chunk={v_chunk!r}: one of {V_CHUNK} (kernels.V_CHUNK); a span "
                          f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} one of "
                          f"{V_CHUNK_SPAN_DV} (launch.V_CHUNK_SPAN_DV)")
+    if pingpong and not (ws and threads == 256 and block_M == 128 and not overlap and not split
+                         and not lazy_rescale):
+        raise ValueError("pingpong needs warp specialisation (fwd_tc), two consumer warp groups "
+                         "(threads=256, block_M=128), the prefill grid (no split) and neither "
+                         "overlap nor lazy_rescale")
     if overlap not in OVERLAP or isinstance(overlap, bool):
         raise ValueError(f"overlap={overlap!r}: an int, one of {OVERLAP} (kernels.OVERLAP)")
     if v_chunk and not (mask_lmk and ws and overlap not in OVERLAP_OLD):
@@ -568,9 +620,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             row_sum = T.alloc_fragment([block_M], accum)
             left_row = T.alloc_fragment([block_M], "int32")
             lazy_flag = T.alloc_local([1], "int32") if lazy_rescale else None
+            pp_dep = T.alloc_local([1], accum) if pingpong else None
 
-            if fast_exp2:
-                T.import_source(M.EX2_APPROX_SRC)
+            if fast_exp2 or pingpong:  # one import: a second would replace the first
+                T.import_source((M.EX2_APPROX_SRC if fast_exp2 else "")
+                                + (PINGPONG_SRC if pingpong else ""))
             qb = bx // S if split else bx
             sp = bx % S if split else 0
             G = Hq // Hkv
@@ -622,7 +676,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                     else:
                         _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, divisor(inv_c), block_N,
                                 Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols)
+                    if pingpong:
+                        _turn(0, kb, n_it)
                     T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
+                    if pingpong:
+                        _turn(1, kb, n_it)
                     j0 = None
                     if rows_j0:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
@@ -644,7 +702,14 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                                                j0),
                                     V_s[j, d],
                                     T.Cast(dtype, 0))
+                    if pingpong:  # the turn after the softmax step: see PINGPONG_SRC
+                        pp_dep[0] = 0
+                        for i in T.Parallel(block_M):
+                            pp_dep[0] += l[i]
+                        _turn(2, kb, n_it, pp_dep[0], C)
                     T.gemm(acc_p, V_s, acc_o, policy=policy)
+                    if pingpong:
+                        _turn(3, kb, n_it)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:
@@ -693,7 +758,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
            producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-           hoist_keys: int = 0, vc_shift: int = 0):
+           hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -765,7 +830,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong)
 
 
 @tilelang.jit(target=HOPPER,
@@ -779,7 +844,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
                 producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-                hoist_keys: int = 0, vc_shift: int = 0):
+                hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -795,7 +860,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong)
 
 
 @tilelang.jit(target=HOPPER)

@@ -485,11 +485,16 @@ def prefill_config(p) -> tuple:
 #: == block_N``) instead of a runtime division by ``C``; a permission (:func:`call_knobs`); no
 #: shipped config sets it: session 49's nine lab runs against ``shipped`` (one H100, 80bae8d)
 #: moved no row beyond the runs' spread (``kernels.VC_SHIFT``); ``ws`` moves to 24.
+#: ``pingpong`` (session 52, a lab knob, ``kernels.PINGPONG``): the two consumer warp groups of
+#: a 128-row tile take turns at the tensor cores (FA3's ping-pong); no shipped config sets it;
+#: :func:`call_knobs` drops ``hoist_keys`` where it is set (the kernel refuses the pair);
+#: ``ws`` moves to 25.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
-            ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0))
+            ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0),
+            ("pingpong", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 #: The ``overlap`` values (``kernels.OVERLAP``) of session 25's overlapped loop, which takes
 #: neither the chunk view of v nor the hoists: :func:`call_knobs` drops those permissions
@@ -501,7 +506,8 @@ OVERLAP_OLD = (1, 2)
 #: config whose ``ws`` (a bool) stands where one of them belongs.
 INT_KNOBS = {"min_blocks": "MIN_BLOCKS", "reg_slack": "REG_SLACKS",
              "producer_warps": "PRODUCER_WARPS", "lazy_rescale": "LAZY_RESCALES",
-             "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS", "vc_shift": "VC_SHIFT"}
+             "hoist_left": "HOIST_LEFT", "hoist_keys": "HOIST_KEYS", "vc_shift": "VC_SHIFT",
+             "pingpong": "PINGPONG"}
 
 
 def with_knobs(config, **values) -> tuple:
@@ -581,7 +587,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     (``lmk_const`` on at one chunk a tile: there ``C == block_N``), the only place the kernel
     takes it, and neither ``overlap`` 1 or 2 nor ``pack`` is baked (never built or run with
     it). ``overlap`` 3 and 4 (session 51's lean loop, ``kernels._overlap_loop``) keep all
-    three."""
+    three. ``pingpong`` (session 52, a lab knob) drops ``hoist_keys``."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -600,7 +606,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     unrun = full[_KNOB["overlap"]] in OVERLAP_OLD or full[pk]
     if unrun or not full[_KNOB["mask_split"]]:
         full[_KNOB["hoist_left"]] = 0
-    if unrun:
+    if unrun or full[_KNOB["pingpong"]]:  # pingpong: the kernel refuses hoist_keys with it
         full[_KNOB["hoist_keys"]] = 0
     if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0

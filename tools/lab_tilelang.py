@@ -155,6 +155,15 @@ def _lean(D, stages=None, **knobs):
     return _full(cfg, **knobs)
 
 
+def _pp(D, stages=2, **knobs):
+    """``launch.shipped_config``'s knobs on the 128 x 64 tile of two consumer warp groups
+    (threads 256) with ``stages`` copy stages, TileLang's own register split (``min_blocks``
+    0: one CTA an SM), without ``hoist_keys`` (refused with ``pingpong``), ``knobs`` set
+    (session 52's ping-pong and its control)."""
+    cfg = _launch().shipped_config(D, D)
+    return _full((128, 64, stages, 256) + cfg[4:], min_blocks=0, hoist_keys=0, **knobs)
+
+
 def _occ3(D, min_blocks=3, **knobs):
     """Session 39's three-CTA build at ``D <= 64``: the shipped knobs (the view of v,
     lmk_const) on the 64x64 tile with ``min_blocks`` (3; 4 for session 43's
@@ -305,6 +314,25 @@ VARIANTS = {
            "dynamic shared memory each), ovl-lean-s3's control",
            "within -2..+2% of shipped (the shipped loop holds no tile longer); measured "
            "(session 51): -0.4..-1.0% at 8K / 16K, chunked -4.3..-5.4%"),
+    # Session 52 (written on the CPU, before any GPU run): FA3's ping-pong, kernels.PINGPONG.
+    # The 128-row tile's two consumer warp groups take turns at the tensor cores; hoist_keys is
+    # off there (launch.call_knobs: the kernel refuses the pair), so "nohkeys" is shipped's
+    # side of the comparison too. A 128-row tile reads ~11 key tiles where two 64-row tiles
+    # read ~9.5 each: ~16% more tensor work per row.
+    "pp": (lambda D: _pp(D, pingpong=1),
+           "the 128 x 64 tile, two consumer warp groups (threads 256), one CTA an SM at D=128 "
+           "(TileLang's register split), two copy stages, with FA3's ping-pong: each group's "
+           "Q K^T and P V issued in turns through two named barriers (bar.sync / bar.arrive), "
+           "so one group's softmax runs while the other's products are on the tensor cores",
+           "D=128 +15..+35% over pp-off and -5..+15% against shipped; D=64 -10..+5% against "
+           "shipped (one CTA of two groups where shipped runs four)"),
+    "pp-off": (lambda D: _pp(D),
+               "pp's kernel without the turns (pingpong 0): both groups in step, the control",
+               "D=128 -10..-20% against shipped (session 12: the 128-row tile in step lost 9% "
+               "to two 64-row CTAs, before the hoists), D=64 -20..-35%"),
+    "pp-s3": (lambda D: _pp(D, stages=3, pingpong=1),
+              "pp with three copy stages (160 KB of shared memory at D=128)",
+              "within -3..+5% of pp"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
