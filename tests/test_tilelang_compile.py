@@ -766,3 +766,55 @@ def test_lean_overlap_keeps_p_v_in_flight_through_the_softmax():
         assert waits == ({"0x0", "0x1"} if in_flight else {"0x0"}), (name, waits)
         loop = sass_loops.loops(sass)[0]
         assert (loop["hgmma"], loop["ex2"]) == (ship["hgmma"], ship["ex2"]), (name, loop, ship)
+
+
+def test_pingpong_turns_bracket_each_product_in_the_key_loop():
+    """The lab's ping-pong (``pingpong`` 1, session 52: ``kernels.PINGPONG_SRC``) on the
+    128 x 64 tile of two consumer warp groups, built for sm_90a: in the consumer's key loop
+    each product is bracketed by its turn, a ``BAR.SYNC`` on a register id before it (after
+    the key tile's mbarrier wait may come either side) and a ``BAR.ARV`` after its wait. The
+    ``P V`` turn's wait comes after the softmax step's last ``MUFU.EX2`` (ptxas hoisted it
+    above the whole step until its id depended on the row sums), so one group's softmax runs
+    outside its turn. Named barriers 12 and 13 (``PINGPONG_BARRIERS``) appear only in the
+    turns: the control (``pp-off``) names none of them, nor any id but TileLang's own. The
+    knob is refused with ``hoist_keys``, and ``launch.call_knobs`` drops that permission."""
+    from tools import lab_tilelang as L
+
+    cfg = L.VARIANTS["pp"][0](128)
+    full = launch.full_knobs(cfg[4:])
+    assert (cfg[:4], full[launch._KNOB["pingpong"]]) == ((128, 64, 2, 256), 1)
+    src, sass, _ = _cubin(_call_args(128, cfg))
+    assert "STL" not in sass and "LDL" not in sass
+    loop = sass_loops.loops(sass)[0]
+    body = [t for a, t in sass_loops.instructions(sass)
+            if int(loop["start"], 16) <= a <= int(loop["branch"], 16)]
+    kinds = []
+    for t in body:
+        if re.search(r"\bBAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100\b", t):
+            kinds.append("take")
+        elif re.search(r"\bBAR\.ARV R\d+, 0x100\b", t):
+            kinds.append("give")
+        elif "HGMMA.64x64x16" in t:
+            kinds.append("qk")
+        elif "HGMMA.64x128x16" in t:
+            kinds.append("pv")
+        elif "MUFU.EX2" in t:
+            kinds.append("ex2")
+    seq = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]  # runs collapsed
+    assert seq == ["take", "qk", "give", "ex2", "take", "pv", "give"], seq
+    other = set(re.findall(r"__sync_thread_partial\((\d+)", src)) | set(
+        re.findall(r"__named_barrier_arrive\((\d+)", src))
+    assert not other & {"12", "13"}, other
+    ctl = _cubin(_call_args(128, L.VARIANTS["pp-off"][0](128)))
+    assert "hils_pp_turn" not in ctl[0] and not re.search(r"BAR\.(SYNC|ARV)\S* R\d+", ctl[1])
+    assert not set(re.findall(r"__sync_thread_partial\((\d+)", ctl[0])) & {"12", "13"}
+    args = dict(zip(("Dqk", "Dv", "dtype", "mask_lmk", "expand_to_chunk", "q_blhd", "kv_blhd",
+                     "block_M", "block_N", "num_stages", "threads", "split"),
+                    _call_args(128, cfg)[:12]))
+    with pytest.raises(ValueError, match="pingpong"):
+        kernels.fwd_tc.get_tir(**args, hoist_keys=1, pingpong=1)
+    with pytest.raises(ValueError, match="pingpong"):
+        kernels.fwd_tc.get_tir(**{**args, "block_M": 64, "threads": 128}, pingpong=1)
+    assert launch.full_knobs(launch.call_knobs(
+        launch.with_knobs(cfg, hoist_keys=1)[4:], True, 64, 64, None, 1, True, 128))[
+        launch._KNOB["hoist_keys"]] == 0
