@@ -155,13 +155,14 @@ def _lean(D, stages=None, **knobs):
     return _full(cfg, **knobs)
 
 
-def _pp(D, stages=2, **knobs):
+def _pp(D, stages=2, min_blocks=0, **knobs):
     """``launch.shipped_config``'s knobs on the 128 x 64 tile of two consumer warp groups
-    (threads 256) with ``stages`` copy stages, TileLang's own register split (``min_blocks``
-    0: one CTA an SM), without ``hoist_keys`` (refused with ``pingpong``), ``knobs`` set
+    (threads 256) with ``stages`` copy stages and ``min_blocks`` (0: TileLang's own register
+    split, one CTA an SM), without ``hoist_keys`` (refused with ``pingpong``), ``knobs`` set
     (session 52's ping-pong and its control)."""
     cfg = _launch().shipped_config(D, D)
-    return _full((128, 64, stages, 256) + cfg[4:], min_blocks=0, hoist_keys=0, **knobs)
+    return _full((128, 64, stages, 256) + cfg[4:], min_blocks=min_blocks, hoist_keys=0,
+                 **knobs)
 
 
 def _occ3(D, min_blocks=3, **knobs):
@@ -330,6 +331,11 @@ VARIANTS = {
                "pp's kernel without the turns (pingpong 0): both groups in step, the control",
                "D=128 -10..-20% against shipped (session 12: the 128-row tile in step lost 9% "
                "to two 64-row CTAs, before the hoists), D=64 -20..-35%"),
+    "pp-occ2": (lambda D: _pp(D, pingpong=1, min_blocks=2 if D <= 64 else 0),
+                "pp at D=64 with two CTAs an SM (min_blocks 2: 104 consumer registers, no "
+                "spill in the CPU build); at D=128 pp itself (two CTAs' shared memory does "
+                "not fit)",
+                "D=64 +5..+20% over pp and -5..+10% against shipped"),
     "pp-s3": (lambda D: _pp(D, stages=3, pingpong=1),
               "pp with three copy stages (160 KB of shared memory at D=128)",
               "within -3..+5% of pp"),
