@@ -817,8 +817,10 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     :data:`HOIST_KEYS`: the key/value head and the block's key range held in registers
     from before the key loop; ``launch.shipped_config`` sets it since session 46), ``vc_shift``
     (session 47, a lab knob, :data:`VC_SHIFT`: the chunk view's tile coordinates as a shift where
-    ``lmk_const`` with ``v_chunk = 1`` puts ``C == block_N``) and ``producer_warps`` (session 41,
-    :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
+    ``lmk_const`` with ``v_chunk = 1`` puts ``C == block_N``), ``pingpong`` (session 52, a lab
+    knob, :data:`PINGPONG`: the 128-row tile's two consumer warp groups take turns at the
+    tensor cores, :data:`PINGPONG_SRC`; not with ``hoist_keys``) and ``producer_warps`` (session
+    41, :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
     kernel's entry point is ``hils_swa_fwd_tc_kernel`` (``_allwarps_kernel`` with
