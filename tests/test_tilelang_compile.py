@@ -802,6 +802,10 @@ def test_pingpong_turns_bracket_each_product_in_the_key_loop():
             kinds.append("ex2")
     seq = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]  # runs collapsed
     assert seq == ["take", "qk", "give", "ex2", "take", "pv", "give"], seq
+    # no other barrier in the loop (one of both groups would meet a group waiting for its
+    # turn): the four turns and group 1's first hand-over (an immediate id, tile 0 only)
+    bars = [t for t in body if re.search(r"\bBAR\.", t)]
+    assert len(bars) == 5 and sum("BAR.ARV 0xc, 0x100" in t for t in bars) == 1, bars
     other = set(re.findall(r"__sync_thread_partial\((\d+)", src)) | set(
         re.findall(r"__named_barrier_arrive\((\d+)", src))
     assert not other & {"12", "13"}, other
@@ -815,6 +819,11 @@ def test_pingpong_turns_bracket_each_product_in_the_key_loop():
         kernels.fwd_tc.get_tir(**args, hoist_keys=1, pingpong=1)
     with pytest.raises(ValueError, match="pingpong"):
         kernels.fwd_tc.get_tir(**{**args, "block_M": 64, "threads": 128}, pingpong=1)
-    assert launch.full_knobs(launch.call_knobs(
-        launch.with_knobs(cfg, hoist_keys=1)[4:], True, 64, 64, None, 1, True, 128))[
-        launch._KNOB["hoist_keys"]] == 0
+    def baked(view, **knobs):
+        full = launch.full_knobs(launch.call_knobs(launch.with_knobs(cfg, **knobs)[4:], True,
+                                                   64, 64, None, 1, view, 128))
+        return [full[launch._KNOB[n]] for n in ("hoist_keys", "pingpong", "v_chunk")]
+    assert baked(True, hoist_keys=1) == [0, 1, 1]
+    assert baked(False) == [0, 0, 0]  # no view: the consumers would write V_s
+    with pytest.raises(ValueError, match="pingpong"):
+        kernels.fwd_tc.get_tir(**{**args, "v_chunk": 0}, pingpong=1)

@@ -563,6 +563,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         raise ValueError("v_chunk needs mask_lmk and warp specialisation (fwd_tc), "
                          "without overlap 1 or 2")
     v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
+    if pingpong and v_zero:  # its sync of both groups would meet a group waiting for its turn
+        raise ValueError("pingpong needs the chunk view of v (v_chunk) with mask_lmk: the "
+                         "consumers write V_s otherwise")
     rows_j0 = lmk_rows_j0 and rows_j0_acts(mask_lmk, lmk_zero, lmk_cols)  # one j0 register per tile
     if not isinstance(lmk_const, bool):
         raise ValueError(f"lmk_const={lmk_const!r}: a bool")

@@ -487,8 +487,8 @@ def prefill_config(p) -> tuple:
 #: moved no row beyond the runs' spread (``kernels.VC_SHIFT``); ``ws`` moves to 24.
 #: ``pingpong`` (session 52, a lab knob, ``kernels.PINGPONG``): the two consumer warp groups of
 #: a 128-row tile take turns at the tensor cores (FA3's ping-pong); no shipped config sets it;
-#: :func:`call_knobs` drops ``hoist_keys`` where it is set (the kernel refuses the pair);
-#: ``ws`` moves to 25.
+#: :func:`call_knobs` drops ``hoist_keys`` where it is set (the kernel refuses the pair), and
+#: drops it with ``mask_lmk`` where the call takes no chunk view of v; ``ws`` moves to 25.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -587,7 +587,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     (``lmk_const`` on at one chunk a tile: there ``C == block_N``), the only place the kernel
     takes it, and neither ``overlap`` 1 or 2 nor ``pack`` is baked (never built or run with
     it). ``overlap`` 3 and 4 (session 51's lean loop, ``kernels._overlap_loop``) keep all
-    three. ``pingpong`` (session 52, a lab knob) drops ``hoist_keys``."""
+    three. ``pingpong`` (session 52, a lab knob) drops ``hoist_keys``, and is itself dropped
+    with ``mask_lmk`` where the call takes no chunk view of v (the consumers would write
+    ``V_s``, and their sync of both warp groups would meet a group waiting for its turn)."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -610,6 +612,8 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
         full[_KNOB["hoist_keys"]] = 0
     if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0
+    if mask_lmk and not full[vc]:  # the consumers write V_s: the kernel refuses pingpong
+        full[_KNOB["pingpong"]] = 0
     return trimmed_knobs(full)
 
 
