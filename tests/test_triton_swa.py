@@ -1039,7 +1039,7 @@ def test_tma_prefill_d64_register_cap():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.usefixtures("gpu_memory_lock")  # 8 GB of k and v (tests/conftest.py)
+@pytest.mark.usefixtures("gpu_memory_lock")  # 8 GB of k and v (conformance/gpu_lock.py)
 def test_int64_offsets_past_2_to_31_elements():
     """k and v hold more than 2**31 elements; the visible keys sit at the end."""
     Lk, D = (1 << 31) // 128 + 4096, 128
