@@ -23,7 +23,7 @@ from conformance.cases import seen_tail
 from conformance.runner import poisoned_empty
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-              pytest.mark.usefixtures("gpu_memory_lock")]  # 32 GB a test (gpu_lock.py)
+              pytest.mark.usefixtures("gpu_memory_lock")]  # 32 GB a test (conformance/gpu_lock.py)
 pytest.importorskip("tilelang", reason="tilelang is not installed")
 
 from reference import check_inputs  # noqa: E402
