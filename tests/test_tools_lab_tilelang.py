@@ -66,8 +66,9 @@ def test_variants_are_distinct_kernels_and_base_is_the_tile_without_knobs():
         # session 51: s3 and ovl-lean-s3 change the stages above D = 64 only: the shipped
         # kernel and ovl-lean's at D = 64
         skip |= {"s3", "ovl-lean-s3"} if D == 64 else set()
-        # session 52: pp-occ2 takes two CTAs an SM at D = 64 only: pp's kernel at D = 128
-        skip |= {"pp-occ2"} if D == 128 else set()
+        # session 52: pp-occ2 and pp-async-occ2 take two CTAs an SM at D = 64 only: pp's and
+        # pp-async's kernels at D = 128
+        skip |= {"pp-occ2", "pp-async-occ2"} if D == 128 else set()
         keys = [launch.tc_kernel_args(L.VARIANTS[n][0](D), True, L.C_T, sl2, view=True, Dv=D)
                 for n in L.VARIANTS if n not in skip]
         # every variant but the tile alternative (same as base tile for none) is its own kernel

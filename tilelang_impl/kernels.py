@@ -121,8 +121,10 @@ VC_SHIFT = (0, 1)
 #: warp groups (``threads = 256``, ``block_M = 128``: each group 64 rows of the tile), FA3's
 #: ping-pong: the groups take turns at the tensor cores through two named barriers
 #: (:data:`PINGPONG_BARRIERS`), each product of one group issued while the other runs its
-#: softmax step, instead of both groups in step.
-PINGPONG = (0, 1)
+#: softmax step, instead of both groups in step. 1 hands the turn over once the product is done
+#: (``T.gemm`` waits for it); 2 once it is issued (``T.wgmma_gemm``, then the hand-over, then
+#: ``T.wait_wgmma``), so the other group's product queues behind it, as FA3 does.
+PINGPONG = (0, 1, 2)
 #: The two named barriers of ``pingpong`` (turn of group 0, turn of group 1): ids TileLang
 #: 0.1.15 leaves unused in this kernel (it takes 0 for the CTA and low ids for its own
 #: partial syncs; checked in the generated source by tests/test_tilelang_compile.py).
@@ -624,6 +626,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
             left_row = T.alloc_fragment([block_M], "int32")
             lazy_flag = T.alloc_local([1], "int32") if lazy_rescale else None
             pp_dep = T.alloc_local([1], accum) if pingpong else None
+            pp_held = T.alloc_local([2], dtype) if pingpong == 2 else None
 
             if fast_exp2 or pingpong:  # one import: a second would replace the first
                 T.import_source((M.EX2_APPROX_SRC if fast_exp2 else "")
@@ -681,9 +684,18 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                                 Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols)
                     if pingpong:
                         _turn(0, kb, n_it)
-                    T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=policy)
-                    if pingpong:
+                    if pingpong == 2:  # the turn handed over once the product is issued
+                        T.wgmma_gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
+                                     policy=policy)
                         _turn(1, kb, n_it)
+                        T.wait_wgmma(0)
+                        T.warpgroup_fence_operand(acc_s, num_regs=block_M * block_N // threads)
+                        pp_held[0] = K_s[0, 0]  # K_s released after the wait (_overlap_loop)
+                    else:
+                        T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
+                               policy=policy)
+                        if pingpong:
+                            _turn(1, kb, n_it)
                     j0 = None
                     if rows_j0:
                         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
@@ -710,9 +722,18 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                         for i in T.Parallel(block_M):
                             pp_dep[0] += l[i]
                         _turn(2, kb, n_it, pp_dep[0], C)
-                    T.gemm(acc_p, V_s, acc_o, policy=policy)
-                    if pingpong:
+                    if pingpong == 2:
+                        T.wgmma_gemm(acc_p, V_s, acc_o, policy=policy)
                         _turn(3, kb, n_it)
+                        T.wait_wgmma(0)
+                        T.warpgroup_fence_operand(acc_o, num_regs=block_M * Dv // threads)
+                        T.warpgroup_fence_operand(acc_p,
+                                                  num_regs=block_M * block_N // threads // 2)
+                        pp_held[1] = V_s[0, 0]
+                    else:
+                        T.gemm(acc_p, V_s, acc_o, policy=policy)
+                        if pingpong:
+                            _turn(3, kb, n_it)
 
             M.finalize_output(acc_o, l, block_M, Dv, True)
             if pack:

@@ -336,6 +336,19 @@ VARIANTS = {
                 "spill in the CPU build); at D=128 pp itself (two CTAs' shared memory does "
                 "not fit)",
                 "D=64 +5..+20% over pp and -5..+10% against shipped"),
+    # Written after pp's first runs (session 52, one H100: pp 0.70-0.72x shipped at D=128 and
+    # 13% below its control pp-off): pp hands the turn over only once its product is done, so
+    # the tensor pipe drains at each of the four hand-overs a tile pair.
+    "pp-async": (lambda D: _pp(D, pingpong=2),
+                 "pp with the turn handed over once the product is issued (pingpong 2: "
+                 "T.wgmma_gemm, bar.arrive, then the wait), so the other group's product queues "
+                 "behind it instead of after a drained pipe",
+                 "D=128 290-340 TFLOP/s on an H100 (+10..+30% over pp; 0.80-0.93x shipped), "
+                 "D=64 within +-5% of pp"),
+    "pp-async-occ2": (lambda D: _pp(D, pingpong=2, min_blocks=2 if D <= 64 else 0),
+                      "pp-async at D=64 with two CTAs an SM (pp-occ2's occupancy); at D=128 "
+                      "pp-async itself",
+                      "D=64 +5..+20% over pp-occ2, 0.80-0.95x shipped"),
     "pp-s3": (lambda D: _pp(D, stages=3, pingpong=1),
               "pp with three copy stages (160 KB of shared memory at D=128)",
               "within -3..+5% of pp"),
