@@ -123,7 +123,12 @@ VC_SHIFT = (0, 1)
 #: (:data:`PINGPONG_BARRIERS`), each product of one group issued while the other runs its
 #: softmax step, instead of both groups in step. 1 hands the turn over once the product is done
 #: (``T.gemm`` waits for it); 2 once it is issued (``T.wgmma_gemm``, then the hand-over, then
-#: ``T.wait_wgmma``), so the other group's product queues behind it, as FA3 does.
+#: ``T.wait_wgmma``), so the other group's product queues behind it, as FA3 does. Measured in
+#: session 52 (``tools/lab_tilelang.py`` ``pp``, ``pp-async`` and the control ``pp-off``, five
+#: runs on one H100, L2 not flushed, bench_results/tilelang-lab52-h100-*.json): at D = 128,
+#: L = 8K, 0.70-0.72x the shipped kernel with 1 and 0.78x with 2, where the same tile with the
+#: groups in step is 0.80-0.82x (2 is 2-4% below that control, 1 11-15%): the turns gain nothing
+#: over the in-step groups, and the tile they need loses to two 64-row CTAs an SM. Never shipped (BENCHMARKS.md, session 52).
 PINGPONG = (0, 1, 2)
 #: The two named barriers of ``pingpong`` (turn of group 0, turn of group 1): ids TileLang
 #: 0.1.15 leaves unused in this kernel (it takes 0 for the CTA and low ids for its own

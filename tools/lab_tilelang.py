@@ -318,40 +318,46 @@ VARIANTS = {
     # Session 52 (written on the CPU, before any GPU run): FA3's ping-pong, kernels.PINGPONG.
     # The 128-row tile's two consumer warp groups take turns at the tensor cores; hoist_keys is
     # off there (launch.call_knobs: the kernel refuses the pair), so "nohkeys" is shipped's
-    # side of the comparison too. A 128-row tile reads ~11 key tiles where two 64-row tiles
-    # read ~9.5 each: ~16% more tensor work per row.
+    # side of the comparison too. At W=512, C=64 a 128-row tile reads 10 key tiles of 64 where
+    # a 64-row tile reads 9: 11% more tensor work a row.
     "pp": (lambda D: _pp(D, pingpong=1),
            "the 128 x 64 tile, two consumer warp groups (threads 256), one CTA an SM at D=128 "
            "(TileLang's register split), two copy stages, with FA3's ping-pong: each group's "
            "Q K^T and P V issued in turns through two named barriers (bar.sync / bar.arrive), "
            "so one group's softmax runs while the other's products are on the tensor cores",
            "D=128 +15..+35% over pp-off and -5..+15% against shipped; D=64 -10..+5% against "
-           "shipped (one CTA of two groups where shipped runs four)"),
+           "shipped (one CTA of two groups where shipped runs four); measured (session 52, "
+           "H100, five runs): D=128 0.70-0.72x shipped, 11-15% below pp-off; D=64 0.52-0.59x"),
     "pp-off": (lambda D: _pp(D),
                "pp's kernel without the turns (pingpong 0): both groups in step, the control",
                "D=128 -10..-20% against shipped (session 12: the 128-row tile in step lost 9% "
-               "to two 64-row CTAs, before the hoists), D=64 -20..-35%"),
+               "to two 64-row CTAs, before the hoists), D=64 -20..-35%; measured (session 52): "
+               "D=128 0.80-0.82x, D=64 0.58-0.65x"),
     "pp-occ2": (lambda D: _pp(D, pingpong=1, min_blocks=2 if D <= 64 else 0),
                 "pp at D=64 with two CTAs an SM (min_blocks 2: 104 consumer registers, no "
                 "spill in the CPU build); at D=128 pp itself (two CTAs' shared memory does "
                 "not fit)",
-                "D=64 +5..+20% over pp and -5..+10% against shipped"),
+                "D=64 +5..+20% over pp and -5..+10% against shipped; measured (session 52): "
+                "D=64 0.73-0.80x shipped, +35..+40% over pp"),
     # Written after pp's first runs (session 52, one H100: pp 0.70-0.72x shipped at D=128 and
-    # 13% below its control pp-off): pp hands the turn over only once its product is done, so
+    # 12-13% below its control pp-off in those three runs): pp hands the turn over only once its product is done, so
     # the tensor pipe drains at each of the four hand-overs a tile pair.
     "pp-async": (lambda D: _pp(D, pingpong=2),
                  "pp with the turn handed over once the product is issued (pingpong 2: "
                  "T.wgmma_gemm, bar.arrive, then the wait), so the other group's product queues "
                  "behind it instead of after a drained pipe",
                  "D=128 290-340 TFLOP/s on an H100 (+10..+30% over pp; 0.80-0.93x shipped), "
-                 "D=64 within +-5% of pp"),
+                 "D=64 within +-5% of pp; measured (session 52, two runs): D=128 285.8-287.0 "
+                 "TFLOP/s, 0.78x shipped, +10..+13% over pp and 2-4% below pp-off; D=64 "
+                 "+4..+9% over pp, 3-5% below pp-off"),
     "pp-async-occ2": (lambda D: _pp(D, pingpong=2, min_blocks=2 if D <= 64 else 0),
                       "pp-async at D=64 with two CTAs an SM (pp-occ2's occupancy); at D=128 "
                       "pp-async itself",
-                      "D=64 +5..+20% over pp-occ2, 0.80-0.95x shipped"),
+                      "D=64 +5..+20% over pp-occ2, 0.80-0.95x shipped; measured (session 52): "
+                      "D=64 0.75-0.77x shipped, +0..+3% over pp-occ2"),
     "pp-s3": (lambda D: _pp(D, stages=3, pingpong=1),
               "pp with three copy stages (160 KB of shared memory at D=128)",
-              "within -3..+5% of pp"),
+              "within -3..+5% of pp; measured (session 52, three runs): within -2..+3% of pp"),
     "shipped": (lambda D: _full(_launch().shipped_config(D, D)),
                 "launch.shipped_config as it is (dbb5ab4..1a0b87e: lmkcols; since session 5: "
                 "fexp+sfold+wu32+lmkj0; at D<=64 occ3-64x64v in sessions 42-43, occ4-64x64v "
