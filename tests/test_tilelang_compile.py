@@ -768,23 +768,16 @@ def test_lean_overlap_keeps_p_v_in_flight_through_the_softmax():
         assert (loop["hgmma"], loop["ex2"]) == (ship["hgmma"], ship["ex2"]), (name, loop, ship)
 
 
-def test_pingpong_turns_bracket_each_product_in_the_key_loop():
-    """The lab's ping-pong (``pingpong`` 1, session 52: ``kernels.PINGPONG_SRC``) on the
-    128 x 64 tile of two consumer warp groups, built for sm_90a: in the consumer's key loop
-    each product is bracketed by its turn, a ``BAR.SYNC`` on a register id before it (after
-    the key tile's mbarrier wait may come either side) and a ``BAR.ARV`` after its wait. The
-    ``P V`` turn's wait comes after the softmax step's last ``MUFU.EX2`` (ptxas hoisted it
-    above the whole step until its id depended on the row sums), so one group's softmax runs
-    outside its turn. Named barriers 12 and 13 (``PINGPONG_BARRIERS``) appear only in the
-    turns: the control (``pp-off``) names none of them, nor any id but TileLang's own. The
-    knob is refused with ``hoist_keys``, and ``launch.call_knobs`` drops that permission."""
-    from tools import lab_tilelang as L
+#: The key loop's order of turns, products, their waits and the exponentials, per ``pingpong``
+#: value (runs of one kind collapsed): 1 hands the turn over after the product's wait, 2 before.
+_PP_ORDER = {1: ["take", "qk", "wait", "give", "ex2", "take", "pv", "wait", "give"],
+             2: ["take", "qk", "give", "wait", "ex2", "take", "pv", "give", "wait"]}
 
-    cfg = L.VARIANTS["pp"][0](128)
-    full = launch.full_knobs(cfg[4:])
-    assert (cfg[:4], full[launch._KNOB["pingpong"]]) == ((128, 64, 2, 256), 1)
-    src, sass, _ = _cubin(_call_args(128, cfg))
-    assert "STL" not in sass and "LDL" not in sass
+
+def _pp_loop(sass):
+    """The consumer key loop's barriers and the order of its turns (``take`` / ``give``),
+    products (``qk``: shared-memory operands; ``pv``: the register operand ``P``), their waits
+    and ``MUFU.EX2``, runs of one kind collapsed."""
     loop = sass_loops.loops(sass)[0]
     body = [t for a, t in sass_loops.instructions(sass)
             if int(loop["start"], 16) <= a <= int(loop["branch"], 16)]
@@ -794,36 +787,80 @@ def test_pingpong_turns_bracket_each_product_in_the_key_loop():
             kinds.append("take")
         elif re.search(r"\bBAR\.ARV R\d+, 0x100\b", t):
             kinds.append("give")
-        elif "HGMMA.64x64x16" in t:
-            kinds.append("qk")
-        elif "HGMMA.64x128x16" in t:
+        elif re.search(r"\bHGMMA\.\S+ R\d+, R\d+, gdesc", t):
             kinds.append("pv")
+        elif re.search(r"\bHGMMA\.\S+ R\d+, gdesc", t):
+            kinds.append("qk")
+        elif "WARPGROUP.DEPBAR" in t:
+            kinds.append("wait")
         elif "MUFU.EX2" in t:
             kinds.append("ex2")
-    seq = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]  # runs collapsed
-    assert seq == ["take", "qk", "give", "ex2", "take", "pv", "give"], seq
-    # no other barrier in the loop (one of both groups would meet a group waiting for its
-    # turn): the four turns and group 1's first hand-over (an immediate id, tile 0 only)
-    bars = [t for t in body if re.search(r"\bBAR\.", t)]
+    seq = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]
+    return [t for t in body if re.search(r"\bBAR\.", t)], seq
+
+
+def _named_barriers(src):
+    """The ids of TileLang's own named-barrier syncs and arrivals in a CUDA source."""
+    return set(re.findall(r"__(?:sync_thread_partial|named_barrier_arrive)\((\d+)", src))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("variant, pingpong", [("pp", 1), ("pp-async", 2)])
+def test_pingpong_turns_bracket_each_product_in_the_key_loop(variant, pingpong, D):
+    """The lab's ping-pong (``pingpong`` 1 and 2, session 52: ``kernels.PINGPONG_SRC``) on the
+    128 x 64 tile of two consumer warp groups, built for sm_90a: in the consumer's key loop
+    each product is bracketed by its turn, a ``BAR.SYNC`` on a register id before it (the key
+    tile's mbarrier wait may come either side) and a ``BAR.ARV`` after its wait (1) or between
+    its issue and its wait (2: the other group's product queues behind it). The ``P V`` turn's
+    wait comes after the softmax step's last ``MUFU.EX2`` (ptxas hoisted it above the whole
+    step until its id depended on the row sums), so one group's softmax runs outside its turn.
+    No other barrier sits in the loop (a sync of both groups would meet a group waiting for its
+    turn): the four turns and group 1's first hand-over (an immediate id, tile 0 only). Named
+    barriers 12 and 13 (``PINGPONG_BARRIERS``) appear only in the turns: TileLang's own
+    partial syncs name neither, here or in the control ``pp-off``."""
+    from tools import lab_tilelang as L
+
+    cfg = L.VARIANTS[variant][0](D)
+    assert (cfg[:4], launch.full_knobs(cfg[4:])[launch._KNOB["pingpong"]]) == (
+        (128, 64, 2, 256), pingpong)
+    src, sass, _ = _cubin(_call_args(D, cfg))
+    assert "STL" not in sass and "LDL" not in sass
+    bars, seq = _pp_loop(sass)
+    assert seq == _PP_ORDER[pingpong], seq
     assert len(bars) == 5 and sum("BAR.ARV 0xc, 0x100" in t for t in bars) == 1, bars
-    other = set(re.findall(r"__sync_thread_partial\((\d+)", src)) | set(
-        re.findall(r"__named_barrier_arrive\((\d+)", src))
-    assert not other & {"12", "13"}, other
-    ctl = _cubin(_call_args(128, L.VARIANTS["pp-off"][0](128)))
-    assert "hils_pp_turn" not in ctl[0] and not re.search(r"BAR\.(SYNC|ARV)\S* R\d+", ctl[1])
-    assert not set(re.findall(r"__sync_thread_partial\((\d+)", ctl[0])) & {"12", "13"}
-    args = dict(zip(("Dqk", "Dv", "dtype", "mask_lmk", "expand_to_chunk", "q_blhd", "kv_blhd",
-                     "block_M", "block_N", "num_stages", "threads", "split"),
-                    _call_args(128, cfg)[:12]))
-    with pytest.raises(ValueError, match="pingpong"):
-        kernels.fwd_tc.get_tir(**args, hoist_keys=1, pingpong=1)
-    with pytest.raises(ValueError, match="pingpong"):
-        kernels.fwd_tc.get_tir(**{**args, "block_M": 64, "threads": 128}, pingpong=1)
-    def baked(view, **knobs):
+    assert not _named_barriers(src) & {"12", "13"}
+    if (pingpong, D) == (1, 128):
+        ctl = _cubin(_call_args(128, L.VARIANTS["pp-off"][0](128)))
+        assert "hils_pp_turn" not in ctl[0] and not re.search(r"BAR\.(SYNC|ARV)\S* R\d+", ctl[1])
+        assert not _named_barriers(ctl[0]) & {"12", "13"}
+
+
+def test_pingpong_refusals_and_permissions():
+    """Where the kernel refuses ``pingpong`` (each refusal by its own message, on the lab's pp
+    build with only the one factor changed) and what ``launch.call_knobs`` bakes: it drops the
+    knob where the consumers would write ``V_s`` (``mask_lmk`` without the chunk view) and with
+    ``pack``, then ``hoist_keys`` only where ``pingpong`` stays."""
+    import inspect
+
+    from tools import lab_tilelang as L
+
+    cfg = L.VARIANTS["pp"][0](128)
+    names = list(inspect.signature(kernels.fwd_tc.func).parameters)
+    args = dict(zip(names, _call_args(128, cfg)))
+    assert args["pingpong"] == 1 and args["v_chunk"] == 1 and not args.get("hoist_keys")
+    kernels.fwd_tc.get_tir(**args)  # the build the refusals below change one factor of
+    for change, message in ((dict(hoist_keys=1), "not with hoist_keys"),
+                            (dict(block_M=64, threads=128), "two consumer warp groups"),
+                            (dict(pack=2, hoist_left=0), "two consumer warp groups"),
+                            (dict(v_chunk=0, lmk_const=False), "chunk view of v")):
+        with pytest.raises(ValueError, match=message):
+            kernels.fwd_tc.get_tir(**{**args, **change})
+
+    def baked(view, group=1, **knobs):
         full = launch.full_knobs(launch.call_knobs(launch.with_knobs(cfg, **knobs)[4:], True,
-                                                   64, 64, None, 1, view, 128))
+                                                   64, 64, None, group, view, 128))
         return [full[launch._KNOB[n]] for n in ("hoist_keys", "pingpong", "v_chunk")]
+
     assert baked(True, hoist_keys=1) == [0, 1, 1]
-    assert baked(False) == [0, 0, 0]  # no view: the consumers would write V_s
-    with pytest.raises(ValueError, match="pingpong"):
-        kernels.fwd_tc.get_tir(**{**args, "v_chunk": 0}, pingpong=1)
+    assert baked(False, hoist_keys=1) == [1, 0, 0]  # no view: no pingpong, so hoist_keys stays
+    assert baked(True, group=2, pack=True, hoist_keys=1)[:2] == [0, 0]  # pack: neither

@@ -1193,8 +1193,9 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
     44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47) and ``pingpong`` (session 52,
-    TC_KNOBS' last item) are ints: a config written before one of them that ends in ``ws`` is refused there, not read
-    as one producer warp (True) or none, as a rescale threshold, as a hoist or as a shift.
+    TC_KNOBS' last item) are ints: a config written before one of them that ends in ``ws`` is
+    refused there, not read as one producer warp (True) or none, as a rescale threshold, as a
+    hoist, as a shift or as turns.
     (The config: the shipped long-call one with ``hoist_left`` and ``hoist_keys`` off, so that
     every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)

@@ -124,11 +124,12 @@ VC_SHIFT = (0, 1)
 #: softmax step, instead of both groups in step. 1 hands the turn over once the product is done
 #: (``T.gemm`` waits for it); 2 once it is issued (``T.wgmma_gemm``, then the hand-over, then
 #: ``T.wait_wgmma``), so the other group's product queues behind it, as FA3 does. Measured in
-#: session 52 (``tools/lab_tilelang.py`` ``pp``, ``pp-async`` and the control ``pp-off``, five
-#: runs on one H100, L2 not flushed, bench_results/tilelang-lab52-h100-*.json): at D = 128,
-#: L = 8K, 0.70-0.72x the shipped kernel with 1 and 0.78x with 2, where the same tile with the
-#: groups in step is 0.80-0.82x (2 is 2-4% below that control, 1 11-15%): the turns gain nothing
-#: over the in-step groups, and the tile they need loses to two 64-row CTAs an SM. Never shipped (BENCHMARKS.md, session 52).
+#: session 52 (``tools/lab_tilelang.py`` ``pp`` and the control ``pp-off`` in five runs,
+#: ``pp-async`` in two, one H100, L2 not flushed, bench_results/tilelang-lab52-h100-*.json): at
+#: D = 128, L = 8K, 0.70-0.72x the shipped kernel with 1 and 0.78x with 2, where the same tile
+#: with the groups in step is 0.80-0.82x (1 is 11-15% below that control, 2 is 2-3%): the
+#: turns gain nothing over the in-step groups, and the tile they need loses to two 64-row CTAs
+#: an SM. Never shipped (BENCHMARKS.md, session 52).
 PINGPONG = (0, 1, 2)
 #: The two named barriers of ``pingpong`` (turn of group 0, turn of group 1): ids TileLang
 #: 0.1.15 leaves unused in this kernel (it takes 0 for the CTA and low ids for its own
@@ -560,10 +561,10 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                          f"n >= 2 needs block_N={block_N} a multiple of 8 n and Dv={Dv} one of "
                          f"{V_CHUNK_SPAN_DV} (launch.V_CHUNK_SPAN_DV)")
     if pingpong and not (ws and threads == 256 and block_M == 128 and not overlap and not split
-                         and not lazy_rescale):
+                         and not lazy_rescale and not pack):
         raise ValueError("pingpong needs warp specialisation (fwd_tc), two consumer warp groups "
-                         "(threads=256, block_M=128), the prefill grid (no split) and neither "
-                         "overlap nor lazy_rescale")
+                         "(threads=256, block_M=128), the prefill grid (no split) and none of "
+                         "overlap, lazy_rescale and pack (never built or run with it)")
     if overlap not in OVERLAP or isinstance(overlap, bool):
         raise ValueError(f"overlap={overlap!r}: an int, one of {OVERLAP} (kernels.OVERLAP)")
     if v_chunk and not (mask_lmk and ws and overlap not in OVERLAP_OLD):

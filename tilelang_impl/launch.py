@@ -487,8 +487,9 @@ def prefill_config(p) -> tuple:
 #: moved no row beyond the runs' spread (``kernels.VC_SHIFT``); ``ws`` moves to 24.
 #: ``pingpong`` (session 52, a lab knob, ``kernels.PINGPONG``): the two consumer warp groups of
 #: a 128-row tile take turns at the tensor cores (FA3's ping-pong); no shipped config sets it;
-#: :func:`call_knobs` drops ``hoist_keys`` where it is set (the kernel refuses the pair), and
-#: drops it with ``mask_lmk`` where the call takes no chunk view of v; ``ws`` moves to 25.
+#: :func:`call_knobs` drops it with ``mask_lmk`` where the call takes no chunk view of v and
+#: with ``pack``, and drops ``hoist_keys`` where it stays (the kernel refuses the pair); ``ws``
+#: moves to 25.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -587,9 +588,10 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     (``lmk_const`` on at one chunk a tile: there ``C == block_N``), the only place the kernel
     takes it, and neither ``overlap`` 1 or 2 nor ``pack`` is baked (never built or run with
     it). ``overlap`` 3 and 4 (session 51's lean loop, ``kernels._overlap_loop``) keep all
-    three. ``pingpong`` (session 52, a lab knob) drops ``hoist_keys``, and is itself dropped
-    with ``mask_lmk`` where the call takes no chunk view of v (the consumers would write
-    ``V_s``, and their sync of both warp groups would meet a group waiting for its turn)."""
+    three. ``pingpong`` (session 52, a lab knob) is dropped with ``mask_lmk`` where the call
+    takes no chunk view of v (the consumers would write ``V_s``, and their sync of both warp
+    groups would meet a group waiting for its turn) and with ``pack`` or ``overlap`` 1 or 2
+    (never built or run there); where it stays, ``hoist_keys`` is dropped."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -606,14 +608,17 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     # was built or run with session 25's overlap (1, 2) or pack, and hoist_left acts in
     # mask_split's tile test
     unrun = full[_KNOB["overlap"]] in OVERLAP_OLD or full[pk]
+    # pingpong first (the kernel refuses it where the consumers write V_s, and with pack, which
+    # it was never built or run with); then hoist_keys, which the kernel refuses beside it
+    pp = _KNOB["pingpong"]
+    if unrun or (mask_lmk and not full[vc]):
+        full[pp] = 0
     if unrun or not full[_KNOB["mask_split"]]:
         full[_KNOB["hoist_left"]] = 0
-    if unrun or full[_KNOB["pingpong"]]:  # pingpong: the kernel refuses hoist_keys with it
+    if unrun or full[pp]:
         full[_KNOB["hoist_keys"]] = 0
     if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0
-    if mask_lmk and not full[vc]:  # the consumers write V_s: the kernel refuses pingpong
-        full[_KNOB["pingpong"]] = 0
     return trimmed_knobs(full)
 
 

@@ -340,14 +340,14 @@ VARIANTS = {
                 "D=64 +5..+20% over pp and -5..+10% against shipped; measured (session 52): "
                 "D=64 0.73-0.80x shipped, +35..+40% over pp"),
     # Written after pp's first runs (session 52, one H100: pp 0.70-0.72x shipped at D=128 and
-    # 12-13% below its control pp-off in those three runs): pp hands the turn over only once its product is done, so
-    # the tensor pipe drains at each of the four hand-overs a tile pair.
+    # about 13% below its control pp-off in those three runs): pp hands the turn over only once
+    # its product is done, so the tensor pipe drains at each of the four hand-overs a tile pair.
     "pp-async": (lambda D: _pp(D, pingpong=2),
                  "pp with the turn handed over once the product is issued (pingpong 2: "
                  "T.wgmma_gemm, bar.arrive, then the wait), so the other group's product queues "
                  "behind it instead of after a drained pipe",
                  "D=128 290-340 TFLOP/s on an H100 (+10..+30% over pp; 0.80-0.93x shipped), "
-                 "D=64 within +-5% of pp; measured (session 52, two runs): D=128 285.8-287.0 "
+                 "D=64 within +-5% of pp; measured (session 52, two runs): D=128 L=8K 285.8-287.0 "
                  "TFLOP/s, 0.78x shipped, +10..+13% over pp and 2-4% below pp-off; D=64 "
                  "+4..+9% over pp, 3-5% below pp-off"),
     "pp-async-occ2": (lambda D: _pp(D, pingpong=2, min_blocks=2 if D <= 64 else 0),
