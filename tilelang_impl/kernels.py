@@ -35,7 +35,7 @@ from tvm.target import Target
 from . import macros as M
 from . import producer_guard as PG
 from .launch import (FP32_TILE, INT_KNOBS, OVERLAP_OLD, V_CHUNK_SPAN_DV, V_CHUNK_SPANS,
-                     rows_j0_acts, vc_shift_acts)
+                     consumer_writes_v, rows_j0_acts, vc_shift_acts)
 
 #: The tensor-core kernels use wgmma, TMA and warpgroup register reallocation:
 #: sm_90a (plain sm_90 cannot build them).
@@ -570,7 +570,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if v_chunk and not (mask_lmk and ws and overlap not in OVERLAP_OLD):
         raise ValueError("v_chunk needs mask_lmk and warp specialisation (fwd_tc), "
                          "without overlap 1 or 2")
-    v_zero = mask_lmk and (ws or lmk_zero == "rows") and not v_chunk  # consumer writes V_s
+    v_zero = consumer_writes_v(mask_lmk, v_chunk, ws, lmk_zero)  # consumer writes V_s
     if pingpong and v_zero:  # its sync of both groups would meet a group waiting for its turn
         raise ValueError("pingpong needs the chunk view of v (v_chunk) with mask_lmk: the "
                          "consumers write V_s otherwise")

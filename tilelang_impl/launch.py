@@ -552,6 +552,15 @@ def scale_fold_ok(scale_log2) -> bool:
     return positive_normal_f32(scale_log2)
 
 
+def consumer_writes_v(mask_lmk: bool, v_chunk, ws: bool = True, lmk_zero: str = "tile") -> bool:
+    """Whether the tensor-core kernel's consumers write the ``V`` tile in shared memory (its
+    landmark rows zeroed there, ``kernels._fwd_tc_body``'s ``v_zero``): with ``mask_lmk`` and
+    without the chunk view of v (``v_chunk``, whose copy writes those rows as zeros), in the
+    warp-specialised kernel (``ws``) or with ``lmk_zero="rows"``. The kernel refuses
+    ``pingpong`` there and :func:`call_knobs` drops it."""
+    return bool(mask_lmk and (ws or lmk_zero == "rows") and not v_chunk)
+
+
 def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
     """Where ``lmk_rows_j0`` changes a kernel: V's landmark rows are zeroed
     (``macros.zero_landmark_rows``) only with ``mask_lmk`` and ``lmk_zero="rows"``,
@@ -611,7 +620,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     # pingpong first (the kernel refuses it where the consumers write V_s, and with pack, which
     # it was never built or run with); then hoist_keys, which the kernel refuses beside it
     pp = _KNOB["pingpong"]
-    if unrun or (mask_lmk and not full[vc]):
+    if unrun or consumer_writes_v(mask_lmk, full[vc], True, full[_KNOB["lmk_zero"]]):
         full[pp] = 0
     if unrun or not full[_KNOB["mask_split"]]:
         full[_KNOB["hoist_left"]] = 0
