@@ -106,6 +106,56 @@ def test_blhd_views_and_dqk_ne_dv():
     _check(q, k, v, window_size=8, chunk_size=4)
 
 
+@pytest.mark.parametrize("Dqk,Dv,blhd,dtype", [
+    (40, 40, False, torch.float32), (72, 56, True, torch.float16), (33, 200, False, torch.bfloat16),
+    (64, 40, True, torch.float32), (40, 64, False, torch.float32), (255, 33, False, torch.float32)],
+    ids=lambda x: str(x).replace("torch.", ""))
+def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, monkeypatch):
+    """Head dims that are not multiples of launch.D_STEP run as the same call on zero-padded
+    copies (api._kernel_call): the kernel is built for the padded dims, only the keys from
+    the first one a query sees are copied (the call moved to start there, kv_start included,
+    so the landmarks stay put), o comes back with the call's Dv, contiguous, and the scale
+    stays 1 / sqrt(Dqk) of the call, not of the padded dim. NaN in every slot no query sees,
+    including those left of the copied range."""
+    from tilelang_impl import api
+    kw = dict(window_size=11, chunk_size=4, kv_start=5)
+    q, k, v = _inputs(2, 4, 2, 9, 60, Dqk, Dv, dtype, seed=Dqk + Dv, blhd=blhd)
+    seen = {}
+    run_cpu = launch.run_cpu
+
+    def spy(p, *a):
+        seen["p"] = p
+        return run_cpu(p, *a)
+    monkeypatch.setattr(launch, "run_cpu", spy)
+    _check(q, k, v, nan_slots=True, **kw)
+    kp = seen["p"]
+    assert (kp.Dqk, kp.Dv) == launch.kernel_dims(kp) == (-(-Dqk // 16) * 16, -(-Dv // 16) * 16)
+    j0 = reference.visible_key_range(0, 9, Lq=9, Lk=60, window_size=11, chunk_size=4,
+                                     kv_start=5)[0]
+    assert j0 > 0 and (kp.Lk, kp.kv_start, kp.Lq) == (60 - j0, 5 + j0, 9)
+    assert kp.sm_scale == 1 / math.sqrt(Dqk)
+    text = api.describe_call(q, k, v, **kw)
+    assert f"keys {j0}..59 copied" in text and (f"Dqk {Dqk} -> {kp.Dqk}" in text) == (Dqk % 16 > 0)
+    assert (f"Dv {Dv} -> {kp.Dv}" in text) == (", o copied out" in text) == (Dv % 16 > 0)
+
+
+def test_head_dims_on_kernel_steps_are_not_copied(monkeypatch):
+    """A call whose head dims are multiples of launch.D_STEP reaches the kernel with its own
+    tensors and problem: no padding copy, no key range cut."""
+    from tilelang_impl import api
+    q, k, v = _inputs(1, 2, 1, 9, 60, 48, 80, torch.float32)
+    assert api._kernel_call(p := api._problem(q, k, v, 11, 4, True, True, 5, None), q, k, v) == (
+        p, q, k, v)
+    assert "padded" not in api.describe_call(q, k, v, window_size=11, chunk_size=4, kv_start=5)
+
+
+def test_kernels_refuse_head_dims_between_steps():
+    """launch._kernel refuses to build a forward kernel for head dims that are not multiples
+    of D_STEP (the adapter pads those first), before TileLang sees them."""
+    with pytest.raises(RuntimeError, match="multiples of 16"):
+        launch._kernel("fwd_cpu", 40, 48, True, True, False, False, 16, 16)
+
+
 def test_d96_and_odd_strides():
     q, k, v = _inputs(1, 2, 2, 20, 20, 96, 96, torch.float32, seed=8)
     v = torch.randn(1, 20, 96, 2).permute(0, 3, 1, 2)  # (1, 2, 20, 96), neither BHLD nor BLHD
@@ -114,8 +164,11 @@ def test_d96_and_odd_strides():
 
 
 def test_unsupported_and_errors():
-    q, k, v = _inputs(1, 1, 1, 4, 4, 40, 40, torch.float32)
-    with pytest.raises(UnsupportedConfig, match="Dqk=40"):
+    q, k, v = _inputs(1, 1, 1, 4, 4, 264, 264, torch.float32)
+    with pytest.raises(UnsupportedConfig, match=r"Dqk=264 is not supported \(32..256\)"):
+        swa(q, k, v, window_size=2, chunk_size=2)
+    q, k, v = _inputs(1, 1, 1, 4, 4, 64, 31, torch.float32)
+    with pytest.raises(UnsupportedConfig, match=r"Dv=31 is not supported"):
         swa(q, k, v, window_size=2, chunk_size=2)
     q, k, v = _inputs(1, 3, 2, 4, 4, 32, 32, torch.float32)
     with pytest.raises(ValueError, match="Hq % Hkv"):

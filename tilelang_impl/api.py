@@ -13,8 +13,14 @@ no copy). Any other stride pattern is copied once to the canonical order
 (``.contiguous()``). If ``k`` and ``v`` arrive in different orders, ``v`` is
 copied into ``k``'s. A tensor whose address is not a multiple of 16 bytes (a
 view at an odd offset into a larger buffer), which the copy engine's tensor
-maps cannot take, is copied once in its own order. These are the only copies
-the adapter makes on the GPU.
+maps cannot take, is copied once in its own order.
+
+Head dims. The kernels are built for head dims that are multiples of 16 (the
+wgmma K step). A call with another head dim (32..256) runs as the same call on
+zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded to the next
+multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see copied,
+and ``o`` copied out of the padded output. These and the copies above are the
+only copies the adapter makes on the GPU; :func:`describe_call` names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
@@ -24,10 +30,14 @@ GPU kernels do anyway.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+import torch.nn.functional as F
 
 from reference.device import device_type, made_current
 from reference.errors import UnsupportedConfig
+from reference.mask import visible_key_range
 from reference.validation import check_inputs
 
 from . import launch
@@ -67,6 +77,35 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
+def _kernel_call(p, q, k, v):
+    """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty): the call itself
+    where both head dims are multiples of ``launch.D_STEP``; else the same call on zero-padded
+    copies (``launch.kernel_dims``). ``q`` and ``k`` get zero columns up to the kernels'
+    ``Dqk`` (they add nothing to a score), ``v`` up to their ``Dv`` (columns of ``o`` that
+    :func:`_unpadded` drops); ``p.sm_scale`` is the call's, so the default stays 1 / sqrt of
+    the call's ``Dqk``. Only keys from the first one a query can see are copied
+    (``reference.mask.visible_key_range``), the call moved to start there (``kv_start`` plus
+    the keys left out, so every position and landmark stays where it was): a decode step over
+    a long cache copies its window, not the cache."""
+    Dqk, Dv = launch.kernel_dims(p)
+    if (Dqk, Dv) == (p.Dqk, p.Dv):
+        return p, q, k, v
+    j0 = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
+                           chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
+                           kv_start=p.kv_start)[0]
+    k, v = k[:, :, j0:], v[:, :, j0:]
+    padded = [F.pad(x, (0, D - x.shape[-1])) if D != x.shape[-1] else x
+              for x, D in ((q, Dqk), (k, Dqk), (v, Dv))]
+    return (dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0),
+            *padded)
+
+
+def _unpadded(o, Dv: int):
+    """The call's ``o`` from the kernels' (:func:`_kernel_call`): itself, or its first ``Dv``
+    columns copied to the canonical contiguous layout."""
+    return o if o.shape[-1] == Dv else o[..., :Dv].contiguous()
+
+
 #: The copy engine's tensor maps need base addresses aligned to this many bytes.
 TMA_ALIGN = 16
 
@@ -85,7 +124,8 @@ def _served(x):
 
 
 def _run_cuda(p, q, k, v, force_split: int | None = None):
-    """The CUDA path of a checked, non-empty call: the kernels' views of the inputs
+    """The CUDA path of a checked, non-empty call as the kernels take it
+    (:func:`_kernel_call`): the kernels' views of the inputs
     (:func:`_views`; one copy of a tensor neither layout serves or whose address the copy
     engine refuses, :func:`_served`), new canonical outputs, :func:`launch.run_cuda`
     (``force_split``: its private knob, ``split_kv``'s)."""
@@ -108,11 +148,18 @@ def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_
 
 
 def _describe(p, q, k, v, force_split: int | None = None) -> str:
-    """:func:`describe_call` of a checked call (``force_split``: ``split_kv``'s)."""
+    """:func:`describe_call` of a checked call (``force_split``: ``split_kv``'s, planned for
+    the call as the kernels take it)."""
     if p.empty:
         return "no kernel (empty output)"
-    views, q_blhd, kv_blhd = _views(q, k, v)
-    text = launch.describe(p, q_blhd, kv_blhd, force_split)
+    kp, kq, kk, kv = _kernel_call(p, q, k, v)
+    views, q_blhd, kv_blhd = _views(kq, kk, kv)
+    text = launch.describe(kp, q_blhd, kv_blhd, force_split)
+    if kp is not p:
+        pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
+                if d != kd]
+        text += (f" (head dims padded: {', '.join(pads)}; keys {p.Lk - kp.Lk}..{p.Lk - 1} "
+                 f"copied{', o copied out' if kp.Dv != p.Dv else ''})")
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
@@ -124,8 +171,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     Same contract as :func:`reference.sliding_window_attention`: returns
     ``o (B, Hq, Lq, Dv)`` contiguous in ``q.dtype`` and ``lse (B, Hq, Lq)``
     fp32, natural log. Raises ``ValueError`` for bad input and
-    :class:`UnsupportedConfig` for head dims outside 32..256 (multiples of
-    16), ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
+    :class:`UnsupportedConfig` for head dims outside 32..256 (head dims that are
+    not multiples of 16 run on zero-padded copies, the module's docstring), ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
     kernels are built ``wide``, ``launch.wide_positions``), ``|sm_scale| > 2.3586e38`` (the
     score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU,
     bf16/fp16 on a CUDA device that is not Hopper, and more than 65535 query heads on a CUDA
@@ -137,10 +184,12 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
+    kp, q, k, v = _kernel_call(p, q, k, v)
     if device_type(p.device) == "cuda":
-        return _run_cuda(p, q, k, v)
+        o, lse = _run_cuda(kp, q, k, v)
+        return _unpadded(o, p.Dv), lse
     (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
-    o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
-    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
-    launch.run_cpu(p, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o32, lse)
-    return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse
+    o32 = torch.empty((kp.B, kp.Hq, kp.Lq, kp.Dv), dtype=torch.float32)
+    lse = torch.empty((kp.B, kp.Hq, kp.Lq), dtype=torch.float32)
+    launch.run_cpu(kp, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o32, lse)
+    return _unpadded(o32 if p.dtype == torch.float32 else o32.to(p.dtype), p.Dv), lse

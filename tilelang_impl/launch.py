@@ -22,7 +22,9 @@ from reference.validation import LOG2E, check_f32_score_scale, positive_normal_f
 from . import producer_guard
 
 
-# Head dims served (both Dqk and Dv): the wgmma K step is 16.
+# Head dims served (both Dqk and Dv), and the step of the head dims the kernels are built for
+# (the wgmma K step is 16): a call between two steps runs on zero-padded copies
+# (:func:`kernel_dims`, ``api._kernel_call``).
 MIN_D, MAX_D, D_STEP = 32, 256, 16
 #: The landmark test divides in float32 (``macros.is_landmark``): one quotient is exact for
 #: the kernel frame's positions below this (``Lk + C``, ``C`` its chunk, :func:`frame`) ...
@@ -787,6 +789,9 @@ def _kernel(kind: str, *args, **named):
     ker = _cache.get((kind,) + key)
     if ker is None:
         from . import kernels  # TileLang import deferred to the first launch
+        if kind.startswith("fwd") and (args[0] % D_STEP or args[1] % D_STEP):
+            raise RuntimeError(f"tilelang: {kind} built for head dims {args[:2]}: the kernels take "
+                               f"multiples of {D_STEP} (api._kernel_call pads the others)")
         if kind == "fwd_tc":  # warp-specialised: built with the producer guard, or refused
             producer_guard.ensure()
         ker = _keep(kind, key, getattr(kernels, kind)(*args, **named))
@@ -861,13 +866,18 @@ def _call(kind: str, *args):
     return fn
 
 
+def kernel_dims(p) -> tuple[int, int]:
+    """``(Dqk, Dv)`` of the kernels that serve ``p``: each head dim rounded up to a multiple
+    of :data:`D_STEP` (itself where it is one)."""
+    return -(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP
+
+
 def check_limits(p) -> None:
     """Raise :class:`UnsupportedConfig` for valid inputs this backend cannot serve."""
     for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
-        if not (MIN_D <= d <= MAX_D and d % D_STEP == 0):
+        if not MIN_D <= d <= MAX_D:
             raise UnsupportedConfig(
-                f"tilelang: head dim {name}={d} is not supported "
-                f"({MIN_D}..{MAX_D}, a multiple of {D_STEP})")
+                f"tilelang: head dim {name}={d} is not supported ({MIN_D}..{MAX_D})")
     check_f32_score_scale(p.sm_scale, "tilelang")
     if p.Hq > GRID_YZ_MAX and device_type(p.device) != "cpu":
         raise UnsupportedConfig(f"tilelang: Hq={p.Hq} query heads are not supported on the GPU (at "

@@ -21,17 +21,19 @@ __all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]
 
 
 def _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
-    """``(problem, split count)``; :class:`UnsupportedConfig` where no split variant runs."""
+    """``(problem, split count)``, the count planned for the call as the kernels take it
+    (``api._kernel_call``: head dims padded to the kernels'); :class:`UnsupportedConfig`
+    where no split variant runs."""
     p = api._problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start,
                      sm_scale)
     if p.empty:
         return p, 0
-    S = launch.forced_plan(p) if p.device.type == "cuda" else None
+    S = launch.forced_plan(api._kernel_call(p, q, k, v)[0]) if p.device.type == "cuda" else None
     if S is None:
         raise UnsupportedConfig(
             "tilelang-split: split-KV runs for bf16/fp16 CUDA tensors with Dv in "
             f"{launch.SPLIT_DV} and head dims up to 128 (got {p.dtype}, {p.device.type}, "
-            f"Dqk={p.Dqk}, Dv={p.Dv})")
+            f"Dqk={p.Dqk}, Dv={p.Dv}; the kernels' {launch.kernel_dims(p)})")
     return p, S
 
 
@@ -41,7 +43,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     p, S = _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
-    return api._run_cuda(p, q, k, v, force_split=S)
+    o, lse = api._run_cuda(*api._kernel_call(p, q, k, v), force_split=S)
+    return api._unpadded(o, p.Dv), lse
 
 
 def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,
