@@ -106,19 +106,26 @@ def test_blhd_views_and_dqk_ne_dv():
     _check(q, k, v, window_size=8, chunk_size=4)
 
 
-@pytest.mark.parametrize("Dqk,Dv,blhd,dtype", [
-    (40, 40, False, torch.float32), (72, 56, True, torch.float16), (33, 200, False, torch.bfloat16),
-    (64, 40, True, torch.float32), (40, 64, False, torch.float32), (255, 33, False, torch.float32)],
-    ids=lambda x: str(x).replace("torch.", ""))
-def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, monkeypatch):
+PADDED_KW = dict(window_size=11, chunk_size=4, kv_start=5)
+
+
+@pytest.mark.parametrize("Dqk,Dv,blhd,dtype,flags", [
+    (40, 40, False, torch.float32, {}), (72, 56, True, torch.float16, {}),
+    (33, 200, False, torch.bfloat16, {}), (64, 40, True, torch.float32, {}),
+    (40, 64, False, torch.float32, dict(expand_to_chunk=False)),
+    (255, 33, False, torch.float32, dict(mask_lmk=False, expand_to_chunk=False))],
+    ids=lambda x: str(x).replace("torch.", "") if not isinstance(x, dict) else
+    "-".join(f"{n}{int(b)}" for n, b in x.items()) or "defaults")
+def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, monkeypatch):
     """Head dims that are not multiples of launch.D_STEP run as the same call on zero-padded
     copies (api._kernel_call): the kernel is built for the padded dims, only the keys from
     the first one a query sees are copied (the call moved to start there, kv_start included,
-    so the landmarks stay put), o comes back with the call's Dv, contiguous, and the scale
-    stays 1 / sqrt(Dqk) of the call, not of the padded dim. NaN in every slot no query sees,
-    including those left of the copied range."""
+    so the landmarks stay put; without expand_to_chunk the new start is off the chunk grid),
+    o comes back with the call's Dv, contiguous, and the scale stays 1 / sqrt(Dqk) of the
+    call, not of the padded dim. NaN in every slot no query sees, including those left of
+    the copied range. The copies are stored as the kernels read them (no second copy)."""
     from tilelang_impl import api
-    kw = dict(window_size=11, chunk_size=4, kv_start=5)
+    kw = dict(PADDED_KW, **flags)
     q, k, v = _inputs(2, 4, 2, 9, 60, Dqk, Dv, dtype, seed=Dqk + Dv, blhd=blhd)
     seen = {}
     run_cpu = launch.run_cpu
@@ -130,13 +137,43 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, monkeyp
     _check(q, k, v, nan_slots=True, **kw)
     kp = seen["p"]
     assert (kp.Dqk, kp.Dv) == launch.kernel_dims(kp) == (-(-Dqk // 16) * 16, -(-Dv // 16) * 16)
-    j0 = reference.visible_key_range(0, 9, Lq=9, Lk=60, window_size=11, chunk_size=4,
-                                     kv_start=5)[0]
+    rule = {n: kw[n] for n in ("window_size", "chunk_size", "kv_start", "expand_to_chunk")
+            if n in kw}
+    j0 = reference.visible_key_range(0, 9, Lq=9, Lk=60, **rule)[0]
     assert j0 > 0 and (kp.Lk, kp.kv_start, kp.Lq) == (60 - j0, 5 + j0, 9)
     assert kp.sm_scale == 1 / math.sqrt(Dqk)
+    p = api._problem(q, k, v, devices=("cpu",), sm_scale=None, **{
+        **dict(mask_lmk=True, expand_to_chunk=True), **kw})
+    _, *served = api._kernel_call(p, q, k, v)
+    assert not any(api._copied(x) for x in api._views(*served)[0])
     text = api.describe_call(q, k, v, **kw)
-    assert f"keys {j0}..59 copied" in text and (f"Dqk {Dqk} -> {kp.Dqk}" in text) == (Dqk % 16 > 0)
-    assert (f"Dv {Dv} -> {kp.Dv}" in text) == (", o copied out" in text) == (Dv % 16 > 0)
+    assert f"; copies q, k, v, keys {j0}..59" in text or f"; copies k, v, keys {j0}..59" in text
+    assert (f"Dqk {Dqk} -> {kp.Dqk}" in text) == (Dqk % 16 > 0) == ("copies q," in text)
+    assert (f"Dv {Dv} -> {kp.Dv}" in text) == ("; o copied out" in text) == (Dv % 16 > 0)
+
+
+def test_padded_call_on_the_cuda_branch(monkeypatch):
+    """api._run's CUDA branch: _run_cuda gets the padded problem and tensors, and the call
+    returns o cut back to its Dv, contiguous (the kernels stubbed: poisoned outputs of the
+    padded shape with the columns past Dv marked)."""
+    from tilelang_impl import api
+    q, k, v = _inputs(2, 4, 2, 9, 60, 40, 56, torch.bfloat16, blhd=True)
+    got = {}
+
+    def fake_run_cuda(kp, q_, k_, v_, force_split=None):
+        got.update(kp=kp, shapes=(q_.shape, k_.shape, v_.shape), split=force_split)
+        o = torch.full((kp.B, kp.Hq, kp.Lq, kp.Dv), float("nan"), dtype=q_.dtype)
+        o[..., :56] = 1.0
+        return o, torch.zeros(kp.B, kp.Hq, kp.Lq)
+    p = api._problem(q, k, v, devices=("cpu",), sm_scale=None, mask_lmk=True,
+                     expand_to_chunk=True, **PADDED_KW)
+    monkeypatch.setattr(api, "_run_cuda", fake_run_cuda)
+    monkeypatch.setattr(api, "device_type", lambda d: "cuda")
+    o, lse = api._run(p, q, k, v, force_split=3)
+    kp = got["kp"]
+    assert (kp.Dqk, kp.Dv, got["split"]) == (48, 64, 3)
+    assert got["shapes"] == ((2, 4, 9, 48), (2, 2, kp.Lk, 48), (2, 2, kp.Lk, 64))
+    assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
 
 
 def test_head_dims_on_kernel_steps_are_not_copied(monkeypatch):

@@ -216,6 +216,6 @@ def test_the_launcher_refuses_a_kernel_built_without_the_guard(monkeypatch):
     monkeypatch.setattr(kernels, "fwd_tc", lambda *args: _Built(source()))
     monkeypatch.setattr(launch, "_cache", {})
     with pytest.raises(PG.GuardError, match="without hils-swa's producer guard"):
-        launch._kernel("fwd_tc", 1, 2, 3)
+        launch._kernel("fwd_tc", 64, 64, 3)
     monkeypatch.setattr(kernels, "fwd_tc", lambda *args: _Built(PG.guard(source())))
-    assert PG.guarded(launch._kernel("fwd_tc", 1, 2, 3).get_kernel_source())
+    assert PG.guarded(launch._kernel("fwd_tc", 64, 64, 3).get_kernel_source())

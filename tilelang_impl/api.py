@@ -77,27 +77,53 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
-def _kernel_call(p, q, k, v):
-    """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty): the call itself
-    where both head dims are multiples of ``launch.D_STEP``; else the same call on zero-padded
-    copies (``launch.kernel_dims``). ``q`` and ``k`` get zero columns up to the kernels'
-    ``Dqk`` (they add nothing to a score), ``v`` up to their ``Dv`` (columns of ``o`` that
-    :func:`_unpadded` drops); ``p.sm_scale`` is the call's, so the default stays 1 / sqrt of
-    the call's ``Dqk``. Only keys from the first one a query can see are copied
-    (``reference.mask.visible_key_range``), the call moved to start there (``kv_start`` plus
-    the keys left out, so every position and landmark stays where it was): a decode step over
-    a long cache copies its window, not the cache."""
+def _kernel_problem(p):
+    """``(problem, j0)``: the call as the kernels take it, planning only (no tensor made).
+    Itself and 0 where both head dims are multiples of ``launch.D_STEP``; else the same
+    call with head dims rounded up (``launch.kernel_dims``), moved to start at ``j0``, the
+    first key a query can see (``reference.mask.visible_key_range``): ``kv_start`` plus the
+    keys left out, so every position and landmark stays where it was."""
+    if not (p.Dqk | p.Dv) % launch.D_STEP:  # both multiples (D_STEP is a power of two)
+        return p, 0
     Dqk, Dv = launch.kernel_dims(p)
-    if (Dqk, Dv) == (p.Dqk, p.Dv):
-        return p, q, k, v
     j0 = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                            chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                            kv_start=p.kv_start)[0]
-    k, v = k[:, :, j0:], v[:, :, j0:]
-    padded = [F.pad(x, (0, D - x.shape[-1])) if D != x.shape[-1] else x
-              for x, D in ((q, Dqk), (k, Dqk), (v, Dv))]
-    return (dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0),
-            *padded)
+    return dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0), j0
+
+
+def _padded(x, D: int, blhd: bool, plan_only: bool):
+    """``x`` with zero columns up to ``D``, stored in the ``(B, L, H, D)`` order where
+    ``blhd`` (returned as its ``transpose(1, 2)``), else ``(B, H, L, D)``: a new tensor, or
+    ``x`` itself where it has ``D`` columns and is already stored so. ``plan_only``: a
+    ``meta`` stand-in with the strides the copy would have, nothing copied."""
+    s = x.transpose(1, 2) if blhd else x
+    if D == s.shape[-1] and s.is_contiguous():
+        return x
+    if plan_only:
+        s = torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device="meta")
+    s = F.pad(s, (0, D - s.shape[-1])) if D != s.shape[-1] else s.contiguous()
+    return s.transpose(1, 2) if blhd else s
+
+
+def _kernel_call(p, q, k, v, plan_only: bool = False):
+    """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
+    :func:`_kernel_problem`): the call itself where both head dims are multiples of
+    ``launch.D_STEP``; else ``q`` and ``k`` with zero columns up to the kernels' ``Dqk``
+    (they add nothing to a score), ``v`` up to their ``Dv`` (columns of ``o`` that
+    :func:`_unpadded` drops), ``k`` and ``v`` from the first key a query can see only, each
+    in its own storage order and ``v`` in ``k``'s (:func:`_padded`), so the kernels read
+    them as they are. ``p.sm_scale`` is the call's: the default stays 1 / sqrt of the call's
+    ``Dqk``. A decode step over a long cache copies its window, not the cache.
+    ``plan_only``: ``meta`` stand-ins for the copies (:func:`_describe`)."""
+    kp, j0 = _kernel_problem(p)
+    if kp is p:
+        return p, q, k, v
+    kv_blhd = _blhd(k)
+    if j0:
+        k, v = k[:, :, j0:], v[:, :, j0:]
+    return (kp, _padded(q, kp.Dqk, _blhd(q), plan_only), _padded(k, kp.Dqk, kv_blhd, plan_only),
+            _padded(v, kp.Dv, kv_blhd, plan_only))
 
 
 def _unpadded(o, Dv: int):
@@ -152,14 +178,15 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
     the call as the kernels take it)."""
     if p.empty:
         return "no kernel (empty output)"
-    kp, kq, kk, kv = _kernel_call(p, q, k, v)
-    views, q_blhd, kv_blhd = _views(kq, kk, kv)
+    kp, *served = _kernel_call(p, q, k, v, plan_only=True)
+    views, q_blhd, kv_blhd = _views(*served)
     text = launch.describe(kp, q_blhd, kv_blhd, force_split)
     if kp is not p:
         pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
                 if d != kd]
-        text += (f" (head dims padded: {', '.join(pads)}; keys {p.Lk - kp.Lk}..{p.Lk - 1} "
-                 f"copied{', o copied out' if kp.Dv != p.Dv else ''})")
+        made = [n for n, x, y in zip("qkv", (q, k, v), served) if x is not y]
+        text += (f" (head dims padded: {', '.join(pads)}; copies {', '.join(made)}, keys "
+                 f"{p.Lk - kp.Lk}..{p.Lk - 1}{'; o copied out' if kp.Dv != p.Dv else ''})")
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
@@ -172,7 +199,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     ``o (B, Hq, Lq, Dv)`` contiguous in ``q.dtype`` and ``lse (B, Hq, Lq)``
     fp32, natural log. Raises ``ValueError`` for bad input and
     :class:`UnsupportedConfig` for head dims outside 32..256 (head dims that are
-    not multiples of 16 run on zero-padded copies, the module's docstring), ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
+    not multiples of 16 run on zero-padded copies, the module's docstring),
+    ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
     kernels are built ``wide``, ``launch.wide_positions``), ``|sm_scale| > 2.3586e38`` (the
     score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU,
     bf16/fp16 on a CUDA device that is not Hopper, and more than 65535 query heads on a CUDA
@@ -184,12 +212,23 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     p = _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
+    return _run(p, q, k, v)
+
+
+def _run(p, q, k, v, force_split: int | None = None, run_cpu=None):
+    """``(o, lse)`` of a checked, non-empty call: the call as the kernels take it
+    (:func:`_kernel_call`), run on its device, ``o`` back to the call's ``Dv``. CUDA:
+    :func:`_run_cuda` (``force_split``: ``split_kv``'s). CPU: the inputs upcast to fp32 in
+    their storage orders, ``run_cpu`` (default :func:`launch.run_cpu`; the lab's CPU
+    kernels with knobs, ``tools/lab_tilelang.py``) into fp32 outputs, ``o`` rounded to the
+    input dtype."""
     kp, q, k, v = _kernel_call(p, q, k, v)
     if device_type(p.device) == "cuda":
-        o, lse = _run_cuda(kp, q, k, v)
+        o, lse = _run_cuda(kp, q, k, v, force_split)
         return _unpadded(o, p.Dv), lse
     (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
     o32 = torch.empty((kp.B, kp.Hq, kp.Lq, kp.Dv), dtype=torch.float32)
     lse = torch.empty((kp.B, kp.Hq, kp.Lq), dtype=torch.float32)
-    launch.run_cpu(kp, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd, kv_blhd, o32, lse)
+    (run_cpu or launch.run_cpu)(kp, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd,
+                                kv_blhd, o32, lse)
     return _unpadded(o32 if p.dtype == torch.float32 else o32.to(p.dtype), p.Dv), lse

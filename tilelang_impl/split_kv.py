@@ -6,7 +6,8 @@ kernels (partials, then :func:`kernels.combine`) only for small grids, and on th
 tiles (long-window decode), so the suite's cases, whose windows and caches are
 short, would rarely reach them. This module exposes the same canonical function
 with split-KV forced for every call that has a split variant (``launch.forced_plan``:
-bf16/fp16 on CUDA, ``Dv`` in ``launch.SPLIT_DV``, head dims up to 128), in
+bf16/fp16 on CUDA, the kernels' ``Dv`` in ``launch.SPLIT_DV``, head dims up to 128; a head
+dim between multiples of 16 counts as the one it is padded to, ``api._kernel_problem``), in
 ``launch.forced_splits`` splits (at least two, so empty partials occur too), registered as the optional backend ``tilelang-split`` (``hils-swa conform
 --backend tilelang-split``). Other calls raise :class:`UnsupportedConfig` instead of
 silently running another kernel.
@@ -22,13 +23,13 @@ __all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]
 
 def _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
     """``(problem, split count)``, the count planned for the call as the kernels take it
-    (``api._kernel_call``: head dims padded to the kernels'); :class:`UnsupportedConfig`
+    (``api._kernel_problem``: head dims padded to the kernels'); :class:`UnsupportedConfig`
     where no split variant runs."""
     p = api._problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start,
                      sm_scale)
     if p.empty:
         return p, 0
-    S = launch.forced_plan(api._kernel_call(p, q, k, v)[0]) if p.device.type == "cuda" else None
+    S = launch.forced_plan(api._kernel_problem(p)[0]) if p.device.type == "cuda" else None
     if S is None:
         raise UnsupportedConfig(
             "tilelang-split: split-KV runs for bf16/fp16 CUDA tensors with Dv in "
@@ -43,8 +44,7 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     p, S = _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale)
     if p.empty:
         return p.new_outputs()
-    o, lse = api._run_cuda(*api._kernel_call(p, q, k, v), force_split=S)
-    return api._unpadded(o, p.Dv), lse
+    return api._run(p, q, k, v, force_split=S)
 
 
 def describe_call(q, k, v, *, window_size, chunk_size, mask_lmk=True, expand_to_chunk=True,

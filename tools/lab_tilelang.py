@@ -680,8 +680,6 @@ def _cpu_with(q, k, v, knobs, **kw):
     the lab ``knobs`` (names of ``kernels.fwd_cpu``'s arguments) set: the launch of
     ``launch.run_cpu`` (``launch.cpu_kernel_args``) with them. A knob the kernel refuses beside
     the call's other knobs (``kernels._check_knobs``) makes the call ``UnsupportedConfig``."""
-    import torch
-
     from tilelang_impl import api, kernels
     launch = _launch()
     kw = dict(dict(mask_lmk=True, expand_to_chunk=True, kv_start=0, sm_scale=None), **kw)
@@ -689,18 +687,16 @@ def _cpu_with(q, k, v, knobs, **kw):
                      kw["expand_to_chunk"], kw["kv_start"], kw["sm_scale"], devices=("cpu",))
     if p.empty:
         return p.new_outputs()
-    kp, q, k, v = api._kernel_call(p, q, k, v)  # head dims padded to the kernels'
-    (q_, k_, v_), q_blhd, kv_blhd = api._views(q.float(), k.float(), v.float())
-    o32 = torch.empty((kp.B, kp.Hq, kp.Lq, kp.Dv), dtype=torch.float32)
-    lse = torch.empty((kp.B, kp.Hq, kp.Lq), dtype=torch.float32)
-    args, named, runtime = launch.cpu_kernel_args(kp, q_blhd, kv_blhd)
-    try:
-        ker = kernels.fwd_cpu(*args, **{**named, **knobs})
-    except ValueError as e:  # kernels._check_knobs: a lab knob these head dims' knobs refuse
-        from reference import UnsupportedConfig
-        raise UnsupportedConfig(f"Dqk={kp.Dqk}, Dv={kp.Dv}: {e}") from e
-    ker(q_.contiguous(), k_.contiguous(), v_.contiguous(), o32, lse, *runtime)
-    return api._unpadded(o32 if p.dtype == torch.float32 else o32.to(p.dtype), p.Dv), lse
+
+    def run(kp, q_, k_, v_, q_blhd, kv_blhd, o32, lse):  # launch.run_cpu with the knobs
+        args, named, runtime = launch.cpu_kernel_args(kp, q_blhd, kv_blhd)
+        try:
+            ker = kernels.fwd_cpu(*args, **{**named, **knobs})
+        except ValueError as e:  # kernels._check_knobs: a lab knob these head dims' knobs refuse
+            from reference import UnsupportedConfig
+            raise UnsupportedConfig(f"Dqk={kp.Dqk}, Dv={kp.Dv}: {e}") from e
+        ker(q_, k_, v_, o32, lse, *runtime)
+    return api._run(p, q, k, v, run_cpu=run)
 
 
 def cpu_lazy_rescale(q, k, v, **kw):
