@@ -176,6 +176,14 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
     assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
 
 
+def test_describe_names_only_the_copies_made():
+    """A key cut that leaves k contiguous (one batch, one key head) is a view of k, not a copy:
+    describe_call names v's padded copy alone."""
+    from tilelang_impl import api
+    q, k, v = _inputs(1, 2, 1, 9, 60, 64, 40, torch.float32)
+    assert "; copies v, keys " in api.describe_call(q, k, v, **PADDED_KW)
+
+
 def test_head_dims_on_kernel_steps_are_not_copied(monkeypatch):
     """A call whose head dims are multiples of launch.D_STEP reaches the kernel with its own
     tensors and problem: no padding copy, no key range cut."""

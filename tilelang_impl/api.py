@@ -126,6 +126,12 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
             _padded(v, kp.Dv, kv_blhd, plan_only))
 
 
+def _same_storage(x, y) -> bool:
+    """Whether ``y`` (from :func:`_kernel_call`) is a view of ``x``'s memory, not a copy (a
+    ``meta`` stand-in for one counts as a copy)."""
+    return x.device == y.device and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
 def _unpadded(o, Dv: int):
     """The call's ``o`` from the kernels' (:func:`_kernel_call`): itself, or its first ``Dv``
     columns copied to the canonical contiguous layout."""
@@ -184,7 +190,7 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
     if kp is not p:
         pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
                 if d != kd]
-        made = [n for n, x, y in zip("qkv", (q, k, v), served) if x is not y]
+        made = [n for n, x, y in zip("qkv", (q, k, v), served) if not _same_storage(x, y)]
         text += (f" (head dims padded: {', '.join(pads)}; copies {', '.join(made)}, keys "
                  f"{p.Lk - kp.Lk}..{p.Lk - 1}{'; o copied out' if kp.Dv != p.Dv else ''})")
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
