@@ -176,6 +176,53 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
     assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
 
 
+@pytest.mark.parametrize("D,pad_to,dtype,start,blhd,word", [
+    (40, 48, torch.bfloat16, 0, False, torch.int64), (120, 128, torch.float16, 0, True, torch.int64),
+    (90, 96, torch.bfloat16, 0, False, torch.int32), (33, 48, torch.bfloat16, 0, True, None),
+    (40, 48, torch.bfloat16, 1, False, None), (40, 48, torch.bfloat16, 2, True, torch.int32),
+    (40, 48, torch.float32, 1, False, None), (72, 80, torch.float32, 0, True, torch.int64),
+    (64, 64, torch.bfloat16, 0, False, torch.int64)],
+    ids=lambda x: str(x).replace("torch.", ""))
+def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, start, blhd, word,
+                                                    monkeypatch):
+    """api._padded and api._unpadded move rows as the widest integer word that tiles every row,
+    stride and address (api._words; none at a start aligned to the element only, or a
+    66-byte row), and give
+    the same bits as F.pad and a slice's .contiguous(), NaN payloads included: random bit
+    patterns, from views that start `start` elements into a larger buffer; a key-range cut
+    (not contiguous) for the D == pad_to case. New tensors start as all-ones bits, so a
+    column left unwritten shows."""
+    import torch.nn.functional as F
+    from tilelang_impl import api
+    empty = torch.empty
+
+    def dirty_empty(*a, **kw):
+        t = empty(*a, **kw)
+        if t.device.type != "meta":
+            t.view(torch.uint8).fill_(255)
+        return t
+    monkeypatch.setattr(torch, "empty", dirty_empty)
+    isize = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
+    g = torch.Generator().manual_seed(D + start)
+    half = 2 ** (8 * dtype.itemsize - 1)
+    bits = torch.randint(-half, half, (2, 3, 7, D + 4), generator=g).to(isize)
+    raw = bits.view(dtype)[..., start:start + D]  # (B, L, H, D) storage where blhd
+    x = raw.transpose(1, 2) if blhd else raw
+    if D == pad_to:
+        x = x[:, :, 2:]
+    s = x.transpose(1, 2) if blhd else x
+    assert api._words(s)[0].dtype == (word or dtype)
+    got = api._padded(x, pad_to, blhd, plan_only=False)
+    g_s = got.transpose(1, 2) if blhd else got
+    assert g_s.is_contiguous() and g_s.shape[-1] == pad_to
+    want = F.pad(s.view(isize), (0, pad_to - D))
+    assert torch.equal(g_s.view(isize), want)
+    back = api._unpadded(got, D)
+    assert back.is_contiguous() and torch.equal(back.view(isize), x.contiguous().view(isize))
+    plan = api._padded(x, pad_to, blhd, plan_only=True)
+    assert plan.device.type == "meta" and plan.stride() == got.stride()
+
+
 def test_describe_names_only_the_copies_made():
     """A key cut that leaves k contiguous (one batch, one key head) is a view of k, not a copy:
     describe_call names v's padded copy alone."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 
 from reference.device import device_type, made_current
 from reference.errors import UnsupportedConfig
@@ -92,18 +91,50 @@ def _kernel_problem(p):
     return dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0), j0
 
 
+#: Integer words for the adapter's copies, widest first: a strided copy moves one element a
+#: thread step, so a row moved as 8-byte words takes a quarter of the steps of 2-byte elements
+#: (session 54: ``F.pad``'s copies ran at 1.5 TB/s on an H100, BENCHMARKS.md).
+_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def _words(*xs):
+    """``xs`` (one dtype, last dim stride 1) viewed as the widest integer word that tiles
+    every row, stride and address of each (the same bytes: a copy or a zero fill of them is
+    the same bits); ``xs`` as they are where no word wider than an element fits."""
+    es = xs[0].element_size()
+    for w, dt in _WORDS:
+        if w > es and all(x.stride(-1) == 1 and x.data_ptr() % w == 0
+                          and all(n * es % w == 0 for n in (*x.stride()[:-1], x.shape[-1]))
+                          for x in xs):
+            return tuple(x.view(dt) for x in xs)
+    return xs
+
+
+def _copy(dst, src):
+    """``dst.copy_(src)`` for tensors of one dtype and shape, as words (:func:`_words`)
+    where both take them."""
+    if dst.stride(-1) == 1 and src.stride(-1) == 1:
+        dst, src = _words(dst, src)
+    dst.copy_(src)
+
+
 def _padded(x, D: int, blhd: bool, plan_only: bool):
     """``x`` with zero columns up to ``D``, stored in the ``(B, L, H, D)`` order where
     ``blhd`` (returned as its ``transpose(1, 2)``), else ``(B, H, L, D)``: a new tensor, or
-    ``x`` itself where it has ``D`` columns and is already stored so. ``plan_only``: a
-    ``meta`` stand-in with the strides the copy would have, nothing copied."""
+    ``x`` itself where it has ``D`` columns and is already stored so. The new tensor is
+    written once: its zero columns filled, then ``x`` copied beside them (:func:`_copy`).
+    ``plan_only``: a ``meta`` stand-in with the strides the copy has, nothing copied."""
     s = x.transpose(1, 2) if blhd else x
-    if D == s.shape[-1] and s.is_contiguous():
+    n = s.shape[-1]
+    if D == n and s.is_contiguous():
         return x
-    if plan_only:
-        s = torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device="meta")
-    s = F.pad(s, (0, D - s.shape[-1])) if D != s.shape[-1] else s.contiguous()
-    return s.transpose(1, 2) if blhd else s
+    out = torch.empty((*s.shape[:-1], D), dtype=s.dtype,
+                      device="meta" if plan_only else s.device)
+    if not plan_only:
+        if D > n:
+            _words(out[..., n:])[0].zero_()
+        _copy(out[..., :n], s)
+    return out.transpose(1, 2) if blhd else out
 
 
 def _kernel_call(p, q, k, v, plan_only: bool = False):
@@ -134,8 +165,12 @@ def _same_storage(x, y) -> bool:
 
 def _unpadded(o, Dv: int):
     """The call's ``o`` from the kernels' (:func:`_kernel_call`): itself, or its first ``Dv``
-    columns copied to the canonical contiguous layout."""
-    return o if o.shape[-1] == Dv else o[..., :Dv].contiguous()
+    columns copied to the canonical contiguous layout (:func:`_copy`)."""
+    if o.shape[-1] == Dv:
+        return o
+    out = o.new_empty((*o.shape[:-1], Dv))
+    _copy(out, o[..., :Dv])
+    return out
 
 
 #: The copy engine's tensor maps need base addresses aligned to this many bytes.
