@@ -185,40 +185,38 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
     ids=lambda x: str(x).replace("torch.", ""))
 def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, start, blhd, word,
                                                     monkeypatch):
-    """api._padded and api._unpadded move rows as the widest integer word that tiles every row,
-    stride and address (api._words; none at a start aligned to the element only, or a
-    66-byte row), and give
-    the same bits as F.pad and a slice's .contiguous(), NaN payloads included: random bit
-    patterns, from views that start `start` elements into a larger buffer; a key-range cut
-    (not contiguous) for the D == pad_to case. New tensors start as all-ones bits, so a
-    column left unwritten shows."""
+    """api._padded and api._unpadded copy rows as the widest integer word that tiles every row,
+    stride and address (api._words: none at a start aligned to the element only, or a 66-byte
+    row), and give the same bits as F.pad and a slice's .contiguous(), NaN payloads included:
+    random bit patterns, from views that start `start` elements into a larger buffer; a
+    key-range cut (not contiguous) for the D == pad_to case."""
     import torch.nn.functional as F
     from tilelang_impl import api
-    empty = torch.empty
-
-    def dirty_empty(*a, **kw):
-        t = empty(*a, **kw)
-        if t.device.type != "meta":
-            t.view(torch.uint8).fill_(255)
-        return t
-    monkeypatch.setattr(torch, "empty", dirty_empty)
     isize = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
-    g = torch.Generator().manual_seed(D + start)
     half = 2 ** (8 * dtype.itemsize - 1)
+    g = torch.Generator().manual_seed(D + start)
     bits = torch.randint(-half, half, (2, 3, 7, D + 4), generator=g).to(isize)
     raw = bits.view(dtype)[..., start:start + D]  # (B, L, H, D) storage where blhd
     x = raw.transpose(1, 2) if blhd else raw
     if D == pad_to:
         x = x[:, :, 2:]
     s = x.transpose(1, 2) if blhd else x
-    assert api._words(s)[0].dtype == (word or dtype)
+    seen = []
+    words = api._words
+
+    def spy(t):
+        seen.append(words(t).dtype)
+        return words(t)
+    monkeypatch.setattr(api, "_words", spy)
     got = api._padded(x, pad_to, blhd, plan_only=False)
     g_s = got.transpose(1, 2) if blhd else got
-    assert g_s.is_contiguous() and g_s.shape[-1] == pad_to
-    want = F.pad(s.view(isize), (0, pad_to - D))
-    assert torch.equal(g_s.view(isize), want)
+    assert g_s.is_contiguous() and g_s.shape[-1] == pad_to and got.dtype == dtype
+    assert torch.equal(g_s.view(isize), F.pad(s.view(isize), (0, pad_to - D)))
     back = api._unpadded(got, D)
-    assert back.is_contiguous() and torch.equal(back.view(isize), x.contiguous().view(isize))
+    assert back.is_contiguous() and back.dtype == dtype
+    assert torch.equal(back.view(isize), x.contiguous().view(isize))
+    # the source's word, then (where padded) the word of o's slice of the padded rows
+    assert seen == [word or dtype] + ([words(g_s[..., :D]).dtype] if D != pad_to else [])
     plan = api._padded(x, pad_to, blhd, plan_only=True)
     assert plan.device.type == "meta" and plan.stride() == got.stride()
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 
 from reference.device import device_type, made_current
 from reference.errors import UnsupportedConfig
@@ -91,50 +92,45 @@ def _kernel_problem(p):
     return dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0), j0
 
 
-#: Integer words for the adapter's copies, widest first: a strided copy moves one element a
-#: thread step, so a row moved as 8-byte words takes a quarter of the steps of 2-byte elements
-#: (session 54: ``F.pad``'s copies ran at 1.5 TB/s on an H100, BENCHMARKS.md).
+#: Integer words for the adapter's copies, widest first: PyTorch's strided copy moves one
+#: element a thread step, so rows moved as 8-byte words take a quarter of the steps of 2-byte
+#: elements (session 54: 84.6 -> 56.3 us a copy on an H100, BENCHMARKS.md).
 _WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
 
 
-def _words(*xs):
-    """``xs`` (one dtype, last dim stride 1) viewed as the widest integer word that tiles
-    every row, stride and address of each (the same bytes: a copy or a zero fill of them is
-    the same bits); ``xs`` as they are where no word wider than an element fits."""
-    es = xs[0].element_size()
-    for w, dt in _WORDS:
-        if w > es and all(x.stride(-1) == 1 and x.data_ptr() % w == 0
-                          and all(n * es % w == 0 for n in (*x.stride()[:-1], x.shape[-1]))
-                          for x in xs):
-            return tuple(x.view(dt) for x in xs)
-    return xs
-
-
-def _copy(dst, src):
-    """``dst.copy_(src)`` for tensors of one dtype and shape, as words (:func:`_words`)
-    where both take them."""
-    if dst.stride(-1) == 1 and src.stride(-1) == 1:
-        dst, src = _words(dst, src)
-    dst.copy_(src)
+def _words(x):
+    """``x`` viewed as the widest integer word that tiles its rows, strides and address (the
+    same bytes: a copy or a zero fill of them makes the same bits), or ``x`` itself where no
+    word wider than its element fits (last dim not stride 1, a row of 66 bytes, a view that
+    starts off the word)."""
+    es = x.element_size()
+    if x.stride(-1) == 1:
+        for w, dt in _WORDS:
+            if w > es and x.data_ptr() % w == 0 and all(
+                    n * es % w == 0 for n in (*x.stride()[:-1], x.shape[-1])):
+                return x.view(dt)
+    return x
 
 
 def _padded(x, D: int, blhd: bool, plan_only: bool):
     """``x`` with zero columns up to ``D``, stored in the ``(B, L, H, D)`` order where
     ``blhd`` (returned as its ``transpose(1, 2)``), else ``(B, H, L, D)``: a new tensor, or
-    ``x`` itself where it has ``D`` columns and is already stored so. The new tensor is
-    written once: its zero columns filled, then ``x`` copied beside them (:func:`_copy`).
-    ``plan_only``: a ``meta`` stand-in with the strides the copy has, nothing copied."""
+    ``x`` itself where it has ``D`` columns and is already stored so. One ``F.pad`` (or
+    ``.contiguous()``) over ``x`` as words (:func:`_words`): few host calls, and a copy of
+    fewer, wider elements (a quarter as many for bf16 rows of 8-byte words). ``plan_only``:
+    a ``meta`` stand-in with the strides the copy has, nothing copied."""
     s = x.transpose(1, 2) if blhd else x
     n = s.shape[-1]
     if D == n and s.is_contiguous():
         return x
-    out = torch.empty((*s.shape[:-1], D), dtype=s.dtype,
-                      device="meta" if plan_only else s.device)
-    if not plan_only:
-        if D > n:
-            _words(out[..., n:])[0].zero_()
-        _copy(out[..., :n], s)
-    return out.transpose(1, 2) if blhd else out
+    if plan_only:
+        s = torch.empty((*s.shape[:-1], D), dtype=s.dtype, device="meta")
+    else:
+        w = _words(s)
+        per = n // w.shape[-1]  # elements a word; D - n is a whole number of words (D_STEP)
+        s = F.pad(w, (0, (D - n) // per)) if D != n else w.contiguous()
+        s = s.view(x.dtype) if per > 1 else s
+    return s.transpose(1, 2) if blhd else s
 
 
 def _kernel_call(p, q, k, v, plan_only: bool = False):
@@ -165,12 +161,12 @@ def _same_storage(x, y) -> bool:
 
 def _unpadded(o, Dv: int):
     """The call's ``o`` from the kernels' (:func:`_kernel_call`): itself, or its first ``Dv``
-    columns copied to the canonical contiguous layout (:func:`_copy`)."""
+    columns copied to the canonical contiguous layout (as words, :func:`_words`)."""
     if o.shape[-1] == Dv:
         return o
-    out = o.new_empty((*o.shape[:-1], Dv))
-    _copy(out, o[..., :Dv])
-    return out
+    cut = o[..., :Dv]
+    w = _words(cut)
+    return cut.contiguous() if w is cut else w.contiguous().view(o.dtype)
 
 
 #: The copy engine's tensor maps need base addresses aligned to this many bytes.
