@@ -181,13 +181,14 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
     (90, 96, torch.bfloat16, 0, False, torch.int32), (33, 48, torch.bfloat16, 0, True, None),
     (40, 48, torch.bfloat16, 1, False, None), (40, 48, torch.bfloat16, 2, True, torch.int32),
     (40, 48, torch.float32, 1, False, None), (72, 80, torch.float32, 0, True, torch.int64),
-    (64, 64, torch.bfloat16, 0, False, torch.int64)],
+    (64, 64, torch.bfloat16, 0, False, torch.int64), (40, 48, torch.bfloat16, -1, False, None)],
     ids=lambda x: str(x).replace("torch.", ""))
 def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, start, blhd, word,
                                                     monkeypatch):
     """api._padded and api._unpadded copy rows as the widest integer word that tiles every row,
-    stride and address (api._words: none at a start aligned to the element only, or a 66-byte
-    row), and give the same bits as F.pad and a slice's .contiguous(), NaN payloads included:
+    stride and address (api._words: none at a start aligned to the element only, a 66-byte
+    row, or a view at an 8-byte address 3 elements into a storage that starts 2 bytes off 8,
+    start -1), and give the same bits as F.pad and a slice's .contiguous(), NaN payloads included:
     random bit patterns, from views that start `start` elements into a larger buffer; a
     key-range cut (not contiguous) for the D == pad_to case."""
     import torch.nn.functional as F
@@ -196,6 +197,13 @@ def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, start, blh
     half = 2 ** (8 * dtype.itemsize - 1)
     g = torch.Generator().manual_seed(D + start)
     bits = torch.randint(-half, half, (2, 3, 7, D + 4), generator=g).to(isize)
+    if start < 0:  # a storage that starts 2 bytes off 8, the view 3 elements in: at 8 bytes
+        raw_bytes = bytearray(bits.numel() * 2 + 16)
+        off = (2 - torch.frombuffer(raw_bytes, dtype=torch.uint8).data_ptr()) % 8
+        buf = torch.frombuffer(raw_bytes, dtype=isize, offset=off)
+        bits = buf[3:3 + bits.numel()].view(bits.shape).copy_(bits)
+        assert bits.data_ptr() % 8 == 0 and bits.storage_offset() * 2 % 8
+        start = 0
     raw = bits.view(dtype)[..., start:start + D]  # (B, L, H, D) storage where blhd
     x = raw.transpose(1, 2) if blhd else raw
     if D == pad_to:
