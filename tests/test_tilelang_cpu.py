@@ -177,8 +177,8 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
 
 
 @pytest.mark.parametrize("D,pad_to,dtype,start,blhd,word", [
-    (40, 48, torch.bfloat16, 0, False, torch.int64), (120, 128, torch.float16, 0, True, torch.int64),
-    (90, 96, torch.bfloat16, 0, False, torch.int32), (33, 48, torch.bfloat16, 0, True, None),
+    (40, 48, torch.bfloat16, 0, False, torch.int64),
+    (120, 128, torch.float16, 0, True, torch.int64), (90, 96, torch.bfloat16, 0, False, torch.int32), (33, 48, torch.bfloat16, 0, True, None),
     (40, 48, torch.bfloat16, 1, False, None), (40, 48, torch.bfloat16, 2, True, torch.int32),
     (40, 48, torch.float32, 1, False, None), (72, 80, torch.float32, 0, True, torch.int64),
     (64, 64, torch.bfloat16, 0, False, torch.int64), (40, 48, torch.bfloat16, -1, False, None)],
