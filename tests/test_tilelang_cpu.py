@@ -176,57 +176,88 @@ def test_padded_call_on_the_cuda_branch(monkeypatch):
     assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
 
 
-@pytest.mark.parametrize("D,pad_to,dtype,start,blhd,word", [
-    (40, 48, torch.bfloat16, 0, False, torch.int64),
-    (120, 128, torch.float16, 0, True, torch.int64), (90, 96, torch.bfloat16, 0, False, torch.int32), (33, 48, torch.bfloat16, 0, True, None),
-    (40, 48, torch.bfloat16, 1, False, None), (40, 48, torch.bfloat16, 2, True, torch.int32),
-    (40, 48, torch.float32, 1, False, None), (72, 80, torch.float32, 0, True, torch.int64),
-    (64, 64, torch.bfloat16, 0, False, torch.int64), (40, 48, torch.bfloat16, -1, False, None)],
-    ids=lambda x: str(x).replace("torch.", ""))
-def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, start, blhd, word,
-                                                    monkeypatch):
-    """api._padded and api._unpadded copy rows as the widest integer word that tiles every row,
-    stride and address (api._words: none at a start aligned to the element only, a 66-byte
-    row, or a view at an 8-byte address 3 elements into a storage that starts 2 bytes off 8,
-    start -1), and give the same bits as F.pad and a slice's .contiguous(), NaN payloads included:
-    random bit patterns, from views that start `start` elements into a larger buffer; a
-    key-range cut (not contiguous) for the D == pad_to case."""
-    import torch.nn.functional as F
-    from tilelang_impl import api
+def _bits_at(shape, dtype, lead: int, offset: int, seed: int):
+    """Random bit patterns (NaN payloads included) of `shape` as `dtype`, in a storage that
+    starts `lead` bytes past an 8-byte boundary, the tensor `offset` elements into it."""
     isize = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
-    half = 2 ** (8 * dtype.itemsize - 1)
-    g = torch.Generator().manual_seed(D + start)
-    bits = torch.randint(-half, half, (2, 3, 7, D + 4), generator=g).to(isize)
-    if start < 0:  # a storage that starts 2 bytes off 8, the view 3 elements in: at 8 bytes
-        raw_bytes = bytearray(bits.numel() * 2 + 16)
-        off = (2 - torch.frombuffer(raw_bytes, dtype=torch.uint8).data_ptr()) % 8
-        buf = torch.frombuffer(raw_bytes, dtype=isize, offset=off)
-        bits = buf[3:3 + bits.numel()].view(bits.shape).copy_(bits)
-        assert bits.data_ptr() % 8 == 0 and bits.storage_offset() * 2 % 8
-        start = 0
-    raw = bits.view(dtype)[..., start:start + D]  # (B, L, H, D) storage where blhd
+    n, es = math.prod(shape), dtype.itemsize
+    raw = bytearray((n + offset) * es + 16)
+    skip = (lead - torch.frombuffer(raw, dtype=torch.uint8).data_ptr()) % 8
+    buf = torch.frombuffer(raw, dtype=isize, count=n + offset, offset=skip)
+    half = 2 ** (8 * es - 1)
+    g = torch.Generator().manual_seed(seed)
+    bits = torch.randint(-half, half, shape, generator=g).to(isize)
+    out = buf[offset:].view(shape).copy_(bits).view(dtype)
+    assert (out.untyped_storage().data_ptr() - lead) % 8 == 0 and out.storage_offset() == offset
+    return out
+
+
+@pytest.mark.parametrize("D,pad_to,dtype,lead,offset,row,blhd,word", [
+    (40, 48, torch.bfloat16, 0, 0, 44, False, torch.int64),
+    (120, 128, torch.float16, 0, 0, 124, True, torch.int64),
+    (90, 96, torch.bfloat16, 0, 0, 94, False, torch.int32),  # a 180-byte row
+    (33, 48, torch.bfloat16, 0, 0, 37, True, None),  # a 66-byte row
+    (40, 48, torch.bfloat16, 0, 1, 44, False, None),  # 2 bytes past the word
+    (40, 48, torch.bfloat16, 0, 2, 44, True, torch.int32),  # 4 bytes past
+    (40, 48, torch.float32, 0, 1, 44, False, None),
+    (72, 80, torch.float32, 0, 0, 76, True, torch.int64),
+    (64, 64, torch.bfloat16, 0, 0, 68, False, torch.int64),  # cut keys: copied, not padded
+    (40, 48, torch.bfloat16, 0, 0, 42, False, torch.int32),  # rows 84 bytes apart
+    (40, 48, torch.bfloat16, 2, 0, 44, False, None),  # the storage, and the view, off 8
+    (40, 48, torch.bfloat16, 2, 3, 44, False, None),  # at an 8-byte address, offset 6 bytes
+    (40, 48, torch.bfloat16, 0, 0, 80, False, None)],  # every other element: stride 2
+    ids=lambda x: str(x).replace("torch.", ""))
+def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, lead, offset, row, blhd,
+                                                    word):
+    """api._padded and api._unpadded copy rows as the widest integer word that tiles every row,
+    stride, storage offset and address (api._words): the word view is what reaches the pad
+    and the copy (the ops recorded under a dispatch mode), and the bits are F.pad's and a
+    slice's .contiguous()'s, NaN payloads included. Sources of random bit patterns: rows
+    longer than D, views past the word, storages off the word (torch.frombuffer), a last dim
+    of stride 2 (no word), a key-range cut (not contiguous) where D == pad_to."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from tilelang_impl import api
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in ("constant_pad_nd", "clone", "copy_"):
+                self.dtypes.setdefault(name, []).append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    isize = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
+    raw = _bits_at((2, 3, 7, row), dtype, lead, offset, seed=D + row + lead + offset)
+    raw = raw[..., :2 * D:2] if row == 2 * D else raw[..., :D]  # (B, L, H, D) where blhd
     x = raw.transpose(1, 2) if blhd else raw
     if D == pad_to:
         x = x[:, :, 2:]
     s = x.transpose(1, 2) if blhd else x
-    seen = []
-    words = api._words
-
-    def spy(t):
-        seen.append(words(t).dtype)
-        return words(t)
-    monkeypatch.setattr(api, "_words", spy)
-    got = api._padded(x, pad_to, blhd, plan_only=False)
+    assert api._words(s).dtype == (word or dtype)
+    with Ops() as ops:
+        got = api._padded(x, pad_to, blhd, plan_only=False)
+    moved = word or dtype
+    assert ops.dtypes == ({"constant_pad_nd": [moved]} if D != pad_to else {"clone": [moved]})
     g_s = got.transpose(1, 2) if blhd else got
     assert g_s.is_contiguous() and g_s.shape[-1] == pad_to and got.dtype == dtype
-    assert torch.equal(g_s.view(isize), F.pad(s.view(isize), (0, pad_to - D)))
-    back = api._unpadded(got, D)
+    assert torch.equal(g_s.view(isize), F.pad(s.contiguous().view(isize), (0, pad_to - D)))
+    with Ops() as ops:
+        back = api._unpadded(got, D)
+    o_word = {(2, 40): torch.int64, (2, 33): dtype, (2, 90): torch.int32, (2, 120): torch.int64,
+              (4, 40): torch.int64, (4, 72): torch.int64}  # o's rows, from the padded buffer
+    assert ops.dtypes == ({"clone": [o_word[dtype.itemsize, D]]} if D != pad_to else {})
     assert back.is_contiguous() and back.dtype == dtype
     assert torch.equal(back.view(isize), x.contiguous().view(isize))
-    # the source's word, then (where padded) the word of o's slice of the padded rows
-    assert seen == [word or dtype] + ([words(g_s[..., :D]).dtype] if D != pad_to else [])
     plan = api._padded(x, pad_to, blhd, plan_only=True)
-    assert plan.device.type == "meta" and plan.stride() == got.stride()
+    assert plan.device.type == "meta" and plan.shape == got.shape
+    # the layout the copy has; a size-1 dim's stride may differ (F.pad's choice; no reader
+    # of a contiguous tensor looks at it)
+    assert [st for st, n in zip(plan.stride(), plan.shape) if n > 1] == [
+        st for st, n in zip(got.stride(), got.shape) if n > 1]
 
 
 def test_describe_names_only_the_copies_made():

@@ -119,7 +119,8 @@ def _padded(x, D: int, blhd: bool, plan_only: bool):
     ``x`` itself where it has ``D`` columns and is already stored so. One ``F.pad`` (or
     ``.contiguous()``) over ``x`` as words (:func:`_words`): few host calls, and a copy of
     fewer, wider elements (a quarter as many for bf16 rows of 8-byte words). ``plan_only``:
-    a ``meta`` stand-in with the strides the copy has, nothing copied."""
+    a contiguous ``meta`` stand-in of the copy's shape, nothing copied (``F.pad`` may give a
+    size-1 dim another stride, which no reader of a contiguous tensor looks at)."""
     s = x.transpose(1, 2) if blhd else x
     n = s.shape[-1]
     if D == n and s.is_contiguous():
