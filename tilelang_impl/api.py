@@ -83,9 +83,9 @@ def _kernel_problem(p):
     call with head dims rounded up (``launch.kernel_dims``), moved to start at ``j0``, the
     first key a query can see (``reference.mask.visible_key_range``): ``kv_start`` plus the
     keys left out, so every position and landmark stays where it was."""
-    if not (p.Dqk | p.Dv) % launch.D_STEP:  # both multiples (D_STEP is a power of two)
-        return p, 0
     Dqk, Dv = launch.kernel_dims(p)
+    if (Dqk, Dv) == (p.Dqk, p.Dv):
+        return p, 0
     j0 = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                            chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                            kv_start=p.kv_start)[0]
