@@ -864,3 +864,49 @@ def test_pingpong_refusals_and_permissions():
     assert baked(True, hoist_keys=1) == [0, 1, 1]
     assert baked(False, hoist_keys=1) == [1, 0, 0]  # no view: no pingpong, so hoist_keys stays
     assert baked(True, group=2, pack=True, hoist_keys=1)[:2] == [0, 0]  # pack: neither
+
+
+def _lowered(kind, args):
+    """``(device source, host script)`` of ``kernels.<kind>(*args)`` lowered for sm_90a, as
+    tools/tl_lower.py lowers (no nvcc)."""
+    jit = getattr(kernels, kind)
+    func = jit.get_tir(*args)
+    with tilelang.transform.PassContext(config=jit.pass_configs or {}), kernels.HOPPER:
+        art = tilelang.lower(func, target=kernels.HOPPER)
+    return art.kernel_source, art.host_mod.script()
+
+
+def _with_o_cols(args, n):
+    """fwd_tc factory arguments ``args`` with the per-call knob ``o_cols`` set to ``n``."""
+    knobs = launch.full_knobs(args[launch._KNOBS_AT:])
+    knobs[launch._KNOB["o_cols"]] = n
+    return args[:launch._KNOBS_AT] + launch.trimmed_knobs(knobs)
+
+
+def test_narrow_o_goes_by_the_copy_engine_where_its_rows_allow():
+    """``o_cols`` (a call whose Dv the adapter padded: the kernels write the call's o,
+    launch.o_cols): on the shipped D = 64 tile, at 56 columns (112-byte rows) the device
+    code is the full-width kernel's and o's tensor map has 56 columns 112 bytes apart (the
+    copy engine drops the tile's last 8: nothing else changes); at 36 columns (72-byte rows,
+    which no tensor map takes) o is written by a predicated SIMT copy, and no O descriptor
+    is made."""
+    args = TC_VARIANTS["d64"]
+    full, full_host = _lowered("fwd_tc", args)
+    src56, host56 = _lowered("fwd_tc", _with_o_cols(args, 56))
+    src36, host36 = _lowered("fwd_tc", _with_o_cols(args, 36))
+    assert "tma_store(O_desc" in full and src56 == full
+    assert re.search(r"O_desc, 9, 4, O, 64, Lq, Hq, B, 2, 128,", full_host)
+    assert re.search(r"O_desc, 9, 4, O, 56, Lq, Hq, B, 2, 112,", host56)
+    assert "O_desc" not in src36 and "O_desc" not in host36
+    assert "bfloat16_t* __restrict__ O" in src36
+    assert re.search(r"\* \(int64_t\)36\)", src36)  # o's rows, 36 elements apart
+
+
+def test_o_cols_is_refused_where_no_kernel_writes_o():
+    """The split kernel's partials keep Dv columns (the combine takes o_cols), and o_cols is an
+    int from 0 to Dv."""
+    with pytest.raises(ValueError, match="with split"):
+        kernels._check_o_cols(56, 64, split=True)
+    for bad in (65, -1, True, 56.0):
+        with pytest.raises(ValueError, match="o_cols"):
+            kernels._check_o_cols(bad, 64)

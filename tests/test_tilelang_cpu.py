@@ -121,9 +121,12 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, 
     copies (api._kernel_call): the kernel is built for the padded dims, only the keys from
     the first one a query sees are copied (the call moved to start there, kv_start included,
     so the landmarks stay put; without expand_to_chunk the new start is off the chunk grid),
-    o comes back with the call's Dv, contiguous, and the scale stays 1 / sqrt(Dqk) of the
-    call, not of the padded dim. NaN in every slot no query sees, including those left of
-    the copied range. The copies are stored as the kernels read them (no second copy)."""
+    the kernel writes the call's o itself, its Dv columns (launch.o_cols: nothing copied out;
+    outputs allocated poisoned, so a column not written is caught), and the scale stays
+    1 / sqrt(Dqk) of the call, not of the padded dim. NaN in every slot no query sees,
+    including those left of the copied range. The copies are stored as the kernels read them
+    (no second copy)."""
+    from conformance.runner import poisoned_empty
     from tilelang_impl import api
     kw = dict(PADDED_KW, **flags)
     q, k, v = _inputs(2, 4, 2, 9, 60, Dqk, Dv, dtype, seed=Dqk + Dv, blhd=blhd)
@@ -131,11 +134,14 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, 
     run_cpu = launch.run_cpu
 
     def spy(p, *a):
-        seen["p"] = p
+        named = launch.cpu_kernel_args(p, *a[3:5], launch.o_cols(p, a[5]))[1]
+        seen.update(p=p, o_cols=a[5].shape[-1], named=named)
         return run_cpu(p, *a)
     monkeypatch.setattr(launch, "run_cpu", spy)
-    _check(q, k, v, nan_slots=True, **kw)
+    with poisoned_empty():
+        _check(q, k, v, nan_slots=True, **kw)
     kp = seen["p"]
+    assert seen["o_cols"] == Dv and seen["named"].get("o_cols", 0) == (Dv if Dv % 16 else 0)
     assert (kp.Dqk, kp.Dv) == launch.kernel_dims(kp) == (-(-Dqk // 16) * 16, -(-Dv // 16) * 16)
     rule = {n: kw[n] for n in ("window_size", "chunk_size", "kv_start", "expand_to_chunk")
             if n in kw}
@@ -149,30 +155,33 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, 
     text = api.describe_call(q, k, v, **kw)
     assert f"; copies q, k, v, keys {j0}..59" in text or f"; copies k, v, keys {j0}..59" in text
     assert (f"Dqk {Dqk} -> {kp.Dqk}" in text) == (Dqk % 16 > 0) == ("copies q," in text)
-    assert (f"Dv {Dv} -> {kp.Dv}" in text) == ("; o copied out" in text) == (Dv % 16 > 0)
+    assert (f"Dv {Dv} -> {kp.Dv}" in text) == (f" [o_cols={Dv}]" in text) == (Dv % 16 > 0)
 
 
 def test_padded_call_on_the_cuda_branch(monkeypatch):
-    """api._run's CUDA branch: _run_cuda gets the padded problem and tensors, and the call
-    returns o cut back to its Dv, contiguous (the kernels stubbed: poisoned outputs of the
-    padded shape with the columns past Dv marked)."""
+    """api._run's CUDA branch: launch.run_cuda gets the padded problem and tensors and the
+    call's own outputs (o of the call's Dv, canonical: the kernels write it, launch.o_cols),
+    and the call returns those very tensors (the launcher stubbed; nothing is copied out)."""
     from tilelang_impl import api
     q, k, v = _inputs(2, 4, 2, 9, 60, 40, 56, torch.bfloat16, blhd=True)
     got = {}
 
-    def fake_run_cuda(kp, q_, k_, v_, force_split=None):
-        got.update(kp=kp, shapes=(q_.shape, k_.shape, v_.shape), split=force_split)
-        o = torch.full((kp.B, kp.Hq, kp.Lq, kp.Dv), float("nan"), dtype=q_.dtype)
-        o[..., :56] = 1.0
-        return o, torch.zeros(kp.B, kp.Hq, kp.Lq)
+    def fake_run_cuda(kp, q_, k_, v_, q_blhd, kv_blhd, o, lse, force_split=None):
+        got.update(kp=kp, shapes=(q_.shape, k_.shape, v_.shape), split=force_split, o=o,
+                   lse=lse, o_cols=launch.o_cols(kp, o), layouts=(q_blhd, kv_blhd))
+        o.fill_(1.0)
+        lse.zero_()
     p = api._problem(q, k, v, devices=("cpu",), sm_scale=None, mask_lmk=True,
                      expand_to_chunk=True, **PADDED_KW)
-    monkeypatch.setattr(api, "_run_cuda", fake_run_cuda)
+    monkeypatch.setattr(launch, "run_cuda", fake_run_cuda)
     monkeypatch.setattr(api, "device_type", lambda d: "cuda")
     o, lse = api._run(p, q, k, v, force_split=3)
     kp = got["kp"]
-    assert (kp.Dqk, kp.Dv, got["split"]) == (48, 64, 3)
-    assert got["shapes"] == ((2, 4, 9, 48), (2, 2, kp.Lk, 48), (2, 2, kp.Lk, 64))
+    assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (48, 64, 3, 56)
+    # the kernels' views: (B, L, H, D) storage order, read in place (api._views)
+    assert got["shapes"] == ((2, 9, 4, 48), (2, kp.Lk, 2, 48), (2, kp.Lk, 2, 64))
+    assert got["layouts"] == (True, True)
+    assert o is got["o"] and lse is got["lse"]
     assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
 
 
@@ -209,10 +218,10 @@ def _bits_at(shape, dtype, lead: int, offset: int, seed: int):
     ids=lambda x: str(x).replace("torch.", ""))
 def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, lead, offset, row, blhd,
                                                     word):
-    """api._padded and api._unpadded copy rows as the widest integer word that tiles every row,
-    stride, storage offset and address (api._words): the word view is what reaches the pad
-    and the copy (the ops recorded under a dispatch mode), and the bits are F.pad's and a
-    slice's .contiguous()'s, NaN payloads included. Sources of random bit patterns: rows
+    """api._padded copies rows as the widest integer word that tiles every row, stride,
+    storage offset and address (api._words): the word view is what reaches the pad or the
+    copy (the ops recorded under a dispatch mode), and the bits are F.pad's (or
+    .contiguous()'s), NaN payloads included. Sources of random bit patterns: rows
     longer than D, views past the word, storages off the word (torch.frombuffer), a last dim
     of stride 2 (no word), a key-range cut (not contiguous) where D == pad_to."""
     import torch.nn.functional as F
@@ -245,13 +254,6 @@ def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, lead, offs
     g_s = got.transpose(1, 2) if blhd else got
     assert g_s.is_contiguous() and g_s.shape[-1] == pad_to and got.dtype == dtype
     assert torch.equal(g_s.view(isize), F.pad(s.contiguous().view(isize), (0, pad_to - D)))
-    with Ops() as ops:
-        back = api._unpadded(got, D)
-    o_word = {(2, 40): torch.int64, (2, 33): dtype, (2, 90): torch.int32, (2, 120): torch.int64,
-              (4, 40): torch.int64, (4, 72): torch.int64}  # o's rows, from the padded buffer
-    assert ops.dtypes == ({"clone": [o_word[dtype.itemsize, D]]} if D != pad_to else {})
-    assert back.is_contiguous() and back.dtype == dtype
-    assert torch.equal(back.view(isize), x.contiguous().view(isize))
     plan = api._padded(x, pad_to, blhd, plan_only=True)
     assert plan.device.type == "meta" and plan.shape == got.shape
     # the layout the copy has; a size-1 dim's stride may differ (F.pad's choice; no reader
@@ -559,7 +561,8 @@ def test_describe_call_names_the_kernel_run_cuda_would_build(monkeypatch):
             # every launch goes through launch._call's executable where there is one
             m.setattr(launch, "FAST_CALL", True)
             m.setattr(launch, "_executable", lambda ker: lambda *a: launched.append(len(a)))
-            launch.run_cuda(p, q, k, v, False, False, None, None)  # meta: v's chunk view is a view
+            o, lse = dataclasses.replace(p, device=q.device).new_outputs()  # meta, as q, k, v
+            launch.run_cuda(p, q, k, v, False, False, o, lse)  # meta: v's chunk view is a view
         assert launched == [10] + [4] * (len(asked) - 1)  # the kernel's 10 arguments, the combine's 4
         (kind, args), *comb = asked
         assert text.startswith(f"{kind} {args[7]}x{args[8]} s{args[9]} t{args[10]}"), (text, args)
@@ -576,6 +579,51 @@ def _meta_problem(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype=torch.bfloat16, **kw):
     k = torch.empty(B, Hkv, Lk, Dqk, dtype=dtype, device="meta")
     v = torch.empty(B, Hkv, Lk, Dv, dtype=dtype, device="meta")
     return check_inputs(q, k, v, **kw)
+
+
+def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
+    """launch.run_cuda with an o narrower than the kernels' Dv (a call the adapter padded)
+    builds every kernel that writes o for o's columns (launch.o_cols): the prefill grid's
+    fwd_tc (its knob, in the plan's key too), the combine after a split kernel (which keeps
+    Dv for its partials) and fwd_fp32; describe names it; a wider o is refused."""
+    import dataclasses
+    import inspect
+
+    from tilelang_impl import kernels
+    monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
+    monkeypatch.setattr(launch, "scratch", lambda dev, shapes: (None,) * len(shapes))
+    asked = []
+    monkeypatch.setattr(launch, "_kernel",
+                        lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
+    monkeypatch.setattr(launch, "FAST_CALL", False)
+    threads = inspect.signature(kernels.combine.func).parameters["threads"].default
+    assert threads == launch.COMBINE_THREADS
+    oc = launch._KNOBS_AT + launch._KNOB["o_cols"]
+    for Lq, Dv, cols, dtype in ((512, 128, 120, torch.bfloat16), (1, 96, 90, torch.bfloat16),
+                                (512, 64, 40, torch.float32), (512, 64, 64, torch.bfloat16)):
+        p = dataclasses.replace(_meta_problem(1, 32, 32, Lq, 8192, 64, Dv, dtype, window_size=512,
+                                              chunk_size=64), device=torch.device("cuda"))
+        o = torch.empty(1, 32, Lq, cols, dtype=dtype, device="meta")
+        lse = torch.empty(1, 32, Lq, device="meta")
+        asked.clear()
+        launch.run_cuda(p, *(torch.empty(1, 32, n, d, dtype=dtype, device="meta")
+                             for n, d in ((Lq, 64), (8192, 64), (8192, Dv))), False, False, o, lse)
+        n = launch.o_cols(p, o)
+        assert n == (cols if cols < Dv else 0)
+        text = launch.describe(p, ocols=n)
+        assert (f"o_cols={cols}" in text) == bool(n), text
+        (kind, args), *comb = asked
+        if dtype == torch.float32:
+            assert (kind, args) == ("fwd_fp32", (64, Dv, True, True, False, False)
+                                    + launch.FP32_TILE + (False, cols))
+        elif comb:  # split: the partials keep Dv, the combine writes o's columns
+            assert len(args) <= oc and comb == [("combine", (Dv, "bfloat16", 128, cols))]
+            assert f" +combine [o_cols={cols}]" in text
+        else:
+            assert (args[oc] if len(args) > oc else 0) == n
+    with pytest.raises(ValueError, match="more than the kernels' Dv=64"):
+        launch.o_cols(p, torch.empty(1, 32, 512, 72, device="meta"))
 
 
 def _plan_args(p, q_blhd=False, kv_blhd=False, force=None):
@@ -1371,18 +1419,18 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
                                            ("hoist_left", 0), ("hoist_keys", 0),
-                                           ("vc_shift", 0), ("pingpong", 0)])
+                                           ("vc_shift", 0), ("pingpong", 0), ("o_cols", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
-    44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47) and ``pingpong`` (session 52,
-    TC_KNOBS' last item) are ints: a config written before one of them that ends in ``ws`` is
-    refused there, not read as one producer warp (True) or none, as a rescale threshold, as a
-    hoist, as a shift or as turns.
+    44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47), ``pingpong`` (session 52) and
+    ``o_cols`` (session 55, TC_KNOBS' last item) are ints: a config written before one of them
+    that ends in ``ws`` is refused there, not read as one producer warp (True) or none, as a
+    rescale threshold, as a hoist, as a shift, as turns or as o's columns.
     (The config: the shipped long-call one with ``hoist_left`` and ``hoist_keys`` off, so that
     every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "pingpong"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "o_cols"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1396,14 +1444,15 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     per-call knob ``pack``, the tile's ``min_blocks``, session 25's ``overlap`` and
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
     ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale``,
-    session 44's ``hoist_left``, session 45's ``hoist_keys``, session 47's ``vc_shift`` and
-    session 52's ``pingpong`` follow it, at their defaults) so
-    older cache keys stay."""
+    session 44's ``hoist_left``, session 45's ``hoist_keys``, session 47's ``vc_shift``,
+    session 52's ``pingpong`` and session 55's per-call ``o_cols`` follow it, at their
+    defaults) so older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
                                    ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0),
-                                   ("hoist_keys", 0), ("vc_shift", 0), ("pingpong", 0))
+                                   ("hoist_keys", 0), ("vc_shift", 0), ("pingpong", 0),
+                                   ("o_cols", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

@@ -60,7 +60,7 @@ def test_widened_kernels_are_the_same_kernels_built_wide():
             assert wargs[at + 1:] == args[at + 1:]  # the knobs after it (lmk_const), kept
             assert len(wargs) == max(len(args), at + 1)
         else:
-            assert wargs == args[:6] + launch.FP32_TILE + (True,)
+            assert wargs == args[:6] + launch.FP32_TILE + (True,) + args[9:]  # o_cols kept
         if f"k{LONG4M_LK}-" in " ".join(cases):
             assert wargs == args  # built wide already
     assert any(f"k{LONG4M_LK}-" in " ".join(c) for c in WANTED.values())

@@ -18,8 +18,9 @@ maps cannot take, is copied once in its own order.
 Head dims. The kernels are built for head dims that are multiples of 16 (the
 wgmma K step). A call with another head dim (32..256) runs as the same call on
 zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded to the next
-multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see copied,
-and ``o`` copied out of the padded output. These and the copies above are the
+multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see copied;
+the kernels write the call's ``o`` themselves, its ``Dv`` columns of their tile
+(``launch.o_cols``: nothing copied out). These and the copies above are the
 only copies the adapter makes on the GPU; :func:`describe_call` names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
@@ -139,8 +140,9 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
     """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
     :func:`_kernel_problem`): the call itself where both head dims are multiples of
     ``launch.D_STEP``; else ``q`` and ``k`` with zero columns up to the kernels' ``Dqk``
-    (they add nothing to a score), ``v`` up to their ``Dv`` (columns of ``o`` that
-    :func:`_unpadded` drops), ``k`` and ``v`` from the first key a query can see only, each
+    (they add nothing to a score), ``v`` up to their ``Dv`` (columns of the kernels' tile that
+    they do not write to the call's ``o``, ``launch.o_cols``), ``k`` and ``v`` from the first
+    key a query can see only, each
     in its own storage order and ``v`` in ``k``'s (:func:`_padded`), so the kernels read
     them as they are. ``p.sm_scale`` is the call's: the default stays 1 / sqrt of the call's
     ``Dqk``. A decode step over a long cache copies its window, not the cache.
@@ -161,16 +163,6 @@ def _same_storage(x, y) -> bool:
     return x.device == y.device and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
 
 
-def _unpadded(o, Dv: int):
-    """The call's ``o`` from the kernels' (:func:`_kernel_call`): itself, or its first ``Dv``
-    columns copied to the canonical contiguous layout (as words, :func:`_words`)."""
-    if o.shape[-1] == Dv:
-        return o
-    cut = o[..., :Dv]
-    w = _words(cut)
-    return cut.contiguous() if w is cut else w.contiguous().view(o.dtype)
-
-
 #: The copy engine's tensor maps need base addresses aligned to this many bytes.
 TMA_ALIGN = 16
 
@@ -189,15 +181,17 @@ def _served(x):
 
 
 def _run_cuda(p, q, k, v, force_split: int | None = None):
-    """The CUDA path of a checked, non-empty call as the kernels take it
-    (:func:`_kernel_call`): the kernels' views of the inputs
+    """The CUDA path of a checked, non-empty call: the call as the kernels take it
+    (:func:`_kernel_call`), the kernels' views of its inputs
     (:func:`_views`; one copy of a tensor neither layout serves or whose address the copy
-    engine refuses, :func:`_served`), new canonical outputs, :func:`launch.run_cuda`
-    (``force_split``: its private knob, ``split_kv``'s)."""
+    engine refuses, :func:`_served`), the call's new canonical outputs (the kernels write
+    ``o``'s ``Dv`` columns where they run at a padded ``Dv``, ``launch.o_cols``),
+    :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
+    kp, q, k, v = _kernel_call(p, q, k, v)
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
     o, lse = p.new_outputs()
     with made_current(p.device):  # TVM launches on the current device and its stream
-        launch.run_cuda(p, _served(q_), _served(k_), _served(v_), q_blhd, kv_blhd, o, lse,
+        launch.run_cuda(kp, _served(q_), _served(k_), _served(v_), q_blhd, kv_blhd, o, lse,
                         force_split=force_split)
     return o, lse
 
@@ -219,13 +213,14 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
         return "no kernel (empty output)"
     kp, *served = _kernel_call(p, q, k, v, plan_only=True)
     views, q_blhd, kv_blhd = _views(*served)
-    text = launch.describe(kp, q_blhd, kv_blhd, force_split)
+    ocols = p.Dv if kp.Dv != p.Dv else 0  # launch.o_cols of the call's o
+    text = launch.describe(kp, q_blhd, kv_blhd, force_split, ocols)
     if kp is not p:
         pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
                 if d != kd]
         made = [n for n, x, y in zip("qkv", (q, k, v), served) if not _same_storage(x, y)]
         text += (f" (head dims padded: {', '.join(pads)}; copies {', '.join(made)}, keys "
-                 f"{p.Lk - kp.Lk}..{p.Lk - 1}{'; o copied out' if kp.Dv != p.Dv else ''})")
+                 f"{p.Lk - kp.Lk}..{p.Lk - 1})")
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
@@ -256,18 +251,18 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
 
 def _run(p, q, k, v, force_split: int | None = None, run_cpu=None):
     """``(o, lse)`` of a checked, non-empty call: the call as the kernels take it
-    (:func:`_kernel_call`), run on its device, ``o`` back to the call's ``Dv``. CUDA:
+    (:func:`_kernel_call`), run on its device into outputs of the call's shape (at a padded
+    ``Dv`` the kernels write its ``Dv`` columns, ``launch.o_cols``). CUDA:
     :func:`_run_cuda` (``force_split``: ``split_kv``'s). CPU: the inputs upcast to fp32 in
     their storage orders, ``run_cpu`` (default :func:`launch.run_cpu`; the lab's CPU
     kernels with knobs, ``tools/lab_tilelang.py``) into fp32 outputs, ``o`` rounded to the
     input dtype."""
-    kp, q, k, v = _kernel_call(p, q, k, v)
     if device_type(p.device) == "cuda":
-        o, lse = _run_cuda(kp, q, k, v, force_split)
-        return _unpadded(o, p.Dv), lse
+        return _run_cuda(p, q, k, v, force_split)
+    kp, q, k, v = _kernel_call(p, q, k, v)
     (q_, k_, v_), q_blhd, kv_blhd = _views(q.float(), k.float(), v.float())
-    o32 = torch.empty((kp.B, kp.Hq, kp.Lq, kp.Dv), dtype=torch.float32)
-    lse = torch.empty((kp.B, kp.Hq, kp.Lq), dtype=torch.float32)
+    o32 = torch.empty((p.B, p.Hq, p.Lq, p.Dv), dtype=torch.float32)
+    lse = torch.empty((p.B, p.Hq, p.Lq), dtype=torch.float32)
     (run_cpu or launch.run_cpu)(kp, q_.contiguous(), k_.contiguous(), v_.contiguous(), q_blhd,
                                 kv_blhd, o32, lse)
-    return _unpadded(o32 if p.dtype == torch.float32 else o32.to(p.dtype), p.Dv), lse
+    return (o32 if p.dtype == torch.float32 else o32.to(p.dtype)), lse

@@ -463,6 +463,17 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             raise ValueError(f"{name}={value!r}: a bool")
 
 
+def _check_o_cols(o_cols, Dv, split=False):
+    """``o_cols`` (the ``o_cols`` knob: the columns of ``O`` a kernel writes, 0 = ``Dv``) is an
+    int from 0 to ``Dv``, 0 where the kernel writes split partials (``split``: fp32 scratch of
+    ``Dv`` columns; the combine writes ``o``, :func:`combine`)."""
+    if not (isinstance(o_cols, int) and not isinstance(o_cols, bool) and 0 <= o_cols <= Dv):
+        raise ValueError(f"o_cols={o_cols!r}: an int from 0 (all Dv={Dv} columns) to Dv")
+    if o_cols and split:
+        raise ValueError(f"o_cols={o_cols!r} with split: the partials keep Dv={Dv} columns "
+                         "(the combine writes o's)")
+
+
 def _turn(step, kb, n_it, dep=0.0, C=0):
     """``pingpong``'s turns at the tensor cores (:data:`PINGPONG_SRC`): ``step`` 0 / 2 waits
     for this group's turn before ``Q K^T`` / ``P V`` of tile ``kb``, 1 / 3 hands the turn
@@ -476,7 +487,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
                  lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0,
-                 hoist_keys=0, vc_shift=0, pingpong=0):
+                 hoist_keys=0, vc_shift=0, pingpong=0, o_cols=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -538,6 +549,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     """
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
+    _check_o_cols(o_cols, Dv, split)
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
                  lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, vc_shift,
                  vc_shift_acts(v_chunk, lmk_const, lmk_cols), pingpong, fast_exp2=fast_exp2,
@@ -602,7 +614,8 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         v_param = T.StridedTensor((B, Hkv, NC, Cm1, Dv), (sb, sh, sc, sl, 1), dtype)
     else:
         v_param = T.Tensor(v_shape, dtype)
-    o_shape = (B, Hq, S, Lq, Dv) if split else (B, Hq, Lq, Dv)
+    cols = o_cols or Dv  # the columns of o this kernel writes (_check_o_cols)
+    o_shape = (B, Hq, S, Lq, Dv) if split else (B, Hq, Lq, cols)
     o_dtype = accum if split else dtype
     l_shape = (B, Hq, S, Lq) if split else (B, Hq, Lq)
 
@@ -751,7 +764,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                         else:
                             LSE[bz, h, qi] = M.row_lse(m[i], l[i])
                 T.copy(acc_o, O_s)
-                for i, d in T.Parallel(block_M, Dv):
+                for i, d in T.Parallel(block_M, cols):  # cols = Dv: the IR of before o_cols
                     if q0 + i < pack * Lq:
                         h, qi = M.packed_row(hk, q0 + i, pack)
                         if split:
@@ -768,6 +781,9 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 T.copy(acc_o, O_s)
                 if split:
                     T.copy(O_s, O[bz, by, sp, q0:q0 + block_M, :])
+                elif o_cols:  # the tile's Dv columns into o's o_cols: the copy engine drops
+                    # the rest where o's rows allow a tensor map, else a predicated SIMT copy
+                    T.copy(O_s, O[bz, by, q0:q0 + block_M, 0:Dv])
                 else:
                     T.copy(O_s, O[bz, by, q0:q0 + block_M, :])
 
@@ -788,7 +804,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
            producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-           hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0):
+           hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0, o_cols: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -851,7 +867,13 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     knob, :data:`PINGPONG`: the 128-row tile's two consumer warp groups take turns at the
     tensor cores, :data:`PINGPONG_SRC`; not with ``hoist_keys``) and ``producer_warps`` (session
     41, :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
-    :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code).
+    :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code) and
+    ``o_cols`` (session 55; not a speed knob: 0 = ``Dv``, else ``O`` has that many columns, the
+    first of the tile's ``Dv``: a call whose head dims the adapter padded gets its own ``o``,
+    nothing copied out. The prefill grid's tile goes by the copy engine where ``o``'s rows
+    allow a tensor map (rows of a multiple of 16 bytes), which drops the columns past
+    ``o_cols`` itself, else by a predicated SIMT copy; the packed rows by their element loop;
+    refused with ``split``, whose partials keep ``Dv`` columns: :func:`combine` takes it).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
     kernel's entry point is ``hils_swa_fwd_tc_kernel`` (``_allwarps_kernel`` with
     ``producer_warps = 4``). Sequence lengths, batch, heads,
@@ -862,7 +884,7 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols)
 
 
 @tilelang.jit(target=HOPPER,
@@ -876,7 +898,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
                 producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-                hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0):
+                hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0,
+                o_cols: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -892,11 +915,11 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols)
 
 
 @tilelang.jit(target=HOPPER)
-def combine(Dv: int, dtype: str, threads: int = 128):
+def combine(Dv: int, dtype: str, threads: int = 128, o_cols: int = 0):
     """Merge the split partials of :func:`fwd_tc` (``split=True``) into ``O``/``LSE``.
 
     Baked in: ``Dv``, the output ``dtype`` and ``threads``. One program per
@@ -907,14 +930,18 @@ def combine(Dv: int, dtype: str, threads: int = 128):
     (``macros.finalize_output``, ``macros.row_lse``): a split with ``lse_s = -inf``
     weighs 0, a row with no split left gets ``o = 0`` and ``lse = -inf``, NaN stays
     NaN, and a split that saw a score of ``+inf`` (its ``lse_s = +inf``) makes the row's
-    ``lse`` ``+inf`` and ``o`` NaN, the single-pass kernels' result.
+    ``lse`` ``+inf`` and ``o`` NaN, the single-pass kernels' result. ``o_cols`` (baked; 0 =
+    ``Dv``): ``O`` has that many columns, the partials' first ones (a call whose head dims the
+    adapter padded, ``launch.run_cuda``).
     """
+    _check_o_cols(o_cols, Dv)
+    cols = o_cols or Dv  # cols = Dv: the IR of before o_cols
     B, Hq, S, Lq = T.dynamic("B Hq S Lq")
     accum = "float32"
 
     @T.prim_func
     def main(Op: T.Tensor((B, Hq, S, Lq, Dv), accum), LSEp: T.Tensor((B, Hq, S, Lq), accum),
-             O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum)):
+             O: T.Tensor((B, Hq, Lq, cols), dtype), LSE: T.Tensor((B, Hq, Lq), accum)):
         with T.Kernel(Lq, Hq, B, threads=threads) as (bx, by, bz):
             acc = T.alloc_fragment([1, Dv], accum)
             l = T.alloc_fragment([1], accum)
@@ -932,7 +959,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
                 for i, d in T.Parallel(1, Dv):
                     acc[i, d] = acc[i, d] + st[1] * Op[bz, by, s, bx, d]
             M.finalize_output(acc, l, 1, Dv, True)
-            for i, d in T.Parallel(1, Dv):
+            for i, d in T.Parallel(1, cols):
                 O[bz, by, bx, d] = acc[i, d]
             for i in T.Parallel(1):
                 LSE[bz, by, bx] = M.row_lse(st[0], l[i])
@@ -946,7 +973,7 @@ def combine(Dv: int, dtype: str, threads: int = 128):
 def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, block_M, block_N,
                   gpu, lmk_zero="tile", mask_split=False, fold=False, lmk_cols=0, fast_exp2=False,
                   scale_fold=False, win_u32=False, lmk_rows_j0=False, wide=False, lazy=0,
-                  hoist=0):
+                  hoist=0, o_cols=0):
     """Blocked forward on CUDA or C cores: the CPU kernel (``gpu=False``: a
     program handles ``block_M`` queries with ``T.gemm`` on local tiles) and
     the fp32 GPU kernel (``gpu=True``: one thread per query, ``block_M = 1``
@@ -961,7 +988,10 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
     ``V`` tiles in local memory: 16.6 KB of stack a thread at D = 128, 34 KB at D = 256,
     which the driver backs for every thread an SM can hold (2048 x 132 SMs: 4.5 / 9.2 GB
     a process, kept for the context's life); conformance workers on one GPU ran out of
-    memory with it (sessions 41 and 43, ``layout``'s fp32 D = 128 cases)."""
+    memory with it (sessions 41 and 43, ``layout``'s fp32 D = 128 cases). ``o_cols``: as
+    :func:`fwd_tc`'s (0 = ``Dv``), the first columns of each row written."""
+    _check_o_cols(o_cols, Dv)
+    cols = o_cols or Dv  # cols = Dv: the IR of before o_cols
     _check_knobs(lmk_cols, lazy_rescale=lazy, hoist_left=hoist, mask_split=mask_split,
                  fast_exp2=fast_exp2, scale_fold=scale_fold, win_u32=win_u32,
                  lmk_rows_j0=lmk_rows_j0, wide=wide)
@@ -979,7 +1009,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
 
     @T.prim_func
     def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor(v_shape, dtype),
-             O: T.Tensor((B, Hq, Lq, Dv), dtype), LSE: T.Tensor((B, Hq, Lq), accum),
+             O: T.Tensor((B, Hq, Lq, cols), dtype), LSE: T.Tensor((B, Hq, Lq), accum),
              W: T.int32, C: T.int32, r: T.int32, inv_c: T.float32, scale_log2: T.float32):
         with T.Kernel(T.ceildiv(Lq, block_M), Hq, B, threads=threads) as (bx, by, bz):
             q_l = T.alloc_local([bm, Dqk], accum)
@@ -1076,7 +1106,7 @@ def _rowwise_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, bl
                 else:
                     T.gemm(acc_s, v_l, acc_o)
             M.finalize_output(acc_o, l, bm, Dv, False)
-            for i, d in T.grid(bm, Dv):
+            for i, d in T.grid(bm, cols):
                 if q0 + i < Lq:
                     O[bz, by, q0 + i, d] = acc_o[i, d]
             for i in T.serial(bm):
@@ -1092,7 +1122,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
             mask_split: bool = False, fold: bool = False, lmk_cols: int = 0,
             fast_exp2: bool = False, scale_fold: bool = False, win_u32: bool = False,
             lmk_rows_j0: bool = False, pack: int = 0, min_blocks: int = 0, overlap: int = 0,
-            v_chunk: int = 0, wide: bool = False, lazy_rescale: int = 0, hoist_left: int = 0):
+            v_chunk: int = 0, wide: bool = False, lazy_rescale: int = 0, hoist_left: int = 0,
+            o_cols: int = 0):
     """CPU kernel (TileLang C target, cython execution backend), fp32 in and out.
 
     Baked in: head dims, the two flags, the input layouts, the tile
@@ -1113,7 +1144,8 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     :data:`LAZY_RESCALES`), the online softmax's arithmetic as :func:`fwd_tc` has it with the
     knob (rows are a program's own here, so no vote: a kept row's ``alpha`` is 1), and
     ``hoist_left`` (:data:`HOIST_LEFT`), as in :func:`fwd_tc` (``launch.cpu_kernel_args`` sets
-    it where the GPU's prefill grid does). One program per
+    it where the GPU's prefill grid does), and ``o_cols`` as in :func:`fwd_tc` (0 = ``Dv``:
+    ``launch.run_cpu`` sets it for a call whose head dims the adapter padded). One program per
     (query block, head, batch); tiles live in local buffers, the two products
     are ``T.gemm`` on them.
     """
@@ -1123,22 +1155,23 @@ def fwd_cpu(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bo
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
                          block_M, block_N, False, lmk_zero, mask_split, fold, lmk_cols,
                          fast_exp2, scale_fold, win_u32, lmk_rows_j0, wide, lazy_rescale,
-                         hoist_left)
+                         hoist_left, o_cols)
 
 
 @tilelang.jit
 def fwd_fp32(Dqk: int, Dv: int, mask_lmk: bool, expand_to_chunk: bool, q_blhd: bool,
              kv_blhd: bool, block_M: int = FP32_TILE[0], block_N: int = FP32_TILE[1],
-             wide: bool = False):
+             wide: bool = False, o_cols: int = 0):
     """fp32 forward on the GPU: one thread per query, scalar FMA (fp32 accuracy), each
     tile of ``block_N`` keys loaded once a program into shared memory (:func:`_rowwise_body`:
     a thread's stack holds its own row only).
 
     Baked in: head dims, the two flags, the input layouts, ``block_M`` queries
-    (= threads) per program, ``block_N`` keys per step, ``wide`` as in :func:`fwd_tc`.
+    (= threads) per program, ``block_N`` keys per step, ``wide`` and ``o_cols`` as in
+    :func:`fwd_tc`.
     Hopper's tensor cores take fp32 only as tf32 (10-bit mantissa), which would not meet fp32
     accuracy; this kernel is a correctness path, not a tuned one.
     """
     return _rowwise_body(Dqk, Dv, "float32", mask_lmk, expand_to_chunk, q_blhd, kv_blhd,
-                         block_M, block_N, gpu=True, wide=wide)
+                         block_M, block_N, gpu=True, wide=wide, o_cols=o_cols)
 

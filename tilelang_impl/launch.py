@@ -497,7 +497,7 @@ TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
             ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0),
-            ("pingpong", 0))
+            ("pingpong", 0), ("o_cols", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 #: The ``overlap`` values (``kernels.OVERLAP``) of session 25's overlapped loop, which takes
 #: neither the chunk view of v nor the hoists: :func:`call_knobs` drops those permissions
@@ -576,7 +576,7 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
                scale_log2: float | None = None, group: int = 1, view: bool = False,
-               Dv: int = 0, wide: bool = False) -> tuple:
+               Dv: int = 0, wide: bool = False, o_cols: int = 0) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -602,7 +602,9 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     three. ``pingpong`` (session 52, a lab knob) is dropped with ``mask_lmk`` where the call
     takes no chunk view of v (the consumers would write ``V_s``, and their sync of both warp
     groups would meet a group waiting for its turn) and with ``pack`` or ``overlap`` 1 or 2
-    (never built or run there); where it stays, ``hoist_keys`` is dropped."""
+    (never built or run there); where it stays, ``hoist_keys`` is dropped. ``o_cols`` is the
+    call's (:func:`o_cols`: the columns of ``o`` where the adapter padded ``Dv``, else 0), not
+    a config's."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -630,6 +632,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
         full[_KNOB["hoist_keys"]] = 0
     if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0
+    full[_KNOB["o_cols"]] = o_cols
     return trimmed_knobs(full)
 
 
@@ -692,7 +695,8 @@ def v_chunk_span(cap: int, C: int, block_N: int, Dv: int) -> int:
 
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
                    scale_log2: float | None = None, group: int = 1,
-                   view: bool = False, Dv: int = 0, wide: bool = False) -> tuple[str, tuple, tuple]:
+                   view: bool = False, Dv: int = 0, wide: bool = False,
+                   o_cols: int = 0) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -705,28 +709,32 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     base, extra = tuple(config[:4]), tuple(config[4:])
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
-    for name, values in INT_KNOBS.items():
+    for name, values in (*((n, f"kernels.{v}") for n, v in INT_KNOBS.items()),
+                         ("o_cols", "the call's, launch.o_cols")):
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
-            raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int, "
-                             f"kernels.{values}); ws, if given, comes after it")
+            raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int: "
+                             f"{values}); ws, if given, comes after it")
     if len(extra) > len(TC_KNOBS):
         if len(extra) != len(TC_KNOBS) + 1:
             raise ValueError(f"config {config!r}: too many items")
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
-    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv, wide)
+    return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv, wide,
+                                  o_cols)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                   q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
                   split: bool = False, group: int = 1, view: bool = False,
-                  wide: bool = False) -> tuple[str, tuple]:
+                  wide: bool = False, o_cols: int = 0) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
-    this config, kernel-frame chunk ``C``, ``scale_log2`` and ``wide``
-    (:func:`wide_positions`) runs: the kernel cache key of :func:`run_cuda` (and what the
-    GPU tools precompile)."""
-    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv, wide)
+    this config, kernel-frame chunk ``C``, ``scale_log2``, ``wide``
+    (:func:`wide_positions`) and ``o_cols`` (:func:`o_cols`; the split kernel's partials keep
+    ``Dv`` columns, :func:`combine_key` takes it there) runs: the kernel cache key of
+    :func:`run_cuda` (and what the GPU tools precompile)."""
+    kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv, wide,
+                                       0 if split else o_cols)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
@@ -772,11 +780,17 @@ def v_chunk_view(v, C: int, kv_blhd: bool = False):
     return v.as_strided((B, H, L // C, C - 1, D), (sb, sh, C * sl, sl, sd), v.storage_offset())
 
 
-def combine_key(tc_args: tuple) -> tuple[str, tuple]:
+#: ``kernels.combine``'s threads (its default), written out in its arguments before ``o_cols``.
+COMBINE_THREADS = 128
+
+
+def combine_key(tc_args: tuple, o_cols: int = 0) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the combine for the split kernel
     whose factory arguments (:func:`tc_kernel_key`) are ``tc_args``:
-    ``("combine", (Dv, dtype))``."""
-    return "combine", (tc_args[1], tc_args[2])
+    ``("combine", (Dv, dtype))``, and :data:`COMBINE_THREADS` and ``o_cols`` after them
+    where :func:`o_cols` of the call is not 0."""
+    extra = (COMBINE_THREADS, o_cols) if o_cols else ()
+    return "combine", (tc_args[1], tc_args[2]) + extra
 
 
 _cache: dict[tuple, object] = {}
@@ -870,6 +884,16 @@ def kernel_dims(p) -> tuple[int, int]:
     """``(Dqk, Dv)`` of the kernels that serve ``p``: each head dim rounded up to a multiple
     of :data:`D_STEP` (itself where it is one)."""
     return -(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP
+
+
+def o_cols(p, o) -> int:
+    """The ``o_cols`` knob of a call's kernels (``kernels.fwd_tc``): ``o``'s columns where they
+    are fewer than the kernels' ``p.Dv`` (the adapter padded ``Dv``, and the kernels write the
+    call's ``o`` themselves), else 0. A wider ``o`` is a caller's error."""
+    n = o.shape[-1]
+    if n > p.Dv:
+        raise ValueError(f"o has {n} columns, more than the kernels' Dv={p.Dv}")
+    return n if n != p.Dv else 0
 
 
 def check_limits(p) -> None:
@@ -1066,7 +1090,8 @@ def _c_key(C: int) -> int:
     return min(C, PLAN_C_MAX)
 
 
-def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None):
+def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
+          ocols: int = 0):
     """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
     the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
     chunk ``C`` (through :func:`_c_key`), whether the kernels are built wide
@@ -1074,16 +1099,17 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
     ``force_split``, the device's SM count and whether the call admits the chunk view of
     ``v`` (:func:`v_chunk_call`: ``kv_start`` and ``Lk`` multiples of the chunk, which
-    the saturated ``Lk`` alone does not decide). The tables and functions it consults
+    the saturated ``Lk`` alone does not decide) and ``ocols`` (:func:`o_cols`). The tables
+    and functions it consults
     (:func:`tc_config`, :func:`tc_knobs`, :func:`pack_lowers`, ...) are not in the key:
     code that replaces one at run time calls :func:`clear_plans` (``tests/conftest.py``
     does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
            p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, _c_key(C), scale_fold_ok(sl2),
-           force_split, sm_count(p.device), v_chunk_call(p), wide_positions(p, C))
+           force_split, ocols, sm_count(p.device), v_chunk_call(p), wide_positions(p, C))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split)
+        plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, ocols=ocols)
         if len(_PLANS) >= PLANS_MAX:
             _PLANS.clear()
         _PLANS[key] = plan
@@ -1101,11 +1127,11 @@ def clear_plans() -> None:
 
 
 def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
-               config: tuple | None = None) -> tuple[int, str, tuple]:
+               config: tuple | None = None, ocols: int = 0) -> tuple[int, str, tuple]:
     """``(S, factory name, factory arguments)`` of a bf16/fp16 CUDA call (kernel-frame
-    chunk ``C`` and ``scale_log2`` from :func:`scalars`): the split count (1 = the
-    prefill grid) and the tensor-core kernel :func:`run_cuda` runs. Uncached (every
-    call without a config goes through :func:`_plan`)."""
+    chunk ``C`` and ``scale_log2`` from :func:`scalars`; ``ocols``: :func:`o_cols`): the split
+    count (1 = the prefill grid) and the tensor-core kernel :func:`run_cuda` runs. Uncached
+    (every call without a config goes through :func:`_plan`)."""
     if force_split is None:
         S, split_cfg = split_plan(p)
     else:
@@ -1116,34 +1142,38 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
     cfg = config or (split_cfg if split else prefill_config(p))
     kind, args = tc_kernel_key(p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk, p.expand_to_chunk, q_blhd,
                                kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv, v_chunk_call(p),
-                               wide_positions(p, C))
+                               wide_positions(p, C), ocols)
     return S, kind, args
 
 
-def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | None = None) -> str:
+def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | None = None,
+             ocols: int = 0) -> str:
     """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
     in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
-    off or at their default left out); ``force_split`` as in :func:`run_cuda`; a call run over batch slices
+    off or at their default left out; ``o_cols`` after the kernel's name where it is not a
+    knob list's, ``ocols``: :func:`o_cols`); ``force_split`` as in :func:`run_cuda`; a call run
+    over batch slices
     is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
     wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
+    oc = f" [o_cols={ocols}]" if ocols else ""
     if device_type(p.device) != "cuda":
-        return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide
+        return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide + oc
     if p.B > GRID_YZ_MAX:
         cuts = batch_slices(p.B, GRID_YZ_MAX)
-        return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split)
+        return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split, ocols)
                 + f" (batch slices of {cuts[0].stop} or fewer: {len(cuts)} launches)")
     if p.dtype == torch.float32:
-        return "fwd_fp32 (one row per thread, CUDA cores)" + wide
+        return "fwd_fp32 (one row per thread, CUDA cores)" + wide + oc
     _, C, _, _, sl2 = scalars(p)
-    S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split)
+    S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
              for (name, off), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val != off]
     text = f"{kind} {bm}x{bn} s{stages} t{threads}"
     if S > 1:
-        text += f" S={S} +{combine_key(args)[0]}"
+        text += f" S={S} +{combine_key(args, ocols)[0]}" + oc
     return text + (" [" + " ".join(knobs) + "]" if knobs else "")
 
 
@@ -1154,21 +1184,26 @@ FP32_TILE = (128, 16)
 
 def fp32_wide_args(args: tuple) -> tuple:
     """The fp32 GPU kernel's factory arguments built ``wide``, from its first six (the
-    head dims, flags and layouts): its tile written out, then ``wide``."""
-    return args[:6] + FP32_TILE + (True,)
+    head dims, flags and layouts): its tile written out, then ``wide``, then ``o_cols`` where
+    ``args`` has it (:func:`fp32_args`)."""
+    return args[:6] + FP32_TILE + (True,) + args[9:]
 
 
-def fp32_args(p, q_blhd: bool, kv_blhd: bool, C: int) -> tuple:
+def fp32_args(p, q_blhd: bool, kv_blhd: bool, C: int, ocols: int = 0) -> tuple:
     """Factory arguments of the fp32 GPU kernel of a call (kernel-frame chunk ``C``):
     those it always had, and its tile and ``wide`` where :func:`wide_positions`
-    (:func:`fp32_wide_args`)."""
+    (:func:`fp32_wide_args`) or ``ocols`` (:func:`o_cols`), which then follows them."""
     args = (p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd)
+    if ocols:
+        args += FP32_TILE + (False, ocols)
     return fp32_wide_args(args) if wide_positions(p, C) else args
 
 
 def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int | None = None,
              config: tuple | None = None) -> None:
-    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical). The kernels
+    """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical; ``o`` may have
+    fewer columns than ``p.Dv``, where the adapter padded ``Dv``: the kernels write those,
+    :func:`o_cols`). The kernels
     put heads on the grid's y (``Hq``, or ``Hkv`` packed) and the batch on z: a batch past
     z's bound (``reference.device.GRID_YZ_MAX``) runs as launches over near-equal slices
     of it (views, nothing copied), each planned as its own call; ``Hq`` must fit
@@ -1179,12 +1214,13 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
                      force_split, config)
         return
     W, C, r, inv_c, sl2 = scalars(p)
+    ocols = o_cols(p, o)
     if p.dtype == torch.float32:
-        ker = _call("fwd_fp32", *fp32_args(p, q_blhd, kv_blhd, C))
+        ker = _call("fwd_fp32", *fp32_args(p, q_blhd, kv_blhd, C, ocols))
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split) if config is None
-                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config))
+    S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols) if config is None
+                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config, ocols))
     split = S > 1
     ker = _call(kind, *args)
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
@@ -1197,7 +1233,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     # CUDA-graph capture the graph's own tensors).
     op, lp = scratch(p.device, ((p.B, p.Hq, S, p.Lq, p.Dv), (p.B, p.Hq, S, p.Lq)))
     ker(q, k, v, op, lp, W, C, r, inv_c, sl2)
-    ckind, cargs = combine_key(args)
+    ckind, cargs = combine_key(args, ocols)
     _call(ckind, *cargs)(op, lp, o, lse)
 
 
@@ -1205,14 +1241,15 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
 CPU_TILE = (16, 16)
 
 
-def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, dict, tuple]:
+def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool, ocols: int = 0) -> tuple[tuple, dict, tuple]:
     """``kernels.fwd_cpu``'s factory arguments for a call (positional, then by name) and the
     kernel's runtime scalars (:func:`scalars`): the knobs the GPU kernel ships for these head
     dims (:func:`tc_knobs`; the ``lmk_cols`` cap resolved per call by :func:`lmk_cols_for`
     for the 16-key tile; ``scale_fold`` per call, :func:`scale_fold_ok`), and by name
     ``hoist_left`` as the call's prefill-grid config bakes it (:func:`grid_config`: on for
     calls of several 64-row query blocks at ``max(Dqk, Dv) <= 128``, :data:`TC_HOIST_LEFT`),
-    so the CPU tier runs the same macros as the GPU (16 x 16 tiles)."""
+    so the CPU tier runs the same macros as the GPU (16 x 16 tiles); ``o_cols`` by name where
+    ``ocols`` (:func:`o_cols`) is not 0."""
     W, C, r, inv_c, sl2 = scalars(p)
     knobs = call_knobs(tc_knobs(p.Dqk, p.Dv), p.mask_lmk, C, CPU_TILE[1], sl2,
                        wide=wide_positions(p, C))
@@ -1224,13 +1261,15 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool) -> tuple[tuple, dict, tuple]
     # hoist_left as the GPU's prefill grid bakes it, where this kernel's knobs have mask_split
     hl = full_knobs(grid_config(p.Dqk, p.Dv, p.Lq)[4:])[_KNOB["hoist_left"]]
     named = {"hoist_left": hl} if hl and full_knobs(knobs)[_KNOB["mask_split"]] else {}
+    if ocols:
+        named["o_cols"] = ocols
     return ((p.Dqk, p.Dv, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, *CPU_TILE, *knobs),
             named, (W, C, r, inv_c, sl2))
 
 
 def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``
-    (:func:`cpu_kernel_args`)."""
-    args, named, runtime = cpu_kernel_args(p, q_blhd, kv_blhd)
+    (:func:`cpu_kernel_args`; ``o32`` may have fewer columns than ``p.Dv``, :func:`o_cols`)."""
+    args, named, runtime = cpu_kernel_args(p, q_blhd, kv_blhd, o_cols(p, o32))
     _kernel("fwd_cpu", *args, **named)(q, k, v, o32, lse, *runtime)
 

@@ -689,7 +689,7 @@ def _cpu_with(q, k, v, knobs, **kw):
         return p.new_outputs()
 
     def run(kp, q_, k_, v_, q_blhd, kv_blhd, o32, lse):  # launch.run_cpu with the knobs
-        args, named, runtime = launch.cpu_kernel_args(kp, q_blhd, kv_blhd)
+        args, named, runtime = launch.cpu_kernel_args(kp, q_blhd, kv_blhd, launch.o_cols(kp, o32))
         try:
             ker = kernels.fwd_cpu(*args, **{**named, **knobs})
         except ValueError as e:  # kernels._check_knobs: a lab knob these head dims' knobs refuse

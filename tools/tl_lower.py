@@ -87,11 +87,10 @@ def tier_kernels(tier: str = "full", sms: int = 132,
             if p.empty:
                 continue
             current[:] = [case.id]
-            call = api._kernel_call(p, q, k, v)  # head dims padded to the kernels'
-            api._run_cuda(*call)
-            S = launch.forced_plan(call[0])  # the optional backend tilelang-split on the case
-            if S is not None:
-                api._run_cuda(*call, force_split=S)
+            api._run_cuda(p, q, k, v)  # head dims padded to the kernels' (api._kernel_call)
+            S = launch.forced_plan(api._kernel_problem(p)[0])
+            if S is not None:  # the optional backend tilelang-split on the case
+                api._run_cuda(p, q, k, v, force_split=S)
     finally:
         launch._kernel, launch.sm_count = saved
     return wanted
