@@ -262,6 +262,34 @@ def test_padding_copies_move_the_same_bits_in_words(D, pad_to, dtype, lead, offs
         st for st, n in zip(got.stride(), got.shape) if n > 1]
 
 
+@pytest.mark.parametrize("D,n,word", [(96, 90, torch.int32), (128, 120, torch.int64),
+                                      (48, 33, torch.bfloat16), (64, 56, torch.int64)])
+def test_copy_out_moves_the_columns_bit_for_bit_in_words(D, n, word):
+    """launch.copy_columns (the copy-out where o's rows take no tensor map, launch.run_cuda):
+    the first n columns of the padded output, NaN payloads included, as the widest word both
+    views take (what reaches copy_, recorded under a dispatch mode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "copy_":
+                self.dtypes.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(D + n)
+    full = torch.randint(-2 ** 15, 2 ** 15, (2, 3, 5, D), generator=g).to(torch.int16)
+    full = full.view(torch.bfloat16)
+    o = torch.full((2, 3, 5, n), float("nan"), dtype=torch.bfloat16)
+    with Ops() as ops:
+        launch.copy_columns(o, full)
+    assert ops.dtypes == [word]
+    assert torch.equal(o.view(torch.int16), full[..., :n].contiguous().view(torch.int16))
+
+
 def test_describe_names_only_the_copies_made():
     """A key cut that leaves k contiguous (one batch, one key head) is a view of k, not a copy:
     describe_call names v's padded copy alone."""
@@ -584,8 +612,10 @@ def _meta_problem(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype=torch.bfloat16, **kw):
 def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
     """launch.run_cuda with an o narrower than the kernels' Dv (a call the adapter padded)
     builds every kernel that writes o for o's columns (launch.o_cols): the prefill grid's
-    fwd_tc (its knob, in the plan's key too), the combine after a split kernel (which keeps
-    Dv for its partials) and fwd_fp32; describe names it; a wider o is refused."""
+    fwd_tc where o's rows take a tensor map (launch.TMA_STRIDE; its knob, in the plan's key
+    too; else the kernel writes a padded o, which run_cuda copies out), the combine after a
+    split kernel (which keeps Dv for its partials) and fwd_fp32; describe names it; a wider o
+    is refused."""
     import dataclasses
     import inspect
 
@@ -594,36 +624,46 @@ def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
     monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
     monkeypatch.setattr(launch, "scratch", lambda dev, shapes: (None,) * len(shapes))
     asked = []
-    monkeypatch.setattr(launch, "_kernel",
-                        lambda kind, *a: asked.append((kind, a)) or (lambda *x: None))
+    launched = []
+    monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a))
+                        or (lambda *x: launched.append(  # o's columns (None: split scratch)
+                            getattr(x[2 if kind == "combine" else 3], "shape", [None])[-1])))
     monkeypatch.setattr(launch, "FAST_CALL", False)
     threads = inspect.signature(kernels.combine.func).parameters["threads"].default
     assert threads == launch.COMBINE_THREADS
     oc = launch._KNOBS_AT + launch._KNOB["o_cols"]
     for Lq, Dv, cols, dtype in ((512, 128, 120, torch.bfloat16), (1, 96, 90, torch.bfloat16),
-                                (512, 64, 40, torch.float32), (512, 64, 64, torch.bfloat16)):
+                                (512, 64, 40, torch.float32), (512, 64, 64, torch.bfloat16),
+                                (512, 96, 90, torch.bfloat16), (512, 96, 88, torch.float16)):
         p = dataclasses.replace(_meta_problem(1, 32, 32, Lq, 8192, 64, Dv, dtype, window_size=512,
                                               chunk_size=64), device=torch.device("cuda"))
         o = torch.empty(1, 32, Lq, cols, dtype=dtype, device="meta")
         lse = torch.empty(1, 32, Lq, device="meta")
         asked.clear()
+        launched.clear()
         launch.run_cuda(p, *(torch.empty(1, 32, n, d, dtype=dtype, device="meta")
                              for n, d in ((Lq, 64), (8192, 64), (8192, Dv))), False, False, o, lse)
         n = launch.o_cols(p, o)
         assert n == (cols if cols < Dv else 0)
         text = launch.describe(p, ocols=n)
-        assert (f"o_cols={cols}" in text) == bool(n), text
+        copied = bool(n) and dtype != torch.float32 and Lq > 1 and cols * 2 % launch.TMA_STRIDE
+        assert launch.o_cols(p, o) == n
+        assert (f"o_cols={cols}" in text) == (bool(n) and not copied), text
         (kind, args), *comb = asked
         if dtype == torch.float32:
             assert (kind, args) == ("fwd_fp32", (64, Dv, True, True, False, False)
                                     + launch.FP32_TILE + (False, cols))
         elif comb:  # split: the partials keep Dv, the combine writes o's columns
             assert len(args) <= oc and comb == [("combine", (Dv, "bfloat16", 128, cols))]
+            assert launched == [None, cols]
             assert f" +combine [o_cols={cols}]" in text
-        else:
-            assert (args[oc] if len(args) > oc else 0) == n
-    with pytest.raises(ValueError, match="more than the kernels' Dv=64"):
-        launch.o_cols(p, torch.empty(1, 32, 512, 72, device="meta"))
+        else:  # the tile by the copy engine where o's rows allow, else o copied out
+            narrow = cols * 2 % launch.TMA_STRIDE == 0
+            assert (args[oc] if len(args) > oc else 0) == (n if narrow else 0)
+            assert launched == [cols if narrow else Dv]
+            assert text.endswith(" (o copied out)") == bool(n and not narrow), text
+    with pytest.raises(ValueError, match=f"more than the kernels' Dv={p.Dv}"):
+        launch.o_cols(p, torch.empty(1, 32, 512, p.Dv + 8, device="meta"))
 
 
 def _plan_args(p, q_blhd=False, kv_blhd=False, force=None):

@@ -93,25 +93,8 @@ def _kernel_problem(p):
     return dataclasses.replace(p, Dqk=Dqk, Dv=Dv, Lk=p.Lk - j0, kv_start=p.kv_start + j0), j0
 
 
-#: Integer words for the adapter's copies, widest first: PyTorch's strided copy moves one
-#: element a thread step, so rows moved as 8-byte words take a quarter of the steps of 2-byte
-#: elements (session 54, an H100: 84.6 -> 59.6 us a copy of 63 MB, BENCHMARKS.md).
-_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
-
-
-def _words(x):
-    """``x`` viewed as the widest integer word that tiles its rows, strides and address (the
-    same bytes: a copy or a zero fill of them makes the same bits), or ``x`` itself where no
-    word wider than its element fits (last dim not stride 1, a row of 66 bytes, a view that
-    starts off the word, or on it in a storage that does not: ``torch.frombuffer`` at an
-    offset)."""
-    es = x.element_size()
-    if x.stride(-1) == 1:
-        for w, dt in _WORDS:  # the address for the loads, the storage offset for .view
-            if w > es and x.data_ptr() % w == 0 and all(
-                    n * es % w == 0 for n in (*x.stride()[:-1], x.shape[-1], x.storage_offset())):
-                return x.view(dt)
-    return x
+#: The adapter's copies move rows as integer words (``launch.words``).
+_words = launch.words
 
 
 def _padded(x, D: int, blhd: bool, plan_only: bool):

@@ -872,7 +872,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     first of the tile's ``Dv``: a call whose head dims the adapter padded gets its own ``o``,
     nothing copied out. The prefill grid's tile goes by the copy engine where ``o``'s rows
     allow a tensor map (rows of a multiple of 16 bytes), which drops the columns past
-    ``o_cols`` itself, else by a predicated SIMT copy; the packed rows by their element loop;
+    ``o_cols`` itself, else by a predicated SIMT copy, which the launcher does not bake
+    (slower than a copy-out, ``launch.TMA_STRIDE``); the packed rows by their element loop;
     refused with ``split``, whose partials keep ``Dv`` columns: :func:`combine` takes it).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
     kernel's entry point is ``hils_swa_fwd_tc_kernel`` (``_allwarps_kernel`` with

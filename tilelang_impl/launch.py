@@ -886,6 +886,54 @@ def kernel_dims(p) -> tuple[int, int]:
     return -(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP
 
 
+#: Integer words for the adapter's copies (``api._padded``) and the copy-out of ``o``
+#: (:func:`copy_columns`), widest first: PyTorch's strided copy moves one element a thread
+#: step, so rows moved as 8-byte words take a quarter of the steps of 2-byte elements
+#: (session 54, an H100: 84.6 -> 59.6 us a copy of 63 MB, BENCHMARKS.md).
+WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def words(x):
+    """``x`` viewed as the widest integer word that tiles its rows, strides and address (the
+    same bytes: a copy or a zero fill of them makes the same bits), or ``x`` itself where no
+    word wider than its element fits (last dim not stride 1, a row of 66 bytes, a view that
+    starts off the word, or on it in a storage that does not: ``torch.frombuffer`` at an
+    offset)."""
+    es = x.element_size()
+    if x.stride(-1) == 1:
+        for w, dt in WORDS:  # the address for the loads, the storage offset for .view
+            if w > es and x.data_ptr() % w == 0 and all(
+                    n * es % w == 0 for n in (*x.stride()[:-1], x.shape[-1], x.storage_offset())):
+                return x.view(dt)
+    return x
+
+
+def copy_columns(o, full) -> None:
+    """``o`` (contiguous) := the first ``o.shape[-1]`` columns of ``full``, moved as integer
+    words (:func:`words`) where both views take the same word."""
+    cut = full[..., :o.shape[-1]]
+    a, b = words(o), words(cut)
+    if a.dtype == b.dtype:
+        a.copy_(b)
+    else:
+        o.copy_(cut)
+
+
+#: The copy engine's tensor maps need every global stride a multiple of this many bytes: the
+#: prefill tile writes a narrow ``o`` itself (``o_cols``) only where its rows are, else the
+#: kernel writes a padded ``o`` and :func:`run_cuda` copies its columns out. A predicated SIMT
+#: store of 180-byte rows made the kernel 72 us slower than a full-width one at L = 8K, 32
+#: heads, where the copy-out it replaced took 47 us (session 55, an H100, BENCHMARKS.md).
+TMA_STRIDE = 16
+
+
+def tc_knob(args: tuple, name: str):
+    """The value of knob ``name`` in ``fwd_tc`` factory arguments ``args`` (its default where
+    the trimmed arguments leave it out)."""
+    at = _KNOBS_AT + _KNOB[name]
+    return args[at] if len(args) > at else TC_KNOBS[_KNOB[name]][1]
+
+
 def o_cols(p, o) -> int:
     """The ``o_cols`` knob of a call's kernels (``kernels.fwd_tc``): ``o``'s columns where they
     are fewer than the kernels' ``p.Dv`` (the adapter padded ``Dv``, and the kernels write the
@@ -1140,9 +1188,13 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
                      if S > 1 and config is None else None)
     split = S > 1
     cfg = config or (split_cfg if split else prefill_config(p))
-    kind, args = tc_kernel_key(p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk, p.expand_to_chunk, q_blhd,
-                               kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv, v_chunk_call(p),
-                               wide_positions(p, C), ocols)
+    key = functools.partial(tc_kernel_key, p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk,
+                            p.expand_to_chunk, q_blhd, kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv,
+                            v_chunk_call(p), wide_positions(p, C))
+    kind, args = key(ocols)
+    if (ocols and not split and not tc_knob(args, "pack")
+            and ocols * p.dtype.itemsize % TMA_STRIDE):  # copied out (run_cuda, TMA_STRIDE)
+        kind, args = key(0)
     return S, kind, args
 
 
@@ -1174,7 +1226,8 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     text = f"{kind} {bm}x{bn} s{stages} t{threads}"
     if S > 1:
         text += f" S={S} +{combine_key(args, ocols)[0]}" + oc
-    return text + (" [" + " ".join(knobs) + "]" if knobs else "")
+    text += " [" + " ".join(knobs) + "]" if knobs else ""
+    return text + (" (o copied out)" if S == 1 and ocols and not tc_knob(args, "o_cols") else "")
 
 
 #: ``kernels.fwd_fp32``'s tile (its defaults, which take it from here), written out in the
@@ -1226,6 +1279,11 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
         v = v_chunk_view(v, C, kv_blhd)
     if not split:
+        if ocols and not tc_knob(args, "o_cols"):  # o's rows take no tensor map (TMA_STRIDE)
+            full = torch.empty((*o.shape[:-1], p.Dv), dtype=o.dtype, device=o.device)
+            ker(q, k, v, full, lse, W, C, r, inv_c, sl2)
+            copy_columns(o, full)
+            return
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     # Normalised partial outputs and their LSEs (fp32): the scratch cached for this
