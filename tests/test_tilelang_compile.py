@@ -900,13 +900,3 @@ def test_narrow_o_goes_by_the_copy_engine_where_its_rows_allow():
     assert "O_desc" not in src36 and "O_desc" not in host36
     assert "bfloat16_t* __restrict__ O" in src36
     assert re.search(r"\* \(int64_t\)36\)", src36)  # o's rows, 36 elements apart
-
-
-def test_o_cols_is_refused_where_no_kernel_writes_o():
-    """The split kernel's partials keep Dv columns (the combine takes o_cols), and o_cols is an
-    int from 0 to Dv."""
-    with pytest.raises(ValueError, match="with split"):
-        kernels._check_o_cols(56, 64, split=True)
-    for bad in (65, -1, True, 56.0):
-        with pytest.raises(ValueError, match="o_cols"):
-            kernels._check_o_cols(bad, 64)

@@ -131,13 +131,17 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, 
     kw = dict(PADDED_KW, **flags)
     q, k, v = _inputs(2, 4, 2, 9, 60, Dqk, Dv, dtype, seed=Dqk + Dv, blhd=blhd)
     seen = {}
-    run_cpu = launch.run_cpu
+    run_cpu, kernel = launch.run_cpu, launch._kernel
 
     def spy(p, *a):
-        named = launch.cpu_kernel_args(p, *a[3:5], launch.o_cols(p, a[5]))[1]
-        seen.update(p=p, o_cols=a[5].shape[-1], named=named)
+        seen.update(p=p, o_cols=a[5].shape[-1])
         return run_cpu(p, *a)
+
+    def spy_kernel(kind, *a, **named):  # what the C kernel is built with
+        seen["named"] = named
+        return kernel(kind, *a, **named)
     monkeypatch.setattr(launch, "run_cpu", spy)
+    monkeypatch.setattr(launch, "_kernel", spy_kernel)
     with poisoned_empty():
         _check(q, k, v, nan_slots=True, **kw)
     kp = seen["p"]
@@ -611,11 +615,11 @@ def _meta_problem(B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype=torch.bfloat16, **kw):
 
 def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
     """launch.run_cuda with an o narrower than the kernels' Dv (a call the adapter padded)
-    builds every kernel that writes o for o's columns (launch.o_cols): the prefill grid's
-    fwd_tc where o's rows take a tensor map (launch.TMA_STRIDE; its knob, in the plan's key
-    too; else the kernel writes a padded o, which run_cuda copies out), the combine after a
-    split kernel (which keeps Dv for its partials) and fwd_fp32; describe names it; a wider o
-    is refused."""
+    builds every kernel that writes o for o's columns (launch.o_cols): the unpacked prefill
+    tile where o's rows take a tensor map (launch.TMA_STRIDE; else it writes a padded o of
+    run_cuda's own, whose columns launch.copy_columns copies into o: launch.copied_out), the
+    packed rows at any width (an element loop), the combine after a split kernel (which keeps
+    Dv for its partials) and fwd_fp32; describe names it; a wider o is refused."""
     import dataclasses
     import inspect
 
@@ -623,33 +627,41 @@ def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
     monkeypatch.setattr(launch, "sm_count", lambda dev: 132)
     monkeypatch.setattr(launch, "capability", lambda dev: (9, 0))
     monkeypatch.setattr(launch, "scratch", lambda dev, shapes: (None,) * len(shapes))
-    asked = []
-    launched = []
+    asked, launched, copies = [], [], []
     monkeypatch.setattr(launch, "_kernel", lambda kind, *a: asked.append((kind, a))
                         or (lambda *x: launched.append(  # o's columns (None: split scratch)
                             getattr(x[2 if kind == "combine" else 3], "shape", [None])[-1])))
     monkeypatch.setattr(launch, "FAST_CALL", False)
+    copy_columns = launch.copy_columns
+    monkeypatch.setattr(launch, "copy_columns", lambda o, full: copies.append(
+        (o, full.shape[-1])) or copy_columns(o, full))
     threads = inspect.signature(kernels.combine.func).parameters["threads"].default
     assert threads == launch.COMBINE_THREADS
     oc = launch._KNOBS_AT + launch._KNOB["o_cols"]
-    for Lq, Dv, cols, dtype in ((512, 128, 120, torch.bfloat16), (1, 96, 90, torch.bfloat16),
-                                (512, 64, 40, torch.float32), (512, 64, 64, torch.bfloat16),
-                                (512, 96, 90, torch.bfloat16), (512, 96, 88, torch.float16)):
-        p = dataclasses.replace(_meta_problem(1, 32, 32, Lq, 8192, 64, Dv, dtype, window_size=512,
+    for Hkv, Lq, Lk, Dv, cols, dtype in (
+            (32, 512, 8192, 128, 120, torch.bfloat16), (32, 1, 8192, 96, 90, torch.bfloat16),
+            (32, 512, 8192, 64, 40, torch.float32), (32, 512, 8192, 64, 64, torch.bfloat16),
+            (32, 512, 8192, 96, 90, torch.bfloat16), (32, 512, 8192, 96, 88, torch.float16),
+            (8, 4, 128, 96, 90, torch.bfloat16)):  # packed: G = 4 heads of 4 queries
+        p = dataclasses.replace(_meta_problem(1, 32, Hkv, Lq, Lk, 64, Dv, dtype, window_size=512,
                                               chunk_size=64), device=torch.device("cuda"))
         o = torch.empty(1, 32, Lq, cols, dtype=dtype, device="meta")
         lse = torch.empty(1, 32, Lq, device="meta")
-        asked.clear()
-        launched.clear()
-        launch.run_cuda(p, *(torch.empty(1, 32, n, d, dtype=dtype, device="meta")
-                             for n, d in ((Lq, 64), (8192, 64), (8192, Dv))), False, False, o, lse)
+        for x in (asked, launched, copies):
+            x.clear()
+        launch.run_cuda(p, *(torch.empty(1, h, n, d, dtype=dtype, device="meta")
+                             for h, n, d in ((32, Lq, 64), (Hkv, Lk, 64), (Hkv, Lk, Dv))),
+                        False, False, o, lse)
         n = launch.o_cols(p, o)
         assert n == (cols if cols < Dv else 0)
         text = launch.describe(p, ocols=n)
-        copied = bool(n) and dtype != torch.float32 and Lq > 1 and cols * 2 % launch.TMA_STRIDE
-        assert launch.o_cols(p, o) == n
-        assert (f"o_cols={cols}" in text) == (bool(n) and not copied), text
         (kind, args), *comb = asked
+        packed = kind == "fwd_tc" and launch.tc_knob(args, "pack") > 0
+        assert packed == (Hkv == 8)
+        copied = (bool(n) and dtype != torch.float32 and Lq > 1 and not packed
+                  and cols * 2 % launch.TMA_STRIDE > 0)
+        assert (f"o_cols={cols}" in text) == (bool(n) and not copied), text
+        assert copies == ([(o, Dv)] if copied else [])
         if dtype == torch.float32:
             assert (kind, args) == ("fwd_fp32", (64, Dv, True, True, False, False)
                                     + launch.FP32_TILE + (False, cols))
@@ -658,12 +670,42 @@ def test_o_cols_reaches_each_kernel_that_writes_o(monkeypatch):
             assert launched == [None, cols]
             assert f" +combine [o_cols={cols}]" in text
         else:  # the tile by the copy engine where o's rows allow, else o copied out
-            narrow = cols * 2 % launch.TMA_STRIDE == 0
-            assert (args[oc] if len(args) > oc else 0) == (n if narrow else 0)
-            assert launched == [cols if narrow else Dv]
-            assert text.endswith(" (o copied out)") == bool(n and not narrow), text
+            assert launch.tc_knob(args, "o_cols") == (0 if copied else n)
+            assert launched == [Dv if copied else cols]
+            assert text.endswith(" (o copied out)") == copied, text
     with pytest.raises(ValueError, match=f"more than the kernels' Dv={p.Dv}"):
         launch.o_cols(p, torch.empty(1, 32, 512, p.Dv + 8, device="meta"))
+
+
+def test_o_cols_is_refused_where_no_kernel_writes_o():
+    """The split kernel's partials keep Dv columns (the combine takes o_cols), and o_cols is an
+    int from 0 to Dv (kernels._check_o_cols, which every factory that writes o calls)."""
+    from tilelang_impl import kernels
+    with pytest.raises(ValueError, match="with split"):
+        kernels._check_o_cols(56, 64, split=True)
+    for bad in (65, -1, True, 56.0):
+        with pytest.raises(ValueError, match="o_cols"):
+            kernels._check_o_cols(bad, 64)
+    kernels._check_o_cols(0, 64, split=True)
+    kernels._check_o_cols(64, 64)
+
+
+def test_o_cols_is_in_the_plan_key(monkeypatch):
+    """Two calls whose kernel problems are equal (D = 120 padded to 128, and D = 128, both from
+    key 0) but whose o differ in width get their own plans: launch._plan caches by
+    ``ocols`` too, each plan the uncached choice."""
+    import dataclasses
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    p = dataclasses.replace(_meta_problem(1, 32, 32, 512, 4096, 128, 128, window_size=512,
+                                          chunk_size=64), device=torch.device("cuda"))
+    args = _plan_args(p)
+    plans = {n: launch._plan(*args, ocols=n) for n in (120, 0, 120)}
+    assert len(launch._PLANS) == 2
+    for n, (S, kind, a) in plans.items():
+        assert (S, kind, a) == launch._tc_choice(*args, ocols=n)
+        assert launch.tc_knob(a, "o_cols") == n
 
 
 def _plan_args(p, q_blhd=False, kv_blhd=False, force=None):

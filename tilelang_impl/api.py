@@ -20,8 +20,10 @@ wgmma K step). A call with another head dim (32..256) runs as the same call on
 zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded to the next
 multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see copied;
 the kernels write the call's ``o`` themselves, its ``Dv`` columns of their tile
-(``launch.o_cols``: nothing copied out). These and the copies above are the
-only copies the adapter makes on the GPU; :func:`describe_call` names them.
+(``launch.o_cols``), but the unpacked prefill tile where ``o``'s rows are not a
+multiple of 16 bytes: there the launcher copies them out of a padded ``o``
+(``launch.copied_out``). These and the copies above are the only copies the
+adapter makes on the GPU; :func:`describe_call` names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
@@ -167,8 +169,9 @@ def _run_cuda(p, q, k, v, force_split: int | None = None):
     """The CUDA path of a checked, non-empty call: the call as the kernels take it
     (:func:`_kernel_call`), the kernels' views of its inputs
     (:func:`_views`; one copy of a tensor neither layout serves or whose address the copy
-    engine refuses, :func:`_served`), the call's new canonical outputs (the kernels write
-    ``o``'s ``Dv`` columns where they run at a padded ``Dv``, ``launch.o_cols``),
+    engine refuses, :func:`_served`), the call's new canonical outputs (at a padded ``Dv``
+    the kernels write ``o``'s ``Dv`` columns, ``launch.o_cols``, or the launcher copies them
+    out of a padded ``o``, ``launch.copied_out``),
     :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
     kp, q, k, v = _kernel_call(p, q, k, v)
     (q_, k_, v_), q_blhd, kv_blhd = _views(q, k, v)
@@ -196,7 +199,7 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
         return "no kernel (empty output)"
     kp, *served = _kernel_call(p, q, k, v, plan_only=True)
     views, q_blhd, kv_blhd = _views(*served)
-    ocols = p.Dv if kp.Dv != p.Dv else 0  # launch.o_cols of the call's o
+    ocols = p.Dv if kp.Dv != p.Dv else 0  # launch.o_cols(kp, o) of the call's o (p.Dv columns)
     text = launch.describe(kp, q_blhd, kv_blhd, force_split, ocols)
     if kp is not p:
         pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
@@ -235,7 +238,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
 def _run(p, q, k, v, force_split: int | None = None, run_cpu=None):
     """``(o, lse)`` of a checked, non-empty call: the call as the kernels take it
     (:func:`_kernel_call`), run on its device into outputs of the call's shape (at a padded
-    ``Dv`` the kernels write its ``Dv`` columns, ``launch.o_cols``). CUDA:
+    ``Dv`` the kernels write its ``Dv`` columns, ``launch.o_cols``, but where
+    ``launch.copied_out``). CUDA:
     :func:`_run_cuda` (``force_split``: ``split_kv``'s). CPU: the inputs upcast to fp32 in
     their storage orders, ``run_cpu`` (default :func:`launch.run_cpu`; the lab's CPU
     kernels with knobs, ``tools/lab_tilelang.py``) into fp32 outputs, ``o`` rounded to the

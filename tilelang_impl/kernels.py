@@ -869,8 +869,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     41, :data:`PRODUCER_WARPS`: 1, the producer group's warp 0 alone runs its key loop,
     :mod:`producer_guard`, the fix of a hang; 4, the lab's control, TileLang's code) and
     ``o_cols`` (session 55; not a speed knob: 0 = ``Dv``, else ``O`` has that many columns, the
-    first of the tile's ``Dv``: a call whose head dims the adapter padded gets its own ``o``,
-    nothing copied out. The prefill grid's tile goes by the copy engine where ``o``'s rows
+    first of the tile's ``Dv``: a call whose head dims the adapter padded gets its own ``o``
+    written. The prefill grid's tile goes by the copy engine where ``o``'s rows
     allow a tensor map (rows of a multiple of 16 bytes), which drops the columns past
     ``o_cols`` itself, else by a predicated SIMT copy, which the launcher does not bake
     (slower than a copy-out, ``launch.TMA_STRIDE``); the packed rows by their element loop;

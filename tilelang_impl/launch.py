@@ -492,6 +492,9 @@ def prefill_config(p) -> tuple:
 #: :func:`call_knobs` drops it with ``mask_lmk`` where the call takes no chunk view of v and
 #: with ``pack``, and drops ``hoist_keys`` where it stays (the kernel refuses the pair); ``ws``
 #: moves to 25.
+#: ``o_cols`` (session 55): not a config's but the call's (:func:`o_cols`, set by
+#: :func:`call_knobs`): the columns of ``o`` where the adapter padded ``Dv``, which the
+#: kernel writes itself (:func:`copied_out` says where it does not); ``ws`` moves to 26.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
@@ -920,11 +923,21 @@ def copy_columns(o, full) -> None:
 
 
 #: The copy engine's tensor maps need every global stride a multiple of this many bytes: the
-#: prefill tile writes a narrow ``o`` itself (``o_cols``) only where its rows are, else the
-#: kernel writes a padded ``o`` and :func:`run_cuda` copies its columns out. A predicated SIMT
-#: store of 180-byte rows made the kernel 72 us slower than a full-width one at L = 8K, 32
-#: heads, where the copy-out it replaced took 47 us (session 55, an H100, BENCHMARKS.md).
+#: unpacked prefill tile writes a narrow ``o`` itself (``o_cols``) only where its rows are,
+#: else the kernel writes a padded ``o`` and :func:`run_cuda` copies its columns out
+#: (:func:`copied_out`). A predicated SIMT store of 180-byte rows made the kernel 72 us slower
+#: than a full-width one at L = 8K, 32 heads, where the copy-out it replaced took 47 us
+#: (session 55, an H100, BENCHMARKS.md). Packed rows (decode, short chunks) are written by an
+#: element loop in any case and keep ``o_cols`` (not measured against a copy-out).
 TMA_STRIDE = 16
+
+
+def copied_out(S: int, args: tuple, ocols: int) -> bool:
+    """Whether :func:`run_cuda` runs the plan ``(S, kind, args)`` of a call with :func:`o_cols`
+    ``ocols`` into a padded ``o`` and copies its columns out (:func:`copy_columns`): a narrow
+    ``o`` (``ocols``) on the prefill grid (``S == 1``) whose kernel does not write it
+    (:func:`_tc_choice` left ``o_cols`` out: rows no tensor map takes, :data:`TMA_STRIDE`)."""
+    return bool(ocols) and S == 1 and not tc_knob(args, "o_cols")
 
 
 def tc_knob(args: tuple, name: str):
@@ -1227,7 +1240,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     if S > 1:
         text += f" S={S} +{combine_key(args, ocols)[0]}" + oc
     text += " [" + " ".join(knobs) + "]" if knobs else ""
-    return text + (" (o copied out)" if S == 1 and ocols and not tc_knob(args, "o_cols") else "")
+    return text + (" (o copied out)" if copied_out(S, args, ocols) else "")
 
 
 #: ``kernels.fwd_fp32``'s tile (its defaults, which take it from here), written out in the
@@ -1256,7 +1269,8 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
              config: tuple | None = None) -> None:
     """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical; ``o`` may have
     fewer columns than ``p.Dv``, where the adapter padded ``Dv``: the kernels write those,
-    :func:`o_cols`). The kernels
+    :func:`o_cols`, but where :func:`copied_out`: there the kernel writes a padded ``o``, of
+    this call's own allocation, whose columns are then copied into ``o``). The kernels
     put heads on the grid's y (``Hq``, or ``Hkv`` packed) and the batch on z: a batch past
     z's bound (``reference.device.GRID_YZ_MAX``) runs as launches over near-equal slices
     of it (views, nothing copied), each planned as its own call; ``Hq`` must fit
@@ -1279,7 +1293,7 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
         v = v_chunk_view(v, C, kv_blhd)
     if not split:
-        if ocols and not tc_knob(args, "o_cols"):  # o's rows take no tensor map (TMA_STRIDE)
+        if copied_out(S, args, ocols):  # o's rows take no tensor map (TMA_STRIDE)
             full = torch.empty((*o.shape[:-1], p.Dv), dtype=o.dtype, device=o.device)
             ker(q, k, v, full, lse, W, C, r, inv_c, sl2)
             copy_columns(o, full)
