@@ -876,11 +876,18 @@ def _lowered(kind, args):
     return art.kernel_source, art.host_mod.script()
 
 
+def _with_cols(args, **cols):
+    """fwd_tc factory arguments ``args`` with per-call knobs (``o_cols``, ``qk_cols``,
+    ``v_cols``) set."""
+    knobs = launch.full_knobs(args[launch._KNOBS_AT:])
+    for name, n in cols.items():
+        knobs[launch._KNOB[name]] = n
+    return args[:launch._KNOBS_AT] + launch.trimmed_knobs(knobs)
+
+
 def _with_o_cols(args, n):
     """fwd_tc factory arguments ``args`` with the per-call knob ``o_cols`` set to ``n``."""
-    knobs = launch.full_knobs(args[launch._KNOBS_AT:])
-    knobs[launch._KNOB["o_cols"]] = n
-    return args[:launch._KNOBS_AT] + launch.trimmed_knobs(knobs)
+    return _with_cols(args, o_cols=n)
 
 
 def test_narrow_o_goes_by_the_copy_engine_where_its_rows_allow():
@@ -900,3 +907,46 @@ def test_narrow_o_goes_by_the_copy_engine_where_its_rows_allow():
     assert "O_desc" not in src36 and "O_desc" not in host36
     assert "bfloat16_t* __restrict__ O" in src36
     assert re.search(r"\* \(int64_t\)36\)", src36)  # o's rows, 36 elements apart
+
+
+def _tma_map(host, name):
+    """``(first dim, first stride in bytes)`` of tensor map ``name`` in a lowered host script."""
+    m = re.search(rf"{name}_desc, 9, (\d), {name}, (\d+), (.*)", host)
+    assert m, f"no tensor map for {name}"
+    rest = m.group(3).split(", ")  # the other dims, the element's bytes, then the strides
+    return m.group(2), rest[int(m.group(1))]
+
+
+@pytest.mark.parametrize("name, qk, vc", [("d64", 56, 56), ("d128-long-vchunk", 120, 104),
+                                          ("d128-split-vchunk", 120, 104)])
+def test_narrow_inputs_go_by_the_copy_engine(name, qk, vc):
+    """``qk_cols`` / ``v_cols`` (the call's own q, k, v where the adapter rounded a head dim up,
+    launch.in_cols): the shipped D = 64 tile, the D = 128 long-call tile with the chunk view
+    of v and the split kernel with it lower to the full-width kernel's device code byte for
+    byte; only the host's tensor maps change, to the inputs' widths and row strides (the copy
+    engine fills the tiles' columns past them with zeros). 120 / 104 columns on a 128 x 128
+    tile is not a shape the adapter makes (it would build Dv = 112), but the kernel takes it."""
+    args = (_tc(128, 128, view=True, long=True) if name == "d128-long-vchunk"
+            else TC_VARIANTS[name])
+    full, full_host = _lowered("fwd_tc", args)
+    src, host = _lowered("fwd_tc", _with_cols(args, qk_cols=qk, v_cols=vc))
+    assert src == full
+    D = args[0]
+    for n in "QKV":
+        assert _tma_map(full_host, n)[0] == str(D)
+    assert _tma_map(host, "Q")[0] == _tma_map(host, "K")[0] == str(qk)
+    assert _tma_map(host, "V")[0] == str(vc)
+    if "vchunk" not in name:  # the chunk view's strides are runtime values
+        assert _tma_map(host, "K")[1] == _tma_map(host, "V")[1] == str(2 * qk)
+
+
+def test_packed_rows_read_a_narrow_q_by_column():
+    """The GQA-packed rows load q by an element loop (not a tensor map): with ``qk_cols`` = 120
+    on the D = 128 packed tile, each row's 16-byte loads stop at column 120 (15 of 16 by a
+    thread's column group, zeros in the last), in rows 120 elements apart."""
+    args = TC_VARIANTS["d128-pack"]
+    full, _ = _lowered("fwd_tc", args)
+    src, host = _lowered("fwd_tc", _with_cols(args, qk_cols=120))
+    assert src != full and "& 15) < 15)" in src and "& 15) < 15)" not in full
+    assert "(int64_t)120))" in src and "(int64_t)120))" not in full
+    assert _tma_map(host, "K")[0] == "120" and _tma_map(host, "V")[0] == "128"

@@ -7,6 +7,7 @@ CPU kernel computes in fp32, so low-precision cases are far inside it; the
 knob tests hold fp32 to 1e-5 absolute.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -162,31 +163,76 @@ def test_head_dims_between_kernel_steps_run_padded(Dqk, Dv, blhd, dtype, flags, 
     assert (f"Dv {Dv} -> {kp.Dv}" in text) == (f" [o_cols={Dv}]" in text) == (Dv % 16 > 0)
 
 
-def test_padded_call_on_the_cuda_branch(monkeypatch):
-    """api._run's CUDA branch: launch.run_cuda gets the padded problem and tensors and the
+@pytest.mark.parametrize("Dv", [36, 56])
+def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
+    """api._run's CUDA branch: launch.run_cuda gets the call as the kernels take it and the
     call's own outputs (o of the call's Dv, canonical: the kernels write it, launch.o_cols),
-    and the call returns those very tensors (the launcher stubbed; nothing is copied out)."""
+    and the call returns those very tensors (the launcher stubbed; nothing is copied out).
+    Dv = 36 (72-byte rows, which no tensor map takes): the padded copies of the keys from the
+    first one a query sees. Dv = 56 (Dqk = 40: 80- and 112-byte rows): the call's own inputs,
+    uncut, in place (api._reads_narrow; launch.in_cols gives the kernels their widths)."""
     from tilelang_impl import api
-    q, k, v = _inputs(2, 4, 2, 9, 60, 40, 56, torch.bfloat16, blhd=True)
+    q, k, v = _inputs(2, 4, 2, 9, 60, 40, Dv, torch.bfloat16, blhd=True)
     got = {}
 
     def fake_run_cuda(kp, q_, k_, v_, q_blhd, kv_blhd, o, lse, force_split=None):
-        got.update(kp=kp, shapes=(q_.shape, k_.shape, v_.shape), split=force_split, o=o,
-                   lse=lse, o_cols=launch.o_cols(kp, o), layouts=(q_blhd, kv_blhd))
+        got.update(kp=kp, tensors=(q_, k_, v_), split=force_split, o=o, lse=lse,
+                   o_cols=launch.o_cols(kp, o), in_cols=launch.in_cols(kp, q_, v_),
+                   layouts=(q_blhd, kv_blhd))
         o.fill_(1.0)
         lse.zero_()
     p = api._problem(q, k, v, devices=("cpu",), sm_scale=None, mask_lmk=True,
                      expand_to_chunk=True, **PADDED_KW)
     monkeypatch.setattr(launch, "run_cuda", fake_run_cuda)
     monkeypatch.setattr(api, "device_type", lambda d: "cuda")
+    assert api._reads_narrow(p) == (Dv == 56)
     o, lse = api._run(p, q, k, v, force_split=3)
     kp = got["kp"]
-    assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (48, 64, 3, 56)
-    # the kernels' views: (B, L, H, D) storage order, read in place (api._views)
-    assert got["shapes"] == ((2, 9, 4, 48), (2, kp.Lk, 2, 48), (2, kp.Lk, 2, 64))
+    shapes = tuple(x.shape for x in got["tensors"])
+    assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (48, 64 if Dv == 56 else 48, 3, Dv)
+    if Dv == 56:  # read in place: the call's own storage, (B, L, H, D) order, every key
+        assert (kp.Lk, kp.kv_start) == (p.Lk, p.kv_start) and got["in_cols"] == (40, 56)
+        assert shapes == ((2, 9, 4, 40), (2, 60, 2, 40), (2, 60, 2, 56))
+        assert all(y.data_ptr() == x.data_ptr() for x, y in zip((q, k, v), got["tensors"]))
+    else:  # the kernels' views of the copies: (B, L, H, D) storage order (api._views)
+        assert kp.Lk < p.Lk and got["in_cols"] == (0, 0)
+        assert shapes == ((2, 9, 4, 48), (2, kp.Lk, 2, 48), (2, kp.Lk, 2, 48))
     assert got["layouts"] == (True, True)
     assert o is got["o"] and lse is got["lse"]
-    assert o.shape == (2, 4, 9, 56) and o.is_contiguous() and bool((o == 1).all())
+    assert o.shape == (2, 4, 9, Dv) and o.is_contiguous() and bool((o == 1).all())
+
+
+def test_narrow_inputs_only_where_a_tensor_map_takes_them(monkeypatch):
+    """api._reads_narrow: bf16 / fp16 on the GPU (or meta, planned as it) with both head dims'
+    rows a multiple of 16 bytes; launch.in_cols refuses other narrow widths and wider inputs,
+    and the fp32 and CPU kernels refuse narrow inputs (before building anything)."""
+    from tilelang_impl import api
+
+    def prob(Dqk, Dv, dtype, device="meta"):
+        q, k, v = (torch.empty(s, dtype=dtype, device=device) for s in
+                   ((1, 2, 4, Dqk), (1, 2, 8, Dqk), (1, 2, 8, Dv)))
+        return api._problem(q, k, v, 4, 2, True, True, 0, None, devices=(device,)), q, v
+    for Dqk, Dv, dtype, want in ((120, 120, torch.bfloat16, True), (40, 56, torch.float16, True),
+                                 (120, 90, torch.bfloat16, False), (36, 64, torch.bfloat16, False),
+                                 (120, 120, torch.float32, False)):
+        assert api._reads_narrow(prob(Dqk, Dv, dtype)[0]) == want, (Dqk, Dv, dtype)
+    assert not api._reads_narrow(prob(120, 120, torch.bfloat16, "cpu")[0])
+    p, q, v = prob(120, 104, torch.bfloat16)
+    kp = api._kernel_problem(p)[0]
+    assert launch.in_cols(kp, q, v) == (120, 104) and launch.in_cols(p, q, v) == (0, 0)
+    for bad_q, bad_v in (((1, 2, 4, 36), (1, 2, 8, 104)), ((1, 2, 4, 136), (1, 2, 8, 104))):
+        with pytest.raises(ValueError, match="columns: the kernels read"):
+            launch.in_cols(kp, torch.empty(bad_q, dtype=torch.bfloat16, device="meta"),
+                           torch.empty(bad_v, dtype=torch.bfloat16, device="meta"))
+    p32, q32, v32 = prob(120, 104, torch.float32)
+    kp32 = dataclasses.replace(p32, Dqk=128, Dv=112)
+    o = torch.empty(1, 2, 4, 104, device="meta")
+    lse = torch.empty(1, 2, 4, device="meta")
+    monkeypatch.setattr(launch, "_kernel", lambda *a, **k: pytest.fail("built a kernel"))
+    with pytest.raises(ValueError, match="fwd_fp32 reads"):
+        launch.run_cuda(kp32, q32, q32, v32, False, False, o, lse)
+    with pytest.raises(ValueError, match="fwd_cpu reads"):
+        launch.run_cpu(kp32, q32, q32, v32, False, False, o, lse)
 
 
 def _bits_at(shape, dtype, lead: int, offset: int, seed: int):
@@ -1501,18 +1547,20 @@ def test_a_config_with_ws_where_reg_slack_sits_is_refused(ws):
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("knob, default", [("producer_warps", 1), ("lazy_rescale", 0),
                                            ("hoist_left", 0), ("hoist_keys", 0),
-                                           ("vc_shift", 0), ("pingpong", 0), ("o_cols", 0)])
+                                           ("vc_shift", 0), ("pingpong", 0), ("o_cols", 0),
+                                           ("qk_cols", 0), ("v_cols", 0)])
 def test_a_config_with_ws_where_an_int_knob_sits_is_refused(ws, knob, default):
     """``producer_warps`` (session 41), ``lazy_rescale`` (session 43), ``hoist_left`` (session
-    44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47), ``pingpong`` (session 52) and
-    ``o_cols`` (session 55, TC_KNOBS' last item) are ints: a config written before one of them
-    that ends in ``ws`` is refused there, not read as one producer warp (True) or none, as a
-    rescale threshold, as a hoist, as a shift, as turns or as o's columns.
+    44), ``hoist_keys`` (session 45), ``vc_shift`` (session 47), ``pingpong`` (session 52),
+    ``o_cols`` (session 55) and ``qk_cols`` / ``v_cols`` (session 56, TC_KNOBS' last items) are
+    ints: a config written before one of them that ends in ``ws`` is refused there, not read as
+    one producer warp (True) or none, as a rescale threshold, as a hoist, as a shift, as turns
+    or as columns of o or of the inputs.
     (The config: the shipped long-call one with ``hoist_left`` and ``hoist_keys`` off, so that
     every knob from ``producer_warps`` on is at its default.)"""
     full = launch.with_knobs(launch.shipped_config(64, 64), hoist_left=0, hoist_keys=0)
     at = 4 + launch._KNOB[knob]
-    assert full[at] == default and launch.TC_KNOBS[-1][0] == "o_cols"
+    assert full[at] == default and launch.TC_KNOBS[-1][0] == "v_cols"
     with pytest.raises(ValueError, match=knob):
         launch.tc_kernel_args(full[:at] + (ws,), True, 64, 0.2)
     # the defaults are left out of the kernel key: every shipped kernel keeps its arguments
@@ -1527,14 +1575,14 @@ def test_lmk_rows_j0_kept_only_where_it_acts():
     ``v_chunk``, session 31's ``wide``, session 38's ``lmk_const``, session 40's
     ``reg_slack``, session 41's ``producer_warps``, session 43's ``lazy_rescale``,
     session 44's ``hoist_left``, session 45's ``hoist_keys``, session 47's ``vc_shift``,
-    session 52's ``pingpong`` and session 55's per-call ``o_cols`` follow it, at their
-    defaults) so older cache keys stay."""
+    session 52's ``pingpong``, session 55's per-call ``o_cols`` and session 56's per-call
+    ``qk_cols`` / ``v_cols`` follow it, at their defaults) so older cache keys stay."""
     assert launch.TC_KNOBS[7:] == (("lmk_rows_j0", False), ("pack", False), ("min_blocks", 0),
                                    ("overlap", 0), ("v_chunk", False), ("wide", False),
                                    ("lmk_const", False), ("reg_slack", 0),
                                    ("producer_warps", 1), ("lazy_rescale", 0), ("hoist_left", 0),
                                    ("hoist_keys", 0), ("vc_shift", 0), ("pingpong", 0),
-                                   ("o_cols", 0))
+                                   ("o_cols", 0), ("qk_cols", 0), ("v_cols", 0))
     cfg = ("rows", True, True, 2, False, False, False, True)
     assert launch.call_knobs(cfg, True, 64, 128, 0.2) == cfg
     assert launch.call_knobs(cfg, False, 64, 128, 0.2) == ("rows", True, True)

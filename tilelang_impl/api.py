@@ -16,14 +16,19 @@ view at an odd offset into a larger buffer), which the copy engine's tensor
 maps cannot take, is copied once in its own order.
 
 Head dims. The kernels are built for head dims that are multiples of 16 (the
-wgmma K step). A call with another head dim (32..256) runs as the same call on
-zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded to the next
-multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see copied;
-the kernels write the call's ``o`` themselves, its ``Dv`` columns of their tile
-(``launch.o_cols``), but the unpacked prefill tile where ``o``'s rows are not a
-multiple of 16 bytes: there the launcher copies them out of a padded ``o``
-(``launch.copied_out``). These and the copies above are the only copies the
-adapter makes on the GPU; :func:`describe_call` names them.
+wgmma K step). A call with another head dim (32..256) runs on kernels built for
+the next multiples (``launch.kernel_dims``). On the GPU, bf16 / fp16 inputs whose
+rows are a multiple of 16 bytes (head dims of 8 mod 16: 40, 56, .., 120, ..) are read as
+they are (:func:`_reads_narrow`): the kernels' tensor maps have the call's widths and
+the copy engine fills the tiles' columns past them with zeros (knobs ``qk_cols`` /
+``v_cols``, ``launch.in_cols``). Other calls run on zero-padded copies
+(:func:`_kernel_call`): ``q`` and ``k`` padded to the next multiple for ``Dqk``, ``v``
+for ``Dv``, only the keys some query can see copied. Either way the kernels write
+the call's ``o`` themselves, its ``Dv`` columns of their tile (``launch.o_cols``), but
+the unpacked prefill tile where ``o``'s rows are not a multiple of 16 bytes: there the
+launcher copies them out of a padded ``o`` (``launch.copied_out``). These and the
+copies above are the only copies the adapter makes on the GPU; :func:`describe_call`
+names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
@@ -80,15 +85,33 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
+_NARROW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _reads_narrow(p) -> bool:
+    """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where a head dim is not a
+    multiple of ``launch.D_STEP`` (:func:`_kernel_call`): the tensor-core kernels (bf16 /
+    fp16 on a CUDA device, or ``meta`` tensors planned as one, ``tools/tl_lower.py``) and
+    rows of both head dims a multiple of ``launch.TMA_STRIDE`` bytes, which a tensor map
+    takes (``launch.in_cols``). The fp32 and CPU kernels read the padded copies."""
+    if p.dtype not in _NARROW_DTYPES or device_type(p.device) == "cpu":
+        return False
+    n = p.dtype.itemsize
+    return not (p.Dqk * n % launch.TMA_STRIDE or p.Dv * n % launch.TMA_STRIDE)
+
+
 def _kernel_problem(p):
     """``(problem, j0)``: the call as the kernels take it, planning only (no tensor made).
     Itself and 0 where both head dims are multiples of ``launch.D_STEP``; else the same
-    call with head dims rounded up (``launch.kernel_dims``), moved to start at ``j0``, the
+    call with head dims rounded up (``launch.kernel_dims``): where :func:`_reads_narrow`,
+    with 0 (the call's own inputs); else moved to start at ``j0``, the
     first key a query can see (``reference.mask.visible_key_range``): ``kv_start`` plus the
     keys left out, so every position and landmark stays where it was."""
     Dqk, Dv = launch.kernel_dims(p)
     if (Dqk, Dv) == (p.Dqk, p.Dv):
         return p, 0
+    if _reads_narrow(p):
+        return dataclasses.replace(p, Dqk=Dqk, Dv=Dv), 0
     j0 = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                            chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
                            kv_start=p.kv_start)[0]
@@ -124,7 +147,8 @@ def _padded(x, D: int, blhd: bool, plan_only: bool):
 def _kernel_call(p, q, k, v, plan_only: bool = False):
     """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
     :func:`_kernel_problem`): the call itself where both head dims are multiples of
-    ``launch.D_STEP``; else ``q`` and ``k`` with zero columns up to the kernels' ``Dqk``
+    ``launch.D_STEP``; the call's own inputs with the kernels' head dims where
+    :func:`_reads_narrow` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and ``k`` with zero columns up to the kernels' ``Dqk``
     (they add nothing to a score), ``v`` up to their ``Dv`` (columns of the kernels' tile that
     they do not write to the call's ``o``, ``launch.o_cols``), ``k`` and ``v`` from the first
     key a query can see only, each
@@ -133,8 +157,8 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
     ``Dqk``. A decode step over a long cache copies its window, not the cache.
     ``plan_only``: ``meta`` stand-ins for the copies (:func:`_describe`)."""
     kp, j0 = _kernel_problem(p)
-    if kp is p:
-        return p, q, k, v
+    if kp is p or _reads_narrow(p):
+        return kp, q, k, v
     kv_blhd = _blhd(k)
     if j0:
         k, v = k[:, :, j0:], v[:, :, j0:]
@@ -169,7 +193,8 @@ def _run_cuda(p, q, k, v, force_split: int | None = None):
     """The CUDA path of a checked, non-empty call: the call as the kernels take it
     (:func:`_kernel_call`), the kernels' views of its inputs
     (:func:`_views`; one copy of a tensor neither layout serves or whose address the copy
-    engine refuses, :func:`_served`), the call's new canonical outputs (at a padded ``Dv``
+    engine refuses, :func:`_served`; narrow inputs stay narrow), the call's new canonical
+    outputs (at a padded ``Dv``
     the kernels write ``o``'s ``Dv`` columns, ``launch.o_cols``, or the launcher copies them
     out of a padded ``o``, ``launch.copied_out``),
     :func:`launch.run_cuda` (``force_split``: its private knob, ``split_kv``'s)."""
@@ -200,13 +225,15 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
     kp, *served = _kernel_call(p, q, k, v, plan_only=True)
     views, q_blhd, kv_blhd = _views(*served)
     ocols = p.Dv if kp.Dv != p.Dv else 0  # launch.o_cols(kp, o) of the call's o (p.Dv columns)
-    text = launch.describe(kp, q_blhd, kv_blhd, force_split, ocols)
+    incols = launch.in_cols(kp, views[0], views[2])
+    text = launch.describe(kp, q_blhd, kv_blhd, force_split, ocols, incols)
     if kp is not p:
         pads = [f"{n} {d} -> {kd}" for n, d, kd in (("Dqk", p.Dqk, kp.Dqk), ("Dv", p.Dv, kp.Dv))
                 if d != kd]
         made = [n for n, x, y in zip("qkv", (q, k, v), served) if not _same_storage(x, y)]
-        text += (f" (head dims padded: {', '.join(pads)}; copies {', '.join(made)}, keys "
-                 f"{p.Lk - kp.Lk}..{p.Lk - 1})")
+        text += (f" (head dims padded: {', '.join(pads)}; " + (
+            f"copies {', '.join(made)}, keys {p.Lk - kp.Lk}..{p.Lk - 1})" if made
+            else "inputs read narrow)"))
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 
@@ -219,7 +246,8 @@ def sliding_window_attention(q, k, v, *, window_size, chunk_size, mask_lmk=True,
     ``o (B, Hq, Lq, Dv)`` contiguous in ``q.dtype`` and ``lse (B, Hq, Lq)``
     fp32, natural log. Raises ``ValueError`` for bad input and
     :class:`UnsupportedConfig` for head dims outside 32..256 (head dims that are
-    not multiples of 16 run on zero-padded copies, the module's docstring),
+    not multiples of 16 run on kernels built for the next multiple, reading the inputs as
+    they are or zero-padded copies: the module's docstring),
     ``Lk + min(chunk_size, Lk + 1) >= 2**29`` (``launch.frame``; from ``2**22`` the
     kernels are built ``wide``, ``launch.wide_positions``), ``|sm_scale| > 2.3586e38`` (the
     score scale ``sm_scale * log2(e)`` is float32), devices other than CUDA/CPU,

@@ -186,9 +186,13 @@ def _shape(blhd: bool, B, H, L, D):
     return (B, L, H, D) if blhd else (B, H, L, D)
 
 
-def _tile(X, blhd: bool, b, h, l0, n):
-    """``X[b, h, l0:l0+n, :]`` in either memory order."""
-    return X[b, l0:l0 + n, h, :] if blhd else X[b, h, l0:l0 + n, :]
+def _tile(X, blhd: bool, b, h, l0, n, width: int = 0):
+    """``X[b, h, l0:l0+n, :]`` in either memory order; ``width`` (a narrow input, knobs
+    ``qk_cols`` / ``v_cols`` of :func:`fwd_tc`): columns ``0:width`` of a tensor that has
+    fewer, the copy engine filling the rest of the box with zeros (the region of before
+    where 0)."""
+    cols = slice(0, width) if width else slice(None)
+    return X[b, l0:l0 + n, h, cols] if blhd else X[b, h, l0:l0 + n, cols]
 
 
 def _elem(X, blhd: bool, b, h, l, d):
@@ -200,21 +204,23 @@ def _elem(X, blhd: bool, b, h, l, d):
 # --------------------------------------------------------------------------------------
 @T.macro
 def _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, inv_c, block_N, Dv, dtype, mask_lmk, ws,
-            lmk_zero, lmk_cols):
+            lmk_zero, lmk_cols, v_cols=0):
     """The ``V`` tile load: a bulk copy, except without warp specialisation and
     ``lmk_zero="tile"`` where kept rows are loaded and the others zero-filled
-    element by element (the pre-knob non-ws kernel)."""
+    element by element (the pre-knob non-ws kernel); ``v_cols``: ``V``'s columns where it has
+    fewer than ``Dv`` (:func:`fwd_tc`), the rest of the tile zeros."""
     if mask_lmk and not ws and lmk_zero == "tile":
         j0 = M.tile_landmark_start(k0, r, C, mask_lmk, lmk_cols)
         for j, d in T.Parallel(block_N, Dv):
-            V_s[j, d] = T.if_then_else(M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0),
+            kept = M.key_kept(k0, j, hi, r, C, inv_c, mask_lmk, lmk_cols, j0)
+            V_s[j, d] = T.if_then_else(T.And(kept, d < v_cols) if v_cols else kept,
                                        _elem(V, kv_blhd, bz, hk, k0 + j, d), T.Cast(dtype, 0))
     else:
-        T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N), V_s)
+        T.copy(_tile(V, kv_blhd, bz, hk, k0, block_N, Dv if v_cols else 0), V_s)
 
 
 @T.macro
-def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span, shift=0):
+def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span, shift=0, width=0):
     """The ``V`` tile from the chunk view ``V5[b, h, c, t, :] = V[b, h, c * C + t, :]``,
     ``t < C - 1`` (knob ``v_chunk`` of :func:`fwd_tc`, view built by
     ``launch.v_chunk_view``): every chunk's last row, its landmark, lies outside the view,
@@ -233,21 +239,23 @@ def _load_v_chunks(V5, V_s, bz, hk, k0, C, block_N, span, shift=0):
 
     ``shift`` (knob ``vc_shift``, :data:`VC_SHIFT`): at ``span = 1`` with ``C == block_N``
     (the kernel checks ``lmk_const``, which needs it) the tile is chunk ``k0 // block_N``
-    from its row 0, a shift instead of the runtime division by ``C``."""
+    from its row 0, a shift instead of the runtime division by ``C``. ``width``: as
+    :func:`_tile`'s (a view of fewer columns than the tile's, knob ``v_cols``)."""
+    d = slice(0, width) if width else slice(None)
     if span == 1 and shift:
-        T.copy(V5[bz, hk, k0 // block_N, 0:block_N, :], V_s)
+        T.copy(V5[bz, hk, k0 // block_N, 0:block_N, d], V_s)
     elif span == 1:
         t0 = k0 % C
-        T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, :], V_s)
+        T.copy(V5[bz, hk, k0 // C, t0:t0 + block_N, d], V_s)
     else:
         cs = block_N // span
         c0 = k0 // cs
         # one statement per chunk: as a loop (T.unroll) the copies lower as element loads
-        T.copy(V5[bz, hk, c0, 0:cs, :], V_s[0:cs, :])
-        T.copy(V5[bz, hk, c0 + 1, 0:cs, :], V_s[cs:2 * cs, :])
+        T.copy(V5[bz, hk, c0, 0:cs, d], V_s[0:cs, :])
+        T.copy(V5[bz, hk, c0 + 1, 0:cs, d], V_s[cs:2 * cs, :])
         if span == 4:
-            T.copy(V5[bz, hk, c0 + 2, 0:cs, :], V_s[2 * cs:3 * cs, :])
-            T.copy(V5[bz, hk, c0 + 3, 0:cs, :], V_s[3 * cs:4 * cs, :])
+            T.copy(V5[bz, hk, c0 + 2, 0:cs, d], V_s[2 * cs:3 * cs, :])
+            T.copy(V5[bz, hk, c0 + 3, 0:cs, d], V_s[3 * cs:4 * cs, :])
 
 
 @T.macro
@@ -324,7 +332,7 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
                   block_N, Dv, dtype, num_stages, Lq, Lk, r, W, C, inv_c, mask_lmk,
                   expand_to_chunk, scale_log2, mask_split, fold, lmk_cols, fast_exp2, scale_fold,
                   win_u32, rows_j0, pack, v_zero, policy, threads, serial=False, lean=False,
-                  v_chunk=0, vc_shift=0, left_last=None):
+                  v_chunk=0, vc_shift=0, left_last=None, k_width=0, v_width=0):
     """The key loop with one tile's softmax overlapped with the previous tile's ``P @ V``
     (the ``overlap`` knob of :func:`fwd_tc`; FA3's intra-warpgroup overlap).
 
@@ -352,17 +360,19 @@ def _overlap_loop(K, V, Q_s, K_s, V_s, acc_s, acc_p, acc_o, m, m_prev, alpha, l,
     The copy stages are released by the warp-specialisation pass after the last statement
     that reads them, which it takes to be the (asynchronous) product: ``held`` reads one
     element of ``K_s`` / ``V_s`` after the wait that covers the product, so the release
-    follows the wait (the reads themselves are dead code for nvcc)."""
+    follows the wait (the reads themselves are dead code for nvcc). ``k_width`` /
+    ``v_width``: :func:`_tile`'s ``width`` of the key and value tiles (knobs ``qk_cols`` /
+    ``v_cols``)."""
     T.clear(acc_p)
     held = T.alloc_local([2], dtype)  # see the docstring's last paragraph
     for kb in T.Pipelined(n_it + T.min(n_it, 1), num_stages=num_stages):
         k0 = lo + (kb0 + T.min(kb, n_it - 1)) * block_N
         k0v = lo + (kb0 + T.max(kb - 1, 0)) * block_N
-        T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
+        T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N, k_width), K_s)
         if v_chunk:
-            _load_v_chunks(V, V_s, bz, hk, k0v, C, block_N, v_chunk, vc_shift)
+            _load_v_chunks(V, V_s, bz, hk, k0v, C, block_N, v_chunk, vc_shift, v_width)
         else:
-            T.copy(_tile(V, kv_blhd, bz, hk, k0v, block_N), V_s)
+            T.copy(_tile(V, kv_blhd, bz, hk, k0v, block_N, v_width), V_s)
         if v_zero:
             M.zero_landmark_rows(V_s, k0v, block_N, Dv, r, C, inv_c, dtype, True,
                                  M.tile_landmark_start(k0v, r, C, mask_lmk, lmk_cols)
@@ -463,6 +473,15 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             raise ValueError(f"{name}={value!r}: a bool")
 
 
+def _check_in_cols(qk_cols, v_cols, Dqk, Dv):
+    """``qk_cols`` / ``v_cols`` (knobs of :func:`fwd_tc`: the columns of ``Q`` and ``K`` / of
+    ``V`` where the call's inputs have fewer than the tile's ``Dqk`` / ``Dv``, 0 = as many) are
+    ints from 0 to the tile's head dim."""
+    for name, n, D in (("qk_cols", qk_cols, Dqk), ("v_cols", v_cols, Dv)):
+        if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= D):
+            raise ValueError(f"{name}={n!r}: an int from 0 (all {D} columns) to {D}")
+
+
 def _check_o_cols(o_cols, Dv, split=False):
     """``o_cols`` (the ``o_cols`` knob: the columns of ``O`` a kernel writes, 0 = ``Dv``) is an
     int from 0 to ``Dv``, 0 where the kernel writes split partials (``split``: fp32 scratch of
@@ -487,7 +506,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                  lmk_cols=0, fast_exp2=False, scale_fold=False, win_u32=False,
                  lmk_rows_j0=False, pack=0, min_blocks=0, overlap=0, v_chunk=0, wide=False,
                  lmk_const=False, reg_slack=0, producer_warps=1, lazy_rescale=0, hoist_left=0,
-                 hoist_keys=0, vc_shift=0, pingpong=0, o_cols=0):
+                 hoist_keys=0, vc_shift=0, pingpong=0, o_cols=0, qk_cols=0, v_cols=0):
     """Body of :func:`fwd_tc` / :func:`fwd_tc_nows` (see their docstrings).
 
     One program per (query block [, split], query head, batch). It loads its
@@ -550,6 +569,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     if lmk_zero not in LMK_ZERO:
         raise ValueError(f"lmk_zero={lmk_zero!r}: one of {LMK_ZERO}")
     _check_o_cols(o_cols, Dv, split)
+    _check_in_cols(qk_cols, v_cols, Dqk, Dv)
     _check_knobs(lmk_cols, pack, block_M, min_blocks, reg_slack, producer_warps, ws,
                  lazy_rescale, overlap, hoist_left, mask_split, hoist_keys, vc_shift,
                  vc_shift_acts(v_chunk, lmk_const, lmk_cols), pingpong, fast_exp2=fast_exp2,
@@ -600,9 +620,11 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
     B, Hq, Hkv, Lq, Lk = T.dynamic("B Hq Hkv Lq Lk")
     S = T.dynamic("S")
     accum = "float32"
-    q_shape = _shape(q_blhd, B, Hq, Lq, Dqk)
-    k_shape = _shape(kv_blhd, B, Hkv, Lk, Dqk)
-    v_shape = _shape(kv_blhd, B, Hkv, Lk, Dv)
+    # qk_cols / v_cols: the inputs' own columns, the tiles' copies reading Dqk / Dv of them
+    qk_w, v_w = (Dqk if qk_cols else 0), (Dv if v_cols else 0)  # _tile's width (0: all)
+    q_shape = _shape(q_blhd, B, Hq, Lq, qk_cols or Dqk)
+    k_shape = _shape(kv_blhd, B, Hkv, Lk, qk_cols or Dqk)
+    v_shape = _shape(kv_blhd, B, Hkv, Lk, v_cols or Dv)
     if v_chunk:  # the chunk view of V (launch.v_chunk_view): strides are the call's,
         # int64 (the batch stride Hkv * Lk * Dv passes 2**31 in long contexts; as int32, the
         # default until 2026-12-05, the TMA descriptor got it wrapped: negative, or 0 at
@@ -611,7 +633,7 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
         # cache made before.
         NC, Cm1 = T.dynamic("NC Cm1")
         sb, sh, sc, sl = T.dynamic("v5_sb v5_sh v5_sc v5_sl", "int64")
-        v_param = T.StridedTensor((B, Hkv, NC, Cm1, Dv), (sb, sh, sc, sl, 1), dtype)
+        v_param = T.StridedTensor((B, Hkv, NC, Cm1, v_cols or Dv), (sb, sh, sc, sl, 1), dtype)
     else:
         v_param = T.Tensor(v_shape, dtype)
     cols = o_cols or Dv  # the columns of o this kernel writes (_check_o_cols)
@@ -670,14 +692,15 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                 kb0 = sp * per
                 n_it = T.max(T.min(per, n_kb - kb0), 0)
 
-            if pack:  # row i: packed row q0 + i (M.packed_row), zeros past pack * Lq
+            if pack:  # row i: packed row q0 + i (M.packed_row), zeros past pack * Lq (and
+                # past a narrow q's columns, qk_cols)
                 for i, d in T.Parallel(block_M, Dqk):
                     Q_s[i, d] = T.if_then_else(
-                        q0 + i < pack * Lq,
+                        T.And(q0 + i < pack * Lq, d < qk_cols) if qk_cols else q0 + i < pack * Lq,
                         _elem(Q, q_blhd, bz, *M.packed_row(hk, q0 + i, pack), d),
                         T.Cast(dtype, 0))
             else:
-                T.copy(_tile(Q, q_blhd, bz, by, q0, block_M), Q_s)
+                T.copy(_tile(Q, q_blhd, bz, by, q0, block_M, qk_w), Q_s)
             M.row_left_edges(left_row, q0, block_M, Lq, Lk, r, W, C, expand_to_chunk, True, pack)
             M.softmax_init(acc_o, m, l)
             # hoist_left: the last query's left edge, once (HOIST_LEFT)
@@ -691,16 +714,16 @@ def _fwd_tc_body(Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd, blo
                               divisor(inv_c), mask_lmk, expand_to_chunk, scale_log2, mask_split,
                               fold, lmk_cols, fast_exp2, scale_fold, win_u32, rows_j0, pack, v_zero,
                               policy, threads, overlap in (2, 4), overlap not in OVERLAP_OLD,
-                              v_chunk, vc_shift, left_last)
+                              v_chunk, vc_shift, left_last, qk_w, v_w)
             else:
                 for kb in T.Pipelined(n_it, num_stages=num_stages):
                     k0 = lo + (kb0 + kb) * block_N
-                    T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N), K_s)
+                    T.copy(_tile(K, kv_blhd, bz, hk, k0, block_N, qk_w), K_s)
                     if v_chunk:
-                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk, vc_shift)
+                        _load_v_chunks(V, V_s, bz, hk, k0, C, block_N, v_chunk, vc_shift, v_w)
                     else:
                         _load_v(V, V_s, kv_blhd, bz, hk, k0, hi, r, C, divisor(inv_c), block_N,
-                                Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols)
+                                Dv, dtype, mask_lmk, ws, lmk_zero, lmk_cols, v_cols)
                     if pingpong:
                         _turn(0, kb, n_it)
                     if pingpong == 2:  # the turn handed over once the product is issued
@@ -804,7 +827,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
            pack: int = 0, min_blocks: int = 0, overlap: int = 0, v_chunk: int = 0,
            wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
            producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
-           hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0, o_cols: int = 0):
+           hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0, o_cols: int = 0,
+           qk_cols: int = 0, v_cols: int = 0):
     """Tensor-core forward for bf16/fp16 on sm_90a, warp-specialised.
 
     Baked in: head dims ``Dqk``/``Dv``, ``dtype``, the two flags, the input
@@ -874,7 +898,14 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
     allow a tensor map (rows of a multiple of 16 bytes), which drops the columns past
     ``o_cols`` itself, else by a predicated SIMT copy, which the launcher does not bake
     (slower than a copy-out, ``launch.TMA_STRIDE``); the packed rows by their element loop;
-    refused with ``split``, whose partials keep ``Dv`` columns: :func:`combine` takes it).
+    refused with ``split``, whose partials keep ``Dv`` columns: :func:`combine` takes it),
+    ``qk_cols`` / ``v_cols`` (session 56; not speed knobs: 0 = ``Dqk`` / ``Dv``, else ``Q`` and
+    ``K`` / ``V`` have that many columns, the call's own inputs where the adapter rounded a
+    head dim up: the tiles' copies read ``Dqk`` / ``Dv`` columns of them, and the copy engine
+    fills the box's columns past the tensor map's width with zeros, as it fills rows past
+    ``Lk``; they add nothing to a score or to ``o``. The device code is the full-width
+    kernel's; only the tensor maps change, which need rows of a multiple of 16 bytes
+    (``launch.in_cols`` refuses others). The packed rows' element loop tests the column).
     The knob defaults are the kernel as first shipped, but for ``producer_warps``. The
     kernel's entry point is ``hils_swa_fwd_tc_kernel`` (``_allwarps_kernel`` with
     ``producer_warps = 4``). Sequence lengths, batch, heads,
@@ -885,7 +916,8 @@ def fwd_tc(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                         block_N, num_stages, threads, split, True, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols,
+                        qk_cols, v_cols)
 
 
 @tilelang.jit(target=HOPPER,
@@ -900,7 +932,7 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                 wide: bool = False, lmk_const: bool = False, reg_slack: int = 0,
                 producer_warps: int = 1, lazy_rescale: int = 0, hoist_left: int = 0,
                 hoist_keys: int = 0, vc_shift: int = 0, pingpong: int = 0,
-                o_cols: int = 0):
+                o_cols: int = 0, qk_cols: int = 0, v_cols: int = 0):
     """Same kernel as :func:`fwd_tc` without warp specialisation (and without TMA).
 
     Baked in: as :func:`fwd_tc`, knobs included. All ``threads`` compute; the
@@ -916,7 +948,8 @@ def fwd_tc_nows(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: 
                         block_N, num_stages, threads, split, False, lmk_zero, mask_split, fold,
                         lmk_cols, fast_exp2, scale_fold, win_u32, lmk_rows_j0, pack, min_blocks,
                         overlap, v_chunk, wide, lmk_const, reg_slack, producer_warps,
-                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols)
+                        lazy_rescale, hoist_left, hoist_keys, vc_shift, pingpong, o_cols,
+                        qk_cols, v_cols)
 
 
 @tilelang.jit(target=HOPPER)

@@ -495,12 +495,16 @@ def prefill_config(p) -> tuple:
 #: ``o_cols`` (session 55): not a config's but the call's (:func:`o_cols`, set by
 #: :func:`call_knobs`): the columns of ``o`` where the adapter padded ``Dv``, which the
 #: kernel writes itself (:func:`copied_out` says where it does not); ``ws`` moves to 26.
+#: ``qk_cols`` / ``v_cols`` (session 56): the call's too (:func:`in_cols`, set by
+#: :func:`call_knobs`): the columns of ``q`` and ``k`` / of ``v`` where the adapter rounded a
+#: head dim up and passes the call's own inputs, which the kernel reads narrow; ``ws`` moves
+#: to 28.
 TC_KNOBS = (("lmk_zero", "tile"), ("mask_split", False), ("fold", False), ("lmk_cols", 0),
             ("fast_exp2", False), ("scale_fold", False), ("win_u32", False),
             ("lmk_rows_j0", False), ("pack", 0), ("min_blocks", 0), ("overlap", 0), ("v_chunk", False),
             ("wide", False), ("lmk_const", False), ("reg_slack", 0), ("producer_warps", 1),
             ("lazy_rescale", 0), ("hoist_left", 0), ("hoist_keys", 0), ("vc_shift", 0),
-            ("pingpong", 0), ("o_cols", 0))
+            ("pingpong", 0), ("o_cols", 0), ("qk_cols", 0), ("v_cols", 0))
 _KNOB = {name: i for i, (name, _) in enumerate(TC_KNOBS)}  # knob name -> position
 #: The ``overlap`` values (``kernels.OVERLAP``) of session 25's overlapped loop, which takes
 #: neither the chunk view of v nor the hoists: :func:`call_knobs` drops those permissions
@@ -579,7 +583,8 @@ def rows_j0_acts(mask_lmk: bool, lmk_zero: str, lmk_cols: int) -> bool:
 
 def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
                scale_log2: float | None = None, group: int = 1, view: bool = False,
-               Dv: int = 0, wide: bool = False, o_cols: int = 0) -> tuple:
+               Dv: int = 0, wide: bool = False, o_cols: int = 0,
+               in_cols: tuple = (0, 0)) -> tuple:
     """Knob values baked for one call from a config's knob items (a prefix of
     :data:`TC_KNOBS`): the ``lmk_cols`` cap becomes :func:`lmk_cols_for` of the
     call (0 without ``C``), ``scale_fold`` stays on only where
@@ -607,7 +612,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     groups would meet a group waiting for its turn) and with ``pack`` or ``overlap`` 1 or 2
     (never built or run there); where it stays, ``hoist_keys`` is dropped. ``o_cols`` is the
     call's (:func:`o_cols`: the columns of ``o`` where the adapter padded ``Dv``, else 0), not
-    a config's."""
+    a config's, and so are ``qk_cols`` and ``v_cols``, ``in_cols`` (:func:`in_cols`)."""
     full = full_knobs(knobs)
     full[_KNOB["wide"]] = bool(full[_KNOB["wide"]]) or bool(wide)
     cols, fold, j0 = _KNOB["lmk_cols"], _KNOB["scale_fold"], _KNOB["lmk_rows_j0"]
@@ -636,6 +641,7 @@ def call_knobs(knobs: tuple, mask_lmk: bool, C: int, block_N: int,
     if unrun or not vc_shift_acts(full[vc], full[lc], full[cols]):
         full[_KNOB["vc_shift"]] = 0
     full[_KNOB["o_cols"]] = o_cols
+    full[_KNOB["qk_cols"]], full[_KNOB["v_cols"]] = in_cols
     return trimmed_knobs(full)
 
 
@@ -699,7 +705,7 @@ def v_chunk_span(cap: int, C: int, block_N: int, Dv: int) -> int:
 def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
                    scale_log2: float | None = None, group: int = 1,
                    view: bool = False, Dv: int = 0, wide: bool = False,
-                   o_cols: int = 0) -> tuple[str, tuple, tuple]:
+                   o_cols: int = 0, in_cols: tuple = (0, 0)) -> tuple[str, tuple, tuple]:
     """``(factory name, (block_M, block_N, num_stages, threads), knob values)``
     of a config tuple (4 items, 4 + up to len(TC_KNOBS), or 4 + len(TC_KNOBS) + ws)
     for a call with ``mask_lmk``, kernel-frame chunk ``C`` and ``scale_log2``
@@ -713,7 +719,9 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
     kind = "fwd_tc"
     # a config written before one of these int knobs ends in ws, a bool, where it stands
     for name, values in (*((n, f"kernels.{v}") for n, v in INT_KNOBS.items()),
-                         ("o_cols", "the call's, launch.o_cols")):
+                         ("o_cols", "the call's, launch.o_cols"),
+                         ("qk_cols", "the call's, launch.in_cols"),
+                         ("v_cols", "the call's, launch.in_cols")):
         at = _KNOB[name]
         if len(extra) > at and isinstance(extra[at], bool):
             raise ValueError(f"config {config!r}: item {4 + at} is {name} (an int: "
@@ -724,20 +732,21 @@ def tc_kernel_args(config, mask_lmk: bool = False, C: int = 0,
         kind = "fwd_tc" if extra[-1] else "fwd_tc_nows"
         extra = extra[:-1]
     return kind, base, call_knobs(extra, mask_lmk, C, base[1], scale_log2, group, view, Dv, wide,
-                                  o_cols)
+                                  o_cols, in_cols)
 
 
 def tc_kernel_key(Dqk: int, Dv: int, dtype: str, mask_lmk: bool, expand_to_chunk: bool,
                   q_blhd: bool, kv_blhd: bool, config, C: int = 0, scale_log2: float | None = None,
                   split: bool = False, group: int = 1, view: bool = False,
-                  wide: bool = False, o_cols: int = 0) -> tuple[str, tuple]:
+                  wide: bool = False, o_cols: int = 0,
+                  in_cols: tuple = (0, 0)) -> tuple[str, tuple]:
     """``(factory name, factory arguments)`` of the tensor-core kernel a call with
     this config, kernel-frame chunk ``C``, ``scale_log2``, ``wide``
-    (:func:`wide_positions`) and ``o_cols`` (:func:`o_cols`; the split kernel's partials keep
-    ``Dv`` columns, :func:`combine_key` takes it there) runs: the kernel cache key of
-    :func:`run_cuda` (and what the GPU tools precompile)."""
+    (:func:`wide_positions`), ``o_cols`` (:func:`o_cols`; the split kernel's partials keep
+    ``Dv`` columns, :func:`combine_key` takes it there) and ``in_cols`` (:func:`in_cols`) runs:
+    the kernel cache key of :func:`run_cuda` (and what the GPU tools precompile)."""
     kind, base, knobs = tc_kernel_args(config, mask_lmk, C, scale_log2, group, view, Dv, wide,
-                                       0 if split else o_cols)
+                                       0 if split else o_cols, in_cols)
     return kind, (Dqk, Dv, dtype, mask_lmk, expand_to_chunk, q_blhd, kv_blhd) + base + (split,) + knobs
 
 
@@ -957,6 +966,23 @@ def o_cols(p, o) -> int:
     return n if n != p.Dv else 0
 
 
+def in_cols(p, q, v) -> tuple[int, int]:
+    """``(qk_cols, v_cols)``, knobs of a call's tensor-core kernels (``kernels.fwd_tc``): the
+    columns of ``q`` (``k`` has as many: ``reference.validation``) and of ``v`` where they are
+    fewer than the kernels' ``p.Dqk`` / ``p.Dv`` (the adapter rounded a head dim up and passes
+    the call's own inputs, ``tilelang_impl.api``), else 0. The kernels read such an input through
+    a tensor map, which needs its rows a multiple of :data:`TMA_STRIDE` bytes: other widths,
+    and wider inputs, are a caller's error."""
+    cols = []
+    for name, x, D in (("q", q, p.Dqk), ("v", v, p.Dv)):
+        n = x.shape[-1]
+        if n > D or (n < D and n * x.element_size() % TMA_STRIDE):
+            raise ValueError(f"{name} has {n} columns: the kernels read {D} (or fewer, in rows "
+                             f"of a multiple of {TMA_STRIDE} bytes)")
+        cols.append(n if n != D else 0)
+    return tuple(cols)
+
+
 def check_limits(p) -> None:
     """Raise :class:`UnsupportedConfig` for valid inputs this backend cannot serve."""
     for name, d in (("Dqk", p.Dqk), ("Dv", p.Dv)):
@@ -1152,7 +1178,7 @@ def _c_key(C: int) -> int:
 
 
 def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
-          ocols: int = 0):
+          ocols: int = 0, incols: tuple = (0, 0)):
     """:func:`_tc_choice` of a call without an explicit config, cached by what it reads:
     the static problem (``Lk`` through :func:`_lk_key`), the layouts, the kernel-frame
     chunk ``C`` (through :func:`_c_key`), whether the kernels are built wide
@@ -1160,17 +1186,19 @@ def _plan(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int |
     ``scale_log2`` allows ``scale_fold`` (:func:`scale_fold_ok`),
     ``force_split``, the device's SM count and whether the call admits the chunk view of
     ``v`` (:func:`v_chunk_call`: ``kv_start`` and ``Lk`` multiples of the chunk, which
-    the saturated ``Lk`` alone does not decide) and ``ocols`` (:func:`o_cols`). The tables
+    the saturated ``Lk`` alone does not decide), ``ocols`` (:func:`o_cols`) and ``incols``
+    (:func:`in_cols`). The tables
     and functions it consults
     (:func:`tc_config`, :func:`tc_knobs`, :func:`pack_lowers`, ...) are not in the key:
     code that replaces one at run time calls :func:`clear_plans` (``tests/conftest.py``
     does around every test of ``tests/``)."""
     key = (p.B, p.Hq, p.Hkv, p.Lq, _lk_key(p), p.Dqk, p.Dv, p.dtype, p.device, p.window_size,
            p.chunk_size, p.mask_lmk, p.expand_to_chunk, q_blhd, kv_blhd, _c_key(C), scale_fold_ok(sl2),
-           force_split, ocols, sm_count(p.device), v_chunk_call(p), wide_positions(p, C))
+           force_split, ocols, incols, sm_count(p.device), v_chunk_call(p),
+           wide_positions(p, C))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, ocols=ocols)
+        plan = _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, ocols=ocols, incols=incols)
         if len(_PLANS) >= PLANS_MAX:
             _PLANS.clear()
         _PLANS[key] = plan
@@ -1188,9 +1216,11 @@ def clear_plans() -> None:
 
 
 def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: int | None = None,
-               config: tuple | None = None, ocols: int = 0) -> tuple[int, str, tuple]:
+               config: tuple | None = None, ocols: int = 0,
+               incols: tuple = (0, 0)) -> tuple[int, str, tuple]:
     """``(S, factory name, factory arguments)`` of a bf16/fp16 CUDA call (kernel-frame
-    chunk ``C`` and ``scale_log2`` from :func:`scalars`; ``ocols``: :func:`o_cols`): the split
+    chunk ``C`` and ``scale_log2`` from :func:`scalars`; ``ocols``: :func:`o_cols`;
+    ``incols``: :func:`in_cols`): the split
     count (1 = the prefill grid) and the tensor-core kernel :func:`run_cuda` runs. Uncached
     (every call without a config goes through :func:`_plan`)."""
     if force_split is None:
@@ -1204,20 +1234,21 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
     key = functools.partial(tc_kernel_key, p.Dqk, p.Dv, _TL_DTYPE[p.dtype], p.mask_lmk,
                             p.expand_to_chunk, q_blhd, kv_blhd, cfg, C, sl2, split, p.Hq // p.Hkv,
                             v_chunk_call(p), wide_positions(p, C))
-    kind, args = key(ocols)
+    kind, args = key(ocols, incols)
     if (ocols and not split and not tc_knob(args, "pack")
             and ocols * p.dtype.itemsize % TMA_STRIDE):  # copied out (run_cuda, TMA_STRIDE)
-        kind, args = key(0)
+        kind, args = key(0, incols)
     return S, kind, args
 
 
 def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | None = None,
-             ocols: int = 0) -> str:
+             ocols: int = 0, incols: tuple = (0, 0)) -> str:
     """What :func:`run_cuda` (or :func:`run_cpu` on CPU tensors) runs for this call,
     in one line: kernel, tile ``block_M x block_N``, pipeline stages, threads, the
     split count and the knobs baked for the call (:data:`TC_KNOBS` names, those
     off or at their default left out; ``o_cols`` after the kernel's name where it is not a
-    knob list's, ``ocols``: :func:`o_cols`); ``force_split`` as in :func:`run_cuda`; a call run
+    knob list's, ``ocols``: :func:`o_cols`; ``incols``: :func:`in_cols`, the knobs ``qk_cols`` /
+    ``v_cols``); ``force_split`` as in :func:`run_cuda`; a call run
     over batch slices
     is described by its first slice and the number of launches. Plans only; builds and
     launches nothing."""
@@ -1227,12 +1258,12 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide + oc
     if p.B > GRID_YZ_MAX:
         cuts = batch_slices(p.B, GRID_YZ_MAX)
-        return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split, ocols)
+        return (describe(replace(p, B=cuts[0].stop), q_blhd, kv_blhd, force_split, ocols, incols)
                 + f" (batch slices of {cuts[0].stop} or fewer: {len(cuts)} launches)")
     if p.dtype == torch.float32:
         return "fwd_fp32 (one row per thread, CUDA cores)" + wide + oc
     _, C, _, _, sl2 = scalars(p)
-    S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols)
+    S, kind, args = _plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols, incols)
     bm, bn, stages, threads = args[7:11]
     knobs = [f"{name}={val}" if not isinstance(val, bool) else name
              for (name, off), val in zip(TC_KNOBS, args[_KNOBS_AT:]) if val != off]
@@ -1270,7 +1301,10 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
     """Launch the CUDA path into ``o``/``lse`` (already allocated, canonical; ``o`` may have
     fewer columns than ``p.Dv``, where the adapter padded ``Dv``: the kernels write those,
     :func:`o_cols`, but where :func:`copied_out`: there the kernel writes a padded ``o``, of
-    this call's own allocation, whose columns are then copied into ``o``). The kernels
+    this call's own allocation, whose columns are then copied into ``o``). bf16 / fp16 ``q``,
+    ``k`` and ``v`` may have fewer columns than ``p.Dqk`` / ``p.Dv`` (the call's own inputs,
+    where the adapter rounded a head dim up): the kernels read them narrow, :func:`in_cols`;
+    the fp32 kernel does not (an error). The kernels
     put heads on the grid's y (``Hq``, or ``Hkv`` packed) and the batch on z: a batch past
     z's bound (``reference.device.GRID_YZ_MAX``) runs as launches over near-equal slices
     of it (views, nothing copied), each planned as its own call; ``Hq`` must fit
@@ -1281,13 +1315,17 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
                      force_split, config)
         return
     W, C, r, inv_c, sl2 = scalars(p)
-    ocols = o_cols(p, o)
+    ocols, incols = o_cols(p, o), in_cols(p, q, v)
     if p.dtype == torch.float32:
+        if incols != (0, 0):
+            raise ValueError(f"fwd_fp32 reads Dqk={p.Dqk} / Dv={p.Dv} columns: inputs of "
+                             f"{q.shape[-1]} / {v.shape[-1]} (narrow inputs are bf16 / fp16's)")
         ker = _call("fwd_fp32", *fp32_args(p, q_blhd, kv_blhd, C, ocols))
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
-    S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols) if config is None
-                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config, ocols))
+    S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols, incols)
+                     if config is None
+                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config, ocols, incols))
     split = S > 1
     ker = _call(kind, *args)
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:
@@ -1342,6 +1380,9 @@ def cpu_kernel_args(p, q_blhd: bool, kv_blhd: bool, ocols: int = 0) -> tuple[tup
 def run_cpu(p, q, k, v, q_blhd: bool, kv_blhd: bool, o32, lse) -> None:
     """Launch the CPU kernel (TileLang C target) on fp32 inputs into fp32 ``o32``/``lse``
     (:func:`cpu_kernel_args`; ``o32`` may have fewer columns than ``p.Dv``, :func:`o_cols`)."""
+    if in_cols(p, q, v) != (0, 0):
+        raise ValueError(f"fwd_cpu reads Dqk={p.Dqk} / Dv={p.Dv} columns: inputs of "
+                         f"{q.shape[-1]} / {v.shape[-1]} (the adapter pads them on the CPU)")
     args, named, runtime = cpu_kernel_args(p, q_blhd, kv_blhd, o_cols(p, o32))
     _kernel("fwd_cpu", *args, **named)(q, k, v, o32, lse, *runtime)
 
