@@ -322,8 +322,10 @@ def test_tl_site_slim_drops_only_the_sources_no_build_reads(tmp_path):
     tar = tmp_path / "tl_site.tar.xz"
     with tarfile.open(tar, "w:xz") as t:
         t.add(site, arcname=".")
-    res = subprocess.run(["bash", str(ROOT / "tools/tl_site_slim.sh"), str(tar)],
-                         capture_output=True, text=True)
+    # the path relative to the working directory, as the script's usage line gives it (session
+    # 56: the tar was written from inside the unpacked site, where that path did not resolve)
+    res = subprocess.run(["bash", str(ROOT / "tools/tl_site_slim.sh"), tar.name],
+                         capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     with tarfile.open(tar, "r:xz") as t:
         files = {m.name.removeprefix("./"): t.extractfile(m).read() for m in t.getmembers()

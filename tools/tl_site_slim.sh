@@ -18,8 +18,9 @@ if [ ! -f "$tar_in" ]; then
 fi
 tmp=$(mktemp -d)
 # the new tar is written beside the old one, so the last step is a rename on one file system:
-# an interrupted or failed run leaves the old tar whole
-out=$(mktemp "$(dirname "$tar_in")/.tl_site_slim.XXXXXX")
+# an interrupted or failed run leaves the old tar whole (an absolute path: the tar is written
+# from inside $tmp/site, where a relative one would not resolve)
+out=$(mktemp "$(cd "$(dirname "$tar_in")" && pwd)/.tl_site_slim.XXXXXX")
 trap 'rm -rf "$tmp"; rm -f "$out"' EXIT
 mkdir "$tmp/site"
 tar xJf "$tar_in" -C "$tmp/site"
