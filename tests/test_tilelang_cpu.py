@@ -202,6 +202,42 @@ def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
     assert o.shape == (2, 4, 9, Dv) and o.is_contiguous() and bool((o == 1).all())
 
 
+@pytest.mark.parametrize("Lq, Dv", [(4096, 104), (1, 120)])
+def test_a_narrow_call_bakes_its_widths(Lq, Dv, monkeypatch):
+    """A bf16 call at Dqk = 120 planned on meta tensors through the real launcher
+    (api._run_cuda, launch._kernel recorded, as tools/tl_lower.py plans): the prefill (Lq =
+    4096, Dv = 104) builds the tensor-core kernel for 128 x 112 with qk_cols = 120, v_cols = 104
+    and o_cols = 104; the decode (Lq = 1 of 8K keys, Dv = 120) the split kernel for 128 x 128
+    with qk_cols / v_cols = 120 (its partials keep 128 columns: o_cols 0) and a combine with
+    o_cols = 120; api._describe says the inputs are read narrow. The same call in fp32 builds
+    fwd_fp32 on padded copies of the keys a query sees, named by _describe."""
+    from tilelang_impl import api
+    built = []
+    monkeypatch.setattr(launch, "_kernel",
+                        lambda kind, *a, **k: built.append((kind, a)) or (lambda *x: None))
+    for dtype in (torch.bfloat16, torch.float32):
+        q, k, v = (torch.empty(s, dtype=dtype, device="meta") for s in
+                   ((1, 8, Lq, 120), (1, 8, 8192, 120), (1, 8, 8192, Dv)))
+        p = api._problem(q, k, v, 512, 64, True, True, 0, None, devices=("meta",))
+        built.clear()
+        api._run_cuda(p, q, k, v)
+        text = api._describe(p, q, k, v)
+        kinds = {kind: a for kind, a in built}
+        if dtype == torch.float32:
+            assert list(kinds) == ["fwd_fp32"] and "copies q, k, v, keys" in text
+            continue
+        args = kinds["fwd_tc"]
+        assert args[:2] == (128, -(-Dv // 16) * 16) and "inputs read narrow" in text
+        assert (launch.tc_knob(args, "qk_cols"), launch.tc_knob(args, "v_cols")) == (120, Dv)
+        assert f"qk_cols=120 v_cols={Dv}" in text
+        if Lq == 1:
+            assert args[11] and launch.tc_knob(args, "o_cols") == 0  # split
+            assert kinds["combine"] == launch.combine_key(args, Dv)[1]
+        else:
+            assert not args[11] and launch.tc_knob(args, "o_cols") == Dv
+            assert "combine" not in kinds
+
+
 def test_narrow_inputs_only_where_a_tensor_map_takes_them(monkeypatch):
     """api._reads_narrow: bf16 / fp16 on the GPU (or meta, planned as it) with both head dims'
     rows a multiple of 16 bytes; launch.in_cols refuses other narrow widths and wider inputs,

@@ -148,10 +148,10 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
     """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
     :func:`_kernel_problem`): the call itself where both head dims are multiples of
     ``launch.D_STEP``; the call's own inputs with the kernels' head dims where
-    :func:`_reads_narrow` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and ``k`` with zero columns up to the kernels' ``Dqk``
-    (they add nothing to a score), ``v`` up to their ``Dv`` (columns of the kernels' tile that
-    they do not write to the call's ``o``, ``launch.o_cols``), ``k`` and ``v`` from the first
-    key a query can see only, each
+    :func:`_reads_narrow` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and
+    ``k`` with zero columns up to the kernels' ``Dqk`` (they add nothing to a score), ``v`` up
+    to their ``Dv`` (columns of the kernels' tile that they do not write to the call's ``o``,
+    ``launch.o_cols``), ``k`` and ``v`` from the first key a query can see only, each
     in its own storage order and ``v`` in ``k``'s (:func:`_padded`), so the kernels read
     them as they are. ``p.sm_scale`` is the call's: the default stays 1 / sqrt of the call's
     ``Dqk``. A decode step over a long cache copies its window, not the cache.
@@ -168,8 +168,12 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
 
 def _same_storage(x, y) -> bool:
     """Whether ``y`` (from :func:`_kernel_call`) is a view of ``x``'s memory, not a copy (a
-    ``meta`` stand-in for one counts as a copy)."""
-    return x.device == y.device and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    ``meta`` stand-in for one counts as a copy: ``meta`` storages, which have no address, are
+    told apart by the storage object itself)."""
+    if x.device != y.device:
+        return False
+    a, b = x.untyped_storage(), y.untyped_storage()
+    return a._cdata == b._cdata if x.device.type == "meta" else a.data_ptr() == b.data_ptr()
 
 
 #: The copy engine's tensor maps need base addresses aligned to this many bytes.
@@ -232,8 +236,8 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
                 if d != kd]
         made = [n for n, x, y in zip("qkv", (q, k, v), served) if not _same_storage(x, y)]
         text += (f" (head dims padded: {', '.join(pads)}; " + (
-            f"copies {', '.join(made)}, keys {p.Lk - kp.Lk}..{p.Lk - 1})" if made
-            else "inputs read narrow)"))
+            "inputs read narrow)" if _reads_narrow(p)
+            else f"copies {', '.join(made)}, keys {p.Lk - kp.Lk}..{p.Lk - 1})"))
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")
 

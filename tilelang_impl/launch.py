@@ -1254,7 +1254,7 @@ def describe(p, q_blhd: bool = False, kv_blhd: bool = False, force_split: int | 
     launches nothing."""
     wide = " [wide]" if wide_positions(p, frame(p)[2]) else ""
     oc = f" [o_cols={ocols}]" if ocols else ""
-    if device_type(p.device) != "cuda":
+    if device_type(p.device) == "cpu":  # meta tensors are planned as CUDA (tools/tl_lower.py)
         return f"fwd_cpu {CPU_TILE[0]}x{CPU_TILE[1]} (C target, fp32)" + wide + oc
     if p.B > GRID_YZ_MAX:
         cuts = batch_slices(p.B, GRID_YZ_MAX)
@@ -1324,8 +1324,8 @@ def run_cuda(p, q, k, v, q_blhd: bool, kv_blhd: bool, o, lse, force_split: int |
         ker(q, k, v, o, lse, W, C, r, inv_c, sl2)
         return
     S, kind, args = (_plan(p, q_blhd, kv_blhd, C, sl2, force_split, ocols, incols)
-                     if config is None
-                     else _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config, ocols, incols))
+                     if config is None else
+                     _tc_choice(p, q_blhd, kv_blhd, C, sl2, force_split, config, ocols, incols))
     split = S > 1
     ker = _call(kind, *args)
     if len(args) > _V_CHUNK_AT and args[_V_CHUNK_AT]:

@@ -7,7 +7,8 @@ tiles (long-window decode), so the suite's cases, whose windows and caches are
 short, would rarely reach them. This module exposes the same canonical function
 with split-KV forced for every call that has a split variant (``launch.forced_plan``:
 bf16/fp16 on CUDA, the kernels' ``Dv`` in ``launch.SPLIT_DV``, head dims up to 128; a head
-dim between multiples of 16 counts as the one it is padded to, ``api._kernel_problem``), in
+dim between multiples of 16 counts as the one the kernels are built for,
+``api._kernel_problem``), in
 ``launch.forced_splits`` splits (at least two, so empty partials occur too), registered as the optional backend ``tilelang-split`` (``hils-swa conform
 --backend tilelang-split``). Other calls raise :class:`UnsupportedConfig` instead of
 silently running another kernel.
@@ -23,7 +24,7 @@ __all__ = ["sliding_window_attention", "describe_call", "UnsupportedConfig"]
 
 def _checked(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start, sm_scale):
     """``(problem, split count)``, the count planned for the call as the kernels take it
-    (``api._kernel_problem``: head dims padded to the kernels'); :class:`UnsupportedConfig`
+    (``api._kernel_problem``: at the kernels' head dims); :class:`UnsupportedConfig`
     where no split variant runs."""
     p = api._problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_start,
                      sm_scale)

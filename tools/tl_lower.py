@@ -87,7 +87,7 @@ def tier_kernels(tier: str = "full", sms: int = 132,
             if p.empty:
                 continue
             current[:] = [case.id]
-            api._run_cuda(p, q, k, v)  # head dims padded to the kernels' (api._kernel_call)
+            api._run_cuda(p, q, k, v)  # at the kernels' head dims (api._kernel_call)
             S = launch.forced_plan(api._kernel_problem(p)[0])
             if S is not None:  # the optional backend tilelang-split on the case
                 api._run_cuda(p, q, k, v, force_split=S)
