@@ -544,16 +544,17 @@ def _categories() -> list[Category]:
                              expand=r["flags"][1], window=r["window"])))
     C.append(Category(
         "headdim", "head dims 32..256 and Dqk != Dv (default scale 1/sqrt(Dqk)), multiples of "
-        "16 and between them (40, 72 / 56, 33 / 200, 120 / 90, 120: TileLang builds its kernels "
-        "for the next multiples, 120 / 90 for 128 / 96, which its split-KV kernels serve; on the "
-        "GPU it reads bf16 / fp16 rows of a multiple of 16 bytes as they are, 40, 72 / 56 and "
-        "120, and pads the others); on the GPU "
+        "16 and between them (40, 72 / 56, 33 / 200, 120 / 90, 120, 200, 64 / 56: TileLang builds "
+        "its kernels for the next multiples, 120 / 90 for 128 / 96, which its split-KV kernels "
+        "serve; on the GPU it reads bf16 / fp16 rows of a multiple of 16 bytes as they are, 40, "
+        "72 / 56, 120, 200 and 64 / 56, and pads the others); on the GPU "
         "also C = 64, where the kernels test the tile's landmark columns by integer compares, "
         "and 3 queries (decode-sized: TileLang's split-KV at 96 / 128 through --backend tilelang-split; "
         "its D <= 64 decode tile until session 12)",
         lambda cuda: {"D": [(32, 32), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128),
                             (192, 192), (256, 256), (64, 128), (128, 64), (192, 128), (96, 64),
-                            (64, 32), (40, 40), (72, 56), (33, 200), (120, 90), (120, 120)],
+                            (64, 32), (40, 40), (72, 56), (33, 200), (120, 90), (120, 120),
+                            (200, 200), (64, 56)],
                       "dtype": list(DTYPES), "chunk": [16, 64] if cuda else [16],
                       "layout": ["bhld", "bthd", "padt"], **({"Lq": [65, 3]} if cuda else {})},
         lambda b, r: replace(b, Dqk=r["D"][0], Dv=r["D"][1], dtype=r["dtype"], Lq=r.get("Lq", 65),
