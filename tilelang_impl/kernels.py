@@ -189,8 +189,8 @@ def _shape(blhd: bool, B, H, L, D):
 def _tile(X, blhd: bool, b, h, l0, n, width: int = 0):
     """``X[b, h, l0:l0+n, :]`` in either memory order; ``width`` (a narrow input, knobs
     ``qk_cols`` / ``v_cols`` of :func:`fwd_tc`): columns ``0:width`` of a tensor that has
-    fewer, the copy engine filling the rest of the box with zeros (the region of before
-    where 0)."""
+    fewer, the copy engine filling the rest of the box with zeros; 0 (the default): all of
+    ``X``'s columns, the region the kernels read before the knobs."""
     cols = slice(0, width) if width else slice(None)
     return X[b, l0:l0 + n, h, cols] if blhd else X[b, h, l0:l0 + n, cols]
 
