@@ -92,12 +92,12 @@ def _reads_narrow(p) -> bool:
     """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where a head dim is not a
     multiple of ``launch.D_STEP`` (:func:`_kernel_call`): the tensor-core kernels (bf16 /
     fp16 on a CUDA device, or ``meta`` tensors planned as one, ``tools/tl_lower.py``) and
-    rows of both head dims a multiple of ``launch.TMA_STRIDE`` bytes, which a tensor map
-    takes (``launch.in_cols``). The fp32 and CPU kernels read the padded copies."""
+    rows of both head dims that a tensor map takes (``launch.tma_rows``; ``launch.in_cols``).
+    The fp32 and CPU kernels read the padded copies."""
     if p.dtype not in _NARROW_DTYPES or device_type(p.device) == "cpu":
         return False
     n = p.dtype.itemsize
-    return not (p.Dqk * n % launch.TMA_STRIDE or p.Dv * n % launch.TMA_STRIDE)
+    return launch.tma_rows(p.Dqk, n) and launch.tma_rows(p.Dv, n)
 
 
 def _kernel_problem(p):

@@ -473,21 +473,26 @@ def _check_knobs(lmk_cols, pack=0, block_M=None, min_blocks=0, reg_slack=0, prod
             raise ValueError(f"{name}={value!r}: a bool")
 
 
+def _check_cols(name, n, D, dim):
+    """A column-count knob (``o_cols``, ``qk_cols``, ``v_cols``) is an int from 0 (all of the
+    tile's ``D`` columns, its head dim ``dim``) to ``D``."""
+    if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= D):
+        raise ValueError(f"{name}={n!r}: an int from 0 (all {dim}={D} columns) to {dim}")
+
+
 def _check_in_cols(qk_cols, v_cols, Dqk, Dv):
     """``qk_cols`` / ``v_cols`` (knobs of :func:`fwd_tc`: the columns of ``Q`` and ``K`` / of
     ``V`` where the call's inputs have fewer than the tile's ``Dqk`` / ``Dv``, 0 = as many) are
     ints from 0 to the tile's head dim."""
-    for name, n, D in (("qk_cols", qk_cols, Dqk), ("v_cols", v_cols, Dv)):
-        if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= D):
-            raise ValueError(f"{name}={n!r}: an int from 0 (all {D} columns) to {D}")
+    _check_cols("qk_cols", qk_cols, Dqk, "Dqk")
+    _check_cols("v_cols", v_cols, Dv, "Dv")
 
 
 def _check_o_cols(o_cols, Dv, split=False):
     """``o_cols`` (the ``o_cols`` knob: the columns of ``O`` a kernel writes, 0 = ``Dv``) is an
     int from 0 to ``Dv``, 0 where the kernel writes split partials (``split``: fp32 scratch of
     ``Dv`` columns; the combine writes ``o``, :func:`combine`)."""
-    if not (isinstance(o_cols, int) and not isinstance(o_cols, bool) and 0 <= o_cols <= Dv):
-        raise ValueError(f"o_cols={o_cols!r}: an int from 0 (all Dv={Dv} columns) to Dv")
+    _check_cols("o_cols", o_cols, Dv, "Dv")
     if o_cols and split:
         raise ValueError(f"o_cols={o_cols!r} with split: the partials keep Dv={Dv} columns "
                          "(the combine writes o's)")

@@ -941,6 +941,13 @@ def copy_columns(o, full) -> None:
 TMA_STRIDE = 16
 
 
+def tma_rows(cols: int, itemsize: int) -> bool:
+    """Whether rows of ``cols`` elements of ``itemsize`` bytes, stored one after another, take a
+    tensor map (:data:`TMA_STRIDE`): the test of a narrow ``o`` (:func:`_tc_choice`) and of
+    narrow inputs (:func:`in_cols`, ``api._reads_narrow``)."""
+    return cols * itemsize % TMA_STRIDE == 0
+
+
 def copied_out(S: int, args: tuple, ocols: int) -> bool:
     """Whether :func:`run_cuda` runs the plan ``(S, kind, args)`` of a call with :func:`o_cols`
     ``ocols`` into a padded ``o`` and copies its columns out (:func:`copy_columns`): a narrow
@@ -978,7 +985,7 @@ def in_cols(p, q, v) -> tuple[int, int]:
     cols = []
     for name, x, D in (("q", q, p.Dqk), ("v", v, p.Dv)):
         n = x.shape[-1]
-        if n > D or (n < D and n * x.element_size() % TMA_STRIDE):
+        if n > D or (n < D and not tma_rows(n, x.element_size())):
             raise ValueError(f"{name} has {n} columns: the kernels read {D} (or fewer, in rows "
                              f"of a multiple of {TMA_STRIDE} bytes)")
         cols.append(n if n != D else 0)
@@ -1238,7 +1245,7 @@ def _tc_choice(p, q_blhd: bool, kv_blhd: bool, C: int, sl2: float, force_split: 
                             v_chunk_call(p), wide_positions(p, C))
     kind, args = key(ocols, incols)
     if (ocols and not split and not tc_knob(args, "pack")
-            and ocols * p.dtype.itemsize % TMA_STRIDE):  # copied out (run_cuda, TMA_STRIDE)
+            and not tma_rows(ocols, p.dtype.itemsize)):  # copied out (run_cuda, tma_rows)
         kind, args = key(0, incols)
     return S, kind, args
 
