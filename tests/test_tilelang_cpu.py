@@ -185,11 +185,13 @@ def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
                      expand_to_chunk=True, **PADDED_KW)
     monkeypatch.setattr(launch, "run_cuda", fake_run_cuda)
     monkeypatch.setattr(api, "device_type", lambda d: "cuda")
+    monkeypatch.setattr(launch, "device_type", lambda d: "cuda")
     assert api._reads_narrow(p) == (Dv == 56)
     o, lse = api._run(p, q, k, v, force_split=3)
     kp = got["kp"]
     shapes = tuple(x.shape for x in got["tensors"])
-    assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (48, 64 if Dv == 56 else 48, 3, Dv)
+    dims = (launch.TC_WIDER.get(48, 48), 64) if Dv == 56 else (48, 48)  # narrow: widened
+    assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (*dims, 3, Dv)
     if Dv == 56:  # read in place: the call's own storage, (B, L, H, D) order, every key
         assert (kp.Lk, kp.kv_start) == (p.Lk, p.kv_start) and got["in_cols"] == (40, 56)
         assert shapes == ((2, 9, 4, 40), (2, 60, 2, 40), (2, 60, 2, 56))
@@ -227,7 +229,8 @@ def test_a_narrow_call_bakes_its_widths(Lq, Dv, monkeypatch):
             assert list(kinds) == ["fwd_fp32"] and "copies q, k, v, keys" in text
             continue
         args = kinds["fwd_tc"]
-        assert args[:2] == (128, -(-Dv // 16) * 16) and "inputs read narrow" in text
+        dv = -(-Dv // 16) * 16
+        assert args[:2] == (128, launch.TC_WIDER.get(dv, dv)) and "inputs read narrow" in text
         assert (launch.tc_knob(args, "qk_cols"), launch.tc_knob(args, "v_cols")) == (120, Dv)
         assert f"qk_cols=120 v_cols={Dv}" in text
         if Lq == 1:
@@ -236,6 +239,28 @@ def test_a_narrow_call_bakes_its_widths(Lq, Dv, monkeypatch):
         else:
             assert not args[11] and launch.tc_knob(args, "o_cols") == Dv
             assert "combine" not in kinds
+
+
+def test_wider_kernels_only_where_the_inputs_read_narrow(monkeypatch):
+    """launch.TC_WIDER (empty as shipped: no widened call has run on a GPU) widens a head dim,
+    after its rounding to a multiple of 16, each dim on its own, and only for the calls
+    launch.reads_narrow takes (bf16 / fp16 on the GPU, meta here): fp32 and CPU calls, and a
+    call with a dim whose rows no tensor map takes, keep the rounded dims. A widened call is
+    the call's own inputs (j0 = 0) at the kernels' dims."""
+    from tilelang_impl import api
+    monkeypatch.setattr(launch, "TC_WIDER", {48: 64, 112: 128})
+
+    def prob(Dqk, Dv, dtype=torch.bfloat16, device="meta"):
+        q, k, v = (torch.empty(s, dtype=dtype, device=device) for s in
+                   ((1, 2, 4, Dqk), (1, 2, 8, Dqk), (1, 2, 8, Dv)))
+        return api._problem(q, k, v, 4, 2, True, True, 0, None, devices=(device,))
+    assert launch.kernel_dims(prob(112, 128)) == (128, 128)
+    assert launch.kernel_dims(prob(40, 112, torch.float16)) == (64, 128)  # 40 -> 48 -> 64
+    assert launch.kernel_dims(prob(112, 112, torch.float32)) == (112, 112)
+    assert launch.kernel_dims(prob(112, 112, device="cpu")) == (112, 112)
+    assert launch.kernel_dims(prob(36, 112)) == (48, 112)  # 72-byte rows: copies, not widened
+    kp, j0 = api._kernel_problem(prob(112, 96))
+    assert (kp.Dqk, kp.Dv, j0) == (128, 96, 0) and api._reads_narrow(kp)
 
 
 def test_narrow_inputs_only_where_a_tensor_map_takes_them(monkeypatch):

@@ -17,18 +17,19 @@ maps cannot take, is copied once in its own order.
 
 Head dims. The kernels are built for head dims that are multiples of 16 (the
 wgmma K step). A call with another head dim (32..256) runs on kernels built for
-the next multiples (``launch.kernel_dims``). On the GPU, bf16 / fp16 inputs whose
-rows are a multiple of 16 bytes (head dims of 8 mod 16: 40, 56, .., 120, ..) are read as
-they are (:func:`_reads_narrow`): the kernels' tensor maps have the call's widths and
-the copy engine fills the tiles' columns past them with zeros (knobs ``qk_cols`` /
-``v_cols``, ``launch.in_cols``). Other calls run on zero-padded copies
-(:func:`_kernel_call`): ``q`` and ``k`` padded to the next multiple for ``Dqk``, ``v``
-for ``Dv``, only the keys some query can see copied. Either way the kernels write
-the call's ``o`` themselves, its ``Dv`` columns of their tile (``launch.o_cols``), but
-the unpacked prefill tile where ``o``'s rows are not a multiple of 16 bytes: there the
-launcher copies them out of a padded ``o`` (``launch.copied_out``). These and the
-copies above are the only copies the adapter makes on the GPU; :func:`describe_call`
-names them.
+the next multiples (``launch.kernel_dims``; where the inputs are read narrow, a head
+dim listed in ``launch.TC_WIDER`` runs on the wider kernel it names: none is listed
+yet). On the GPU, bf16 / fp16 inputs whose rows are a multiple of 16 bytes (head dims
+of 8 mod 16: 40, 56, .., 120, ..) are read as they are (:func:`_reads_narrow`): the
+kernels' tensor maps have the call's widths and the copy engine fills the tiles'
+columns past them with zeros (knobs ``qk_cols`` / ``v_cols``, ``launch.in_cols``).
+Other calls run on zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded
+to the next multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see
+copied. Either way the kernels write the call's ``o`` themselves, its ``Dv`` columns
+of their tile (``launch.o_cols``), but the unpacked prefill tile where ``o``'s rows are
+not a multiple of 16 bytes: there the launcher copies them out of a padded ``o``
+(``launch.copied_out``). These and the copies above are the only copies the adapter
+makes on the GPU; :func:`describe_call` names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target
@@ -85,19 +86,12 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
-_NARROW_DTYPES = (torch.bfloat16, torch.float16)
-
-
 def _reads_narrow(p) -> bool:
-    """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where a head dim is not a
-    multiple of ``launch.D_STEP`` (:func:`_kernel_call`): the tensor-core kernels (bf16 /
-    fp16 on a CUDA device, or ``meta`` tensors planned as one, ``tools/tl_lower.py``) and
-    rows of both head dims that a tensor map takes (``launch.tma_rows``; ``launch.in_cols``).
-    The fp32 and CPU kernels read the padded copies."""
-    if p.dtype not in _NARROW_DTYPES or device_type(p.device) == "cpu":
-        return False
-    n = p.dtype.itemsize
-    return launch.tma_rows(p.Dqk, n) and launch.tma_rows(p.Dv, n)
+    """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where their head dims are
+    not the call's (:func:`_kernel_call`): ``launch.reads_narrow`` (the tensor-core kernels,
+    rows of both head dims that a tensor map takes; ``launch.in_cols``). The fp32 and CPU
+    kernels read the padded copies."""
+    return launch.reads_narrow(p)
 
 
 def _kernel_problem(p):

@@ -892,10 +892,42 @@ def _call(kind: str, *args):
     return fn
 
 
+#: Head dims (multiples of :data:`D_STEP`) served by a wider tensor-core kernel that reads
+#: the call's inputs narrow (:func:`kernel_dims`, :func:`reads_narrow`; the knobs
+#: ``qk_cols`` / ``v_cols``): ``{112: 128}`` would run a bf16 / fp16 call at D = 112 on the
+#: D = 128 kernel. Why: TileLang copies a tile of ``D`` columns in boxes of 64 columns
+#: (128-byte swizzle) where 64 divides ``D``, else of 32, else of 16 (the generated CUDA,
+#: session 57), and the D = 112 kernel, whose box rows are 32 bytes, took 297 us against
+#: D = 128's 197 on a 32/32 prefill at L = 8K (an H100, BENCHMARKS.md). **Empty**: no
+#: widened call has run on a GPU yet (session 57's one GPU call came before the change;
+#: ``tools/lab_head_dims.py`` times each head dim both ways). An entry goes in only with
+#: its measurement.
+TC_WIDER: dict[int, int] = {}
+
+#: dtypes of the tensor-core kernels, which read a call's inputs through tensor maps.
+NARROW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def reads_narrow(p) -> bool:
+    """Whether the kernels may read a call's own ``q``, ``k`` and ``v`` at widths below
+    theirs (``api._kernel_call``; :func:`in_cols`): the tensor-core kernels (bf16 / fp16 on
+    a CUDA device, or ``meta`` tensors planned as one, ``tools/tl_lower.py``) and rows of
+    both head dims that a tensor map takes (:func:`tma_rows`). The fp32 and CPU kernels read
+    zero-padded copies."""
+    if p.dtype not in NARROW_DTYPES or device_type(p.device) == "cpu":
+        return False
+    n = p.dtype.itemsize
+    return tma_rows(p.Dqk, n) and tma_rows(p.Dv, n)
+
+
 def kernel_dims(p) -> tuple[int, int]:
     """``(Dqk, Dv)`` of the kernels that serve ``p``: each head dim rounded up to a multiple
-    of :data:`D_STEP` (itself where it is one)."""
-    return -(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP
+    of :data:`D_STEP` (itself where it is one), and where :func:`reads_narrow`, widened as
+    :data:`TC_WIDER` says."""
+    dims = (-(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP)
+    if reads_narrow(p):
+        return TC_WIDER.get(dims[0], dims[0]), TC_WIDER.get(dims[1], dims[1])
+    return dims
 
 
 #: Integer words for the adapter's copies (``api._padded``) and the copy-out of ``o``
@@ -944,7 +976,7 @@ TMA_STRIDE = 16
 def tma_rows(cols: int, itemsize: int) -> bool:
     """Whether rows of ``cols`` elements of ``itemsize`` bytes, stored one after another, take a
     tensor map (:data:`TMA_STRIDE`): the test of a narrow ``o`` (:func:`_tc_choice`) and of
-    narrow inputs (:func:`in_cols`, ``api._reads_narrow``)."""
+    narrow inputs (:func:`in_cols`, :func:`reads_narrow`)."""
     return cols * itemsize % TMA_STRIDE == 0
 
 
