@@ -1,0 +1,236 @@
+"""Lab (session 57): TileLang's own kernel at a head dim against a wider one reading the
+call's inputs narrow (``launch.TC_WIDER``), one device call.
+
+    PYTHONUNBUFFERED=1 python -m tools.lab_head_dims --out $OUT/lab-head-dims.json \\
+        [--dims 48,80,96,112] [--shapes prefill,decode1,decode8]
+
+Why. TileLang copies a tile of ``D`` columns in boxes of 64 columns (128-byte swizzle) where
+64 divides ``D``, else of 32, else of 16 (the generated CUDA of the shipped tile at 850ef71,
+CPU): 16 columns at 48, 80, 112, 144, 176, 208, 240; 32 at 96, 160, 224. On an H100 at
+850ef71 (BENCHMARKS.md, session 57) the D = 112 prefill (32/32, L = 8K, bf16) took 297 us
+against D = 128's 197, and the copy engine's requests set the time of these kernels: rows
+16 bytes off a 32-byte sector tripled the L2 requests of the D = 128 kernel and cost it 22%.
+A call at such a head dim can run on the kernel of the next multiple of 64 instead, the
+copy engine filling the columns past the call's with zeros (the narrow reads of session
+56: ``qk_cols`` / ``v_cols``), for more matrix work: ``launch.TC_WIDER`` says which.
+
+What runs. For each head dim ``D`` and shape, bf16, W = 512, C = 64, fresh random inputs:
+``own`` (``TC_WIDER`` without ``D``: its own kernel), ``wider`` (``TC_WIDER[D]`` = the next
+multiple of 64), and ``at-wider`` (the same shape at that head dim, its own kernel: the
+ceiling the widened call can reach). Every kernel is built first in parallel processes
+(``tools.tl_lower.lower_all``) from the calls planned on ``meta`` tensors. Checks: the
+``own`` and ``wider`` outputs of the same inputs compared (largest differences, whether the
+bits agree), no NaN, the same ``-inf`` LSE rows; the exit status is 1 where a check or a
+build fails. The conformance tier, not this screen, judges what ships. Timing: kernel only (``tools.bench.Timer.graph``: CUDA-graph
+replay, L2 flushed before each replay), ``--rounds`` interleaved rounds alternating the
+order; TFLOP/s over visible pairs at the call's own ``D``.
+
+Predicted before any GPU run (session 57): the widened D = 112 prefill within 200-260 us
+(the D = 128 kernel on 224-byte rows, 32-byte aligned, so without the misaligned rows' extra
+requests; the 16 columns past the call's read as zero fill, whose cost is not measured:
+session 56's D = 120 narrow call, whose rows are also misaligned, took 258 us); D = 80 and
+48 faster widened (their own kernels have 16-column boxes too); D = 96, with 32-column
+boxes, not predicted (its own kernel does 3/4 of the wider one's matrix work).
+Not run on a GPU yet (session 57's device time ran out before it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+#: name -> (B, Hq, Hkv, Lq, Lk): a prefill, a B = 1 decode (split-KV) and a packed GQA decode.
+SHAPES = {
+    "prefill": (1, 32, 32, 8192, 8192),
+    "decode1": (1, 32, 32, 1, 8192),
+    "decode8": (8, 32, 8, 1, 4096),
+}
+RULE = dict(window_size=512, chunk_size=64, kv_start=0, mask_lmk=True, expand_to_chunk=True)
+VARIANTS = ("own", "wider", "at-wider")
+
+
+def wider(D: int) -> int:
+    """The next multiple of 64 above ``D`` (``D`` a multiple of 16 but not of 64)."""
+    from tilelang_impl import launch
+    if D % launch.D_STEP or D % 64 == 0 or not launch.MIN_D <= D <= launch.MAX_D:
+        raise ValueError(f"head dim {D}: a multiple of {launch.D_STEP} but not of 64, in "
+                         f"{launch.MIN_D}..{launch.MAX_D}")
+    return -(-D // 64) * 64
+
+
+@contextlib.contextmanager
+def table(D: int, variant: str):
+    """``launch.TC_WIDER`` as ``variant`` of head dim ``D`` wants it, restored after."""
+    from tilelang_impl import launch
+    saved = dict(launch.TC_WIDER)
+    launch.TC_WIDER.pop(D, None)
+    if variant == "wider":
+        launch.TC_WIDER[D] = wider(D)
+    try:
+        yield
+    finally:
+        launch.TC_WIDER.clear()
+        launch.TC_WIDER.update(saved)
+
+
+def inputs(shape: str, D: int, device, seed: int = 0):
+    """``(q, k, v)`` bf16 of ``shape`` at head dim ``D``: fresh normal values on ``device``
+    (``meta``: empty stand-ins)."""
+    B, Hq, Hkv, Lq, Lk = SHAPES[shape]
+    sizes = ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))
+    if str(device) == "meta":
+        return tuple(torch.empty(s, dtype=torch.bfloat16, device="meta") for s in sizes)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return tuple(torch.randn(s, generator=g).to(torch.bfloat16).to(device) for s in sizes)
+
+
+def items(dims: list[int], shapes: list[str]) -> list[tuple[str, int, str]]:
+    """``(shape, D, variant)`` for every head dim, shape and variant."""
+    return [(s, D, v) for s in shapes for D in dims for v in VARIANTS]
+
+
+def call_dim(D: int, variant: str) -> int:
+    """The head dim of the call a variant makes (``at-wider``: the wider one's)."""
+    return wider(D) if variant == "at-wider" else D
+
+
+def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
+    """The ``(kind, args)`` kernels the items' calls build, planned on ``meta`` tensors
+    through the real adapter and launcher (nothing built; ``launch._kernel`` recorded)."""
+    from tilelang_impl import api, launch
+    wanted = set()
+    saved = launch._kernel
+    launch._kernel = lambda kind, *a: wanted.add((kind, a)) or (lambda *x: None)
+    try:
+        for shape, D, variant in todo:
+            q, k, v = inputs(shape, call_dim(D, variant), "meta")
+            with table(D, variant):
+                p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
+                api._run_cuda(p, q, k, v)
+    finally:
+        launch._kernel = saved
+    return sorted(wanted, key=repr)
+
+
+def describe(shape: str, D: int, variant: str) -> str:
+    """What ``describe_call`` says of an item's call, planned on ``meta`` tensors."""
+    from tilelang_impl import api
+    q, k, v = inputs(shape, call_dim(D, variant), "meta")
+    with table(D, variant):
+        p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
+        return api._describe(p, q, k, v)
+
+
+def _compare(a, b) -> dict:
+    (o1, l1), (o0, l0) = a, b
+    fin = torch.isfinite(l0)
+    return dict(max_abs_o=float((o1.float() - o0.float()).abs().max()),
+                max_abs_lse=float((l1[fin] - l0[fin]).abs().max()) if bool(fin.any()) else 0.0,
+                inf_rows_equal=bool(torch.equal(torch.isfinite(l1), fin)),
+                nan=int(o1.isnan().sum() + o0.isnan().sum()),
+                bits_equal=bool(torch.equal(o1.view(torch.int16), o0.view(torch.int16))
+                                and torch.equal(l1.view(torch.int32), l0.view(torch.int32))))
+
+
+def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int,
+        out: str | None = None, log=print) -> dict:
+    from tools import tl_lower
+    t0 = time.time()
+    todo = items(dims, shapes)
+    need = jobs(todo)
+    errs = tl_lower.lower_all(need, workers, build=True)  # before CUDA: worker processes fork
+    log(f"built {len(need) - len(errs)} of {len(need)} kernels in {time.time() - t0:.0f} s")
+    import tilelang_impl
+    from tools._common import attention_flops
+    from tools.bench import Timer
+    res = dict(device=torch.cuda.get_device_name(), rule=RULE, build_errors=[repr(e) for e in errs.values()],
+               rows=[], checks=[])
+    timer = Timer("cuda", reps)
+    calls, data = {}, {}
+    for n, (shape, D, variant) in enumerate(todo):
+        key = (shape, call_dim(D, variant))  # own and wider read the same tensors
+        if key not in data:
+            data[key] = inputs(shape, key[1], "cuda", seed=n)
+
+        def call(q, k, v, D=D, variant=variant):
+            with table(D, variant):
+                return tilelang_impl.sliding_window_attention(q, k, v, **RULE)
+        calls[(shape, D, variant)] = (call, data[key], describe(shape, D, variant))
+    outs = {key: c(*x) for key, (c, x, _) in calls.items() if key[2] != "at-wider"}
+    torch.cuda.synchronize()
+    for shape in shapes:
+        for D in dims:
+            chk = dict(shape=shape, D=D, **_compare(outs[(shape, D, "wider")], outs[(shape, D, "own")]))
+            res["checks"].append(chk)
+            log(json.dumps(chk))
+    times = {key: [] for key in calls}
+    for r in range(rounds):
+        order = list(calls) if r % 2 == 0 else list(reversed(list(calls)))
+        for key in order:
+            c, x, _ = calls[key]
+            t, why = timer.graph(c, [x])
+            if t is None:
+                raise RuntimeError(f"{key}: {why}")
+            times[key].append(t * 1e3)
+    for (shape, D, variant), us in times.items():
+        B, Hq, _, Lq, Lk = SHAPES[shape]
+        med = statistics.median(us)
+        flops = attention_flops(B, Hq, Lq, Lk, call_dim(D, variant), **RULE)
+        row = dict(shape=shape, D=D, variant=variant, us=med, rounds_us=us,
+                   tflops=flops / (med * 1e-6) / 1e12, plan=calls[(shape, D, variant)][2])
+        res["rows"].append(row)
+    res["seconds"] = time.time() - t0
+    if out:
+        with open(out, "w") as f:
+            json.dump(res, f, indent=1)
+    log(summary(res))
+    return res
+
+
+def summary(res: dict) -> str:
+    """One line per (shape, D): the three medians and wider / own."""
+    us = {(r["shape"], r["D"], r["variant"]): r["us"] for r in res["rows"]}
+    lines = ["shape     D    own us  wider us  at-wider us  wider/own"]
+    for (shape, D, variant), t in us.items():
+        if variant == "own":
+            w, a = us[(shape, D, "wider")], us[(shape, D, "at-wider")]
+            lines.append(f"{shape:8s} {D:3d} {t:9.1f} {w:9.1f} {a:12.1f} {w / t:10.3f}")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv=None) -> int:
+    from tools.tl_lower import default_workers
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dims", default="48,80,96,112", help="head dims, multiples of 16 not of 64")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("-j", "--workers", type=int, default=default_workers())
+    a = ap.parse_args(argv)
+    dims, shapes = _ints(a.dims), [s for s in a.shapes.split(",") if s]
+    for D in dims:
+        try:
+            wider(D)
+        except ValueError as e:
+            ap.error(str(e))
+    bad = [s for s in shapes if s not in SHAPES]
+    if bad:
+        ap.error(f"unknown shapes {bad}: of {', '.join(SHAPES)}")
+    res = run(dims, shapes, a.reps, a.rounds, a.workers, a.out)
+    ok = not res["build_errors"] and all(c["nan"] == 0 and c["inf_rows_equal"] for c in res["checks"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
