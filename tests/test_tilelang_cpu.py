@@ -190,7 +190,7 @@ def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
     o, lse = api._run(p, q, k, v, force_split=3)
     kp = got["kp"]
     shapes = tuple(x.shape for x in got["tensors"])
-    dims = (launch.TC_WIDER.get(48, 48), 64) if Dv == 56 else (48, 48)  # narrow: widened
+    dims = (launch.TC_WIDER.get(48, 48), 64) if Dv == 56 else (48, 48)  # as TC_WIDER says
     assert (kp.Dqk, kp.Dv, got["split"], got["o_cols"]) == (*dims, 3, Dv)
     if Dv == 56:  # read in place: the call's own storage, (B, L, H, D) order, every key
         assert (kp.Lk, kp.kv_start) == (p.Lk, p.kv_start) and got["in_cols"] == (40, 56)

@@ -90,14 +90,16 @@ def _reads_narrow(p) -> bool:
     """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where their head dims are
     not the call's (:func:`_kernel_call`): ``launch.reads_narrow`` (the tensor-core kernels,
     rows of both head dims that a tensor map takes; ``launch.in_cols``). The fp32 and CPU
-    kernels read the padded copies."""
+    kernels read the padded copies. ``launch.kernel_dims`` asks ``launch.reads_narrow``
+    itself (whether to widen): a lab that forces the copies patches that one."""
     return launch.reads_narrow(p)
 
 
 def _kernel_problem(p):
     """``(problem, j0)``: the call as the kernels take it, planning only (no tensor made).
-    Itself and 0 where both head dims are multiples of ``launch.D_STEP``; else the same
-    call with head dims rounded up (``launch.kernel_dims``): where :func:`_reads_narrow`,
+    Itself and 0 where the kernels' head dims are the call's (``launch.kernel_dims``: both
+    multiples of ``launch.D_STEP`` and, read narrow, not widened by ``launch.TC_WIDER``);
+    else the same call at the kernels' head dims: where :func:`_reads_narrow`,
     with 0 (the call's own inputs); else moved to start at ``j0``, the
     first key a query can see (``reference.mask.visible_key_range``): ``kv_start`` plus the
     keys left out, so every position and landmark stays where it was."""
@@ -140,8 +142,8 @@ def _padded(x, D: int, blhd: bool, plan_only: bool):
 
 def _kernel_call(p, q, k, v, plan_only: bool = False):
     """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
-    :func:`_kernel_problem`): the call itself where both head dims are multiples of
-    ``launch.D_STEP``; the call's own inputs with the kernels' head dims where
+    :func:`_kernel_problem`): the call itself where the kernels' head dims are the call's;
+    the call's own inputs with the kernels' head dims where
     :func:`_reads_narrow` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and
     ``k`` with zero columns up to the kernels' ``Dqk`` (they add nothing to a score), ``v`` up
     to their ``Dv`` (columns of the kernels' tile that they do not write to the call's ``o``,

@@ -23,8 +23,8 @@ from . import producer_guard
 
 
 # Head dims served (both Dqk and Dv), and the step of the head dims the kernels are built for
-# (the wgmma K step is 16): a call between two steps runs on zero-padded copies
-# (:func:`kernel_dims`, ``api._kernel_call``).
+# (the wgmma K step is 16): a call between two steps runs on the next step's kernels, which
+# read its inputs narrow or zero-padded copies of them (:func:`kernel_dims`, ``api._kernel_call``).
 MIN_D, MAX_D, D_STEP = 32, 256, 16
 #: The landmark test divides in float32 (``macros.is_landmark``): one quotient is exact for
 #: the kernel frame's positions below this (``Lk + C``, ``C`` its chunk, :func:`frame`) ...
@@ -897,8 +897,9 @@ def _call(kind: str, *args):
 #: ``qk_cols`` / ``v_cols``): ``{112: 128}`` would run a bf16 / fp16 call at D = 112 on the
 #: D = 128 kernel. Why: TileLang copies a tile of ``D`` columns in boxes of 64 columns
 #: (128-byte swizzle) where 64 divides ``D``, else of 32, else of 16 (the generated CUDA,
-#: session 57), and the D = 112 kernel, whose box rows are 32 bytes, took 297 us against
-#: D = 128's 197 on a 32/32 prefill at L = 8K (an H100, BENCHMARKS.md). **Empty**: no
+#: session 57), and the D = 112 kernel took 297 us against D = 128's 196 on a 32/32
+#: prefill at L = 8K (an H100, BENCHMARKS.md; its 32-byte box rows the likely cause, not
+#: profiled: rows off a 32-byte sector cost D = 128 +22% in L2 requests). **Empty**: no
 #: widened call has run on a GPU yet (session 57's one GPU call came before the change;
 #: ``tools/lab_head_dims.py`` times each head dim both ways). An entry goes in only with
 #: its measurement.
@@ -923,9 +924,9 @@ def reads_narrow(p) -> bool:
 def kernel_dims(p) -> tuple[int, int]:
     """``(Dqk, Dv)`` of the kernels that serve ``p``: each head dim rounded up to a multiple
     of :data:`D_STEP` (itself where it is one), and where :func:`reads_narrow`, widened as
-    :data:`TC_WIDER` says."""
+    :data:`TC_WIDER` says (tested only where it lists one: every call plans through here)."""
     dims = (-(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP)
-    if reads_narrow(p):
+    if (dims[0] in TC_WIDER or dims[1] in TC_WIDER) and reads_narrow(p):
         return TC_WIDER.get(dims[0], dims[0]), TC_WIDER.get(dims[1], dims[1])
     return dims
 

@@ -6,31 +6,37 @@ call's inputs narrow (``launch.TC_WIDER``), one device call.
 
 Why. TileLang copies a tile of ``D`` columns in boxes of 64 columns (128-byte swizzle) where
 64 divides ``D``, else of 32, else of 16 (the generated CUDA of the shipped tile at 850ef71,
-CPU): 16 columns at 48, 80, 112, 144, 176, 208, 240; 32 at 96, 160, 224. On an H100 at
-850ef71 (BENCHMARKS.md, session 57) the D = 112 prefill (32/32, L = 8K, bf16) took 297 us
-against D = 128's 197, and the copy engine's requests set the time of these kernels: rows
-16 bytes off a 32-byte sector tripled the L2 requests of the D = 128 kernel and cost it 22%.
-A call at such a head dim can run on the kernel of the next multiple of 64 instead, the
-copy engine filling the columns past the call's with zeros (the narrow reads of session
-56: ``qk_cols`` / ``v_cols``), for more matrix work: ``launch.TC_WIDER`` says which.
+lowered on the CPU at every head dim named here): 16 columns at 48, 80, 112, 144, 176, 208,
+240; 32 at 96, 160, 224. On an H100 at 850ef71 (BENCHMARKS.md, session 57) the D = 112
+prefill (32/32, L = 8K, bf16) took 297 us against D = 128's 196. The likely cause, not
+profiled: 32-byte box rows take four times the copy engine's requests of 128-byte ones, and
+requests cost (rows 16 bytes off a 32-byte sector took 2.8x the D = 128 kernel's L2 requests
+and 22% more time). A call at such a head dim can run on the kernel of the next multiple of
+64 instead, the copy engine filling the columns past the call's with zeros (the narrow reads
+of session 56: ``qk_cols`` / ``v_cols``), for more matrix work: ``launch.TC_WIDER`` says
+which.
 
 What runs. For each head dim ``D`` and shape, bf16, W = 512, C = 64, fresh random inputs:
 ``own`` (``TC_WIDER`` without ``D``: its own kernel), ``wider`` (``TC_WIDER[D]`` = the next
-multiple of 64), and ``at-wider`` (the same shape at that head dim, its own kernel: the
-ceiling the widened call can reach). Every kernel is built first in parallel processes
-(``tools.tl_lower.lower_all``) from the calls planned on ``meta`` tensors. Checks: the
-``own`` and ``wider`` outputs of the same inputs compared (largest differences, whether the
-bits agree), no NaN, the same ``-inf`` LSE rows; the exit status is 1 where a check or a
-build fails. The conformance tier, not this screen, judges what ships. Timing: kernel only (``tools.bench.Timer.graph``: CUDA-graph
-replay, L2 flushed before each replay), ``--rounds`` interleaved rounds alternating the
-order; TFLOP/s over visible pairs at the call's own ``D``.
+multiple of 64), and once per wider head dim ``at-wider`` (the same shape at that head dim,
+its own kernel: the ceiling a widened call can reach). Every kernel is built first in
+parallel processes (``tools.tl_lower.lower_all``) from the calls planned on ``meta`` tensors
+for 132 SMs (H100 SXM, H200; elsewhere the calls build what the plan missed themselves); an
+item whose kernel does not build is reported and not run. Checks: the ``own`` and ``wider``
+outputs of the same inputs compared: no NaN, the same ``-inf`` LSE rows, ``o`` within
+:data:`O_TOL` and ``lse`` within :data:`LSE_TOL` of each other (and whether the bits agree);
+the exit status is 1 where a check or a build fails. The conformance tier, not this screen,
+judges what ships. Timing: kernel only (``tools.bench.Timer.graph``: CUDA-graph replay, L2
+flushed before each replay), ``--rounds`` interleaved rounds alternating the order; TFLOP/s
+over visible pairs at the call's own ``D``. The JSON is written after the checks and after
+every round.
 
 Predicted before any GPU run (session 57): the widened D = 112 prefill within 200-260 us
-(the D = 128 kernel on 224-byte rows, 32-byte aligned, so without the misaligned rows' extra
-requests; the 16 columns past the call's read as zero fill, whose cost is not measured:
-session 56's D = 120 narrow call, whose rows are also misaligned, took 258 us); D = 80 and
-48 faster widened (their own kernels have 16-column boxes too); D = 96, with 32-column
-boxes, not predicted (its own kernel does 3/4 of the wider one's matrix work).
+(the D = 128 kernel, 196 us at full width, on 224-byte rows, 32-byte aligned, so without the
+misaligned rows' extra requests; the 16 columns past the call's read as zero fill, whose
+cost is not measured: session 56's D = 120 narrow call, whose rows are misaligned too, took
+258 us); D = 80 and 48 faster widened (their own kernels have 16-column boxes too); D = 96,
+with 32-column boxes, not predicted (its own kernel does 3/4 of the wider one's matrix work).
 Not run on a GPU yet (session 57's device time ran out before it).
 """
 
@@ -53,6 +59,10 @@ SHAPES = {
 }
 RULE = dict(window_size=512, chunk_size=64, kv_start=0, mask_lmk=True, expand_to_chunk=True)
 VARIANTS = ("own", "wider", "at-wider")
+#: The screen's bounds between ``own`` and ``wider`` on the same inputs (bf16 ``o`` of about
+#: unit size, which both round from float32 sums of the same products in another order;
+#: float32 ``lse``).
+O_TOL, LSE_TOL = 3e-2, 1e-3
 
 
 def wider(D: int) -> int:
@@ -91,51 +101,60 @@ def inputs(shape: str, D: int, device, seed: int = 0):
 
 
 def items(dims: list[int], shapes: list[str]) -> list[tuple[str, int, str]]:
-    """``(shape, D, variant)`` for every head dim, shape and variant."""
-    return [(s, D, v) for s in shapes for D in dims for v in VARIANTS]
+    """``(shape, D, variant)``: ``own`` and ``wider`` for every head dim and shape, and
+    ``at-wider`` once per shape and wider head dim (its ``D`` that head dim)."""
+    out = []
+    for s in shapes:
+        out += [(s, D, v) for D in dims for v in ("own", "wider")]
+        out += [(s, W, "at-wider") for W in sorted({wider(D) for D in dims})]
+    return out
 
 
-def call_dim(D: int, variant: str) -> int:
-    """The head dim of the call a variant makes (``at-wider``: the wider one's)."""
-    return wider(D) if variant == "at-wider" else D
-
-
-def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
-    """The ``(kind, args)`` kernels the items' calls build, planned on ``meta`` tensors
+def item_jobs(item: tuple[str, int, str]) -> set[tuple]:
+    """The ``(kind, args)`` kernels an item's call builds, planned on ``meta`` tensors
     through the real adapter and launcher (nothing built; ``launch._kernel`` recorded)."""
     from tilelang_impl import api, launch
+    shape, D, variant = item
     wanted = set()
     saved = launch._kernel
     launch._kernel = lambda kind, *a: wanted.add((kind, a)) or (lambda *x: None)
     try:
-        for shape, D, variant in todo:
-            q, k, v = inputs(shape, call_dim(D, variant), "meta")
-            with table(D, variant):
-                p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
-                api._run_cuda(p, q, k, v)
+        q, k, v = inputs(shape, D, "meta")
+        with table(D, variant):
+            p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
+            api._run_cuda(p, q, k, v)
     finally:
         launch._kernel = saved
-    return sorted(wanted, key=repr)
+    return wanted
+
+
+def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
+    """Every kernel the items' calls build (:func:`item_jobs`), each once."""
+    return sorted(set().union(*(item_jobs(i) for i in todo)), key=repr)
 
 
 def describe(shape: str, D: int, variant: str) -> str:
     """What ``describe_call`` says of an item's call, planned on ``meta`` tensors."""
     from tilelang_impl import api
-    q, k, v = inputs(shape, call_dim(D, variant), "meta")
+    q, k, v = inputs(shape, D, "meta")
     with table(D, variant):
         p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
         return api._describe(p, q, k, v)
 
 
 def _compare(a, b) -> dict:
+    """The screen of ``wider``'s outputs ``a`` against ``own``'s ``b`` on the same inputs."""
     (o1, l1), (o0, l0) = a, b
     fin = torch.isfinite(l0)
-    return dict(max_abs_o=float((o1.float() - o0.float()).abs().max()),
-                max_abs_lse=float((l1[fin] - l0[fin]).abs().max()) if bool(fin.any()) else 0.0,
-                inf_rows_equal=bool(torch.equal(torch.isfinite(l1), fin)),
-                nan=int(o1.isnan().sum() + o0.isnan().sum()),
-                bits_equal=bool(torch.equal(o1.view(torch.int16), o0.view(torch.int16))
-                                and torch.equal(l1.view(torch.int32), l0.view(torch.int32))))
+    c = dict(max_abs_o=float((o1.float() - o0.float()).abs().max()),
+             max_abs_lse=float((l1[fin] - l0[fin]).abs().max()) if bool(fin.any()) else 0.0,
+             inf_rows_equal=bool(torch.equal(torch.isfinite(l1), fin)),
+             nan=int(o1.isnan().sum() + o0.isnan().sum() + l1.isnan().sum() + l0.isnan().sum()),
+             bits_equal=bool(torch.equal(o1.view(torch.int16), o0.view(torch.int16))
+                             and torch.equal(l1.view(torch.int32), l0.view(torch.int32))))
+    c["ok"] = (c["nan"] == 0 and c["inf_rows_equal"] and c["max_abs_o"] <= O_TOL
+               and c["max_abs_lse"] <= LSE_TOL)
+    return c
 
 
 def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int,
@@ -143,64 +162,85 @@ def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int
     from tools import tl_lower
     t0 = time.time()
     todo = items(dims, shapes)
-    need = jobs(todo)
+    per_item = {i: item_jobs(i) for i in todo}
+    need = sorted(set().union(*per_item.values()), key=repr)
     errs = tl_lower.lower_all(need, workers, build=True)  # before CUDA: worker processes fork
     log(f"built {len(need) - len(errs)} of {len(need)} kernels in {time.time() - t0:.0f} s")
     import tilelang_impl
     from tools._common import attention_flops
     from tools.bench import Timer
-    res = dict(device=torch.cuda.get_device_name(), rule=RULE, build_errors=[repr(e) for e in errs.values()],
-               rows=[], checks=[])
+    res = dict(device=torch.cuda.get_device_name(), rule=RULE,
+               build_errors=[f"{kind}{args}: {e}" for (kind, args), e in errs.items()],
+               not_run=[list(i) for i in todo if per_item[i] & set(errs)], rows=[], checks=[])
+
+    def dump():
+        res["seconds"] = time.time() - t0
+        if out:
+            with open(out, "w") as f:
+                json.dump(res, f, indent=1)
+    todo = [i for i in todo if not per_item[i] & set(errs)]
     timer = Timer("cuda", reps)
     calls, data = {}, {}
     for n, (shape, D, variant) in enumerate(todo):
-        key = (shape, call_dim(D, variant))  # own and wider read the same tensors
-        if key not in data:
-            data[key] = inputs(shape, key[1], "cuda", seed=n)
+        if (shape, D) not in data:  # own and wider read the same tensors
+            data[(shape, D)] = inputs(shape, D, "cuda", seed=n)
 
         def call(q, k, v, D=D, variant=variant):
             with table(D, variant):
                 return tilelang_impl.sliding_window_attention(q, k, v, **RULE)
-        calls[(shape, D, variant)] = (call, data[key], describe(shape, D, variant))
+        calls[(shape, D, variant)] = (call, data[(shape, D)], describe(shape, D, variant))
     outs = {key: c(*x) for key, (c, x, _) in calls.items() if key[2] != "at-wider"}
     torch.cuda.synchronize()
     for shape in shapes:
         for D in dims:
-            chk = dict(shape=shape, D=D, **_compare(outs[(shape, D, "wider")], outs[(shape, D, "own")]))
-            res["checks"].append(chk)
-            log(json.dumps(chk))
+            if (shape, D, "wider") in outs and (shape, D, "own") in outs:
+                chk = dict(shape=shape, D=D, **_compare(outs[(shape, D, "wider")],
+                                                        outs[(shape, D, "own")]))
+                res["checks"].append(chk)
+                log(json.dumps(chk))
+    del outs
+    dump()
     times = {key: [] for key in calls}
+    why = {}
     for r in range(rounds):
         order = list(calls) if r % 2 == 0 else list(reversed(list(calls)))
         for key in order:
+            if key in why:
+                continue
             c, x, _ = calls[key]
-            t, why = timer.graph(c, [x])
+            t, reason = timer.graph(c, [x])
             if t is None:
-                raise RuntimeError(f"{key}: {why}")
-            times[key].append(t * 1e3)
-    for (shape, D, variant), us in times.items():
-        B, Hq, _, Lq, Lk = SHAPES[shape]
-        med = statistics.median(us)
-        flops = attention_flops(B, Hq, Lq, Lk, call_dim(D, variant), **RULE)
-        row = dict(shape=shape, D=D, variant=variant, us=med, rounds_us=us,
-                   tflops=flops / (med * 1e-6) / 1e12, plan=calls[(shape, D, variant)][2])
-        res["rows"].append(row)
-    res["seconds"] = time.time() - t0
-    if out:
-        with open(out, "w") as f:
-            json.dump(res, f, indent=1)
+                why[key] = reason
+                log(f"{key}: not timed: {reason}")
+            else:
+                times[key].append(t * 1e3)
+        res["rows"] = []
+        for (shape, D, variant), us in times.items():
+            B, Hq, _, Lq, Lk = SHAPES[shape]
+            med = statistics.median(us) if us else None
+            flops = attention_flops(B, Hq, Lq, Lk, D, **RULE)
+            res["rows"].append(dict(shape=shape, D=D, variant=variant, us=med, rounds_us=us,
+                                    tflops=flops / (med * 1e-6) / 1e12 if med else None,
+                                    why=why.get((shape, D, variant)),
+                                    plan=calls[(shape, D, variant)][2]))
+        dump()
     log(summary(res))
     return res
 
 
 def summary(res: dict) -> str:
-    """One line per (shape, D): the three medians and wider / own."""
+    """One line per (shape, D): the medians of own, wider and at-wider, and wider / own."""
     us = {(r["shape"], r["D"], r["variant"]): r["us"] for r in res["rows"]}
-    lines = ["shape     D    own us  wider us  at-wider us  wider/own"]
+
+    def f(x, width, spec):
+        return format(x, f"{width}{spec}") if x is not None else "-".rjust(width)
+    lines = ["shape      D    own us  wider us  at-wider us  wider/own"]
     for (shape, D, variant), t in us.items():
         if variant == "own":
-            w, a = us[(shape, D, "wider")], us[(shape, D, "at-wider")]
-            lines.append(f"{shape:8s} {D:3d} {t:9.1f} {w:9.1f} {a:12.1f} {w / t:10.3f}")
+            w, a = us.get((shape, D, "wider")), us.get((shape, wider(D), "at-wider"))
+            ratio = w / t if w and t else None
+            lines.append(f"{shape:8s} {D:3d} {f(t, 9, '.1f')} {f(w, 9, '.1f')} "
+                         f"{f(a, 12, '.1f')} {f(ratio, 10, '.3f')}")
     return "\n".join(lines)
 
 
@@ -228,7 +268,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown shapes {bad}: of {', '.join(SHAPES)}")
     res = run(dims, shapes, a.reps, a.rounds, a.workers, a.out)
-    ok = not res["build_errors"] and all(c["nan"] == 0 and c["inf_rows_equal"] for c in res["checks"])
+    ok = not res["build_errors"] and all(c["ok"] for c in res["checks"])
     return 0 if ok else 1
 
 
