@@ -246,8 +246,11 @@ def test_wider_kernels_only_where_the_inputs_read_narrow(monkeypatch):
     after its rounding to a multiple of 16, each dim on its own, and only for the calls
     launch.reads_narrow takes (bf16 / fp16 on the GPU, meta here): fp32 and CPU calls, and a
     call with a dim whose rows no tensor map takes, keep the rounded dims. A widened call is
-    the call's own inputs (j0 = 0) at the kernels' dims."""
+    the call's own inputs (j0 = 0) at the kernels' dims. The shipped table's entries map a
+    multiple of 16 to a larger multiple of 64 up to launch.MAX_D."""
     from tilelang_impl import api
+    for d, w in launch.TC_WIDER.items():
+        assert d % launch.D_STEP == 0 and w % 64 == 0 and d < w <= launch.MAX_D, (d, w)
     monkeypatch.setattr(launch, "TC_WIDER", {48: 64, 112: 128})
 
     def prob(Dqk, Dv, dtype=torch.bfloat16, device="meta"):

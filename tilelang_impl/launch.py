@@ -899,7 +899,9 @@ def _call(kind: str, *args):
 #: (128-byte swizzle) where 64 divides ``D``, else of 32, else of 16 (the generated CUDA,
 #: session 57), and the D = 112 kernel took 297 us against D = 128's 196 on a 32/32
 #: prefill at L = 8K (an H100, BENCHMARKS.md; its 32-byte box rows the likely cause, not
-#: profiled: rows off a 32-byte sector cost D = 128 +22% in L2 requests). **Empty**: no
+#: profiled: rows off a 32-byte sector took the D = 128 kernel 2.8x the L2 requests and
+#: 22% more time). Each entry maps a multiple of 16 to a larger multiple of 64 up to
+#: :data:`MAX_D` (a test holds the table to that). **Empty**: no
 #: widened call has run on a GPU yet (session 57's one GPU call came before the change;
 #: ``tools/lab_head_dims.py`` times each head dim both ways). An entry goes in only with
 #: its measurement.
