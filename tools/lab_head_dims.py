@@ -110,22 +110,23 @@ def items(dims: list[int], shapes: list[str]) -> list[tuple[str, int, str]]:
     return out
 
 
+def _planned(item: tuple[str, int, str], fn):
+    """``fn(p, q, k, v)`` for an item's call on ``meta`` tensors, its table set."""
+    from tilelang_impl import api
+    shape, D, variant = item
+    q, k, v = inputs(shape, D, "meta")
+    with table(D, variant):
+        return fn(api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE), q, k, v)
+
+
 def item_jobs(item: tuple[str, int, str]) -> set[tuple]:
     """The ``(kind, args)`` kernels an item's call builds, planned on ``meta`` tensors
-    through the real adapter and launcher (nothing built; ``launch._kernel`` recorded)."""
-    from tilelang_impl import api, launch
-    shape, D, variant = item
-    wanted = set()
-    saved = launch._kernel
-    launch._kernel = lambda kind, *a: wanted.add((kind, a)) or (lambda *x: None)
-    try:
-        q, k, v = inputs(shape, D, "meta")
-        with table(D, variant):
-            p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
-            api._run_cuda(p, q, k, v)
-    finally:
-        launch._kernel = saved
-    return wanted
+    through the real adapter and launcher (``tools.tl_lower.recording``: nothing built)."""
+    from tilelang_impl import api
+    from tools.tl_lower import recording
+    with recording() as got:
+        _planned(item, api._run_cuda)
+    return set(got)
 
 
 def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
@@ -136,10 +137,7 @@ def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
 def describe(shape: str, D: int, variant: str) -> str:
     """What ``describe_call`` says of an item's call, planned on ``meta`` tensors."""
     from tilelang_impl import api
-    q, k, v = inputs(shape, D, "meta")
-    with table(D, variant):
-        p = api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE)
-        return api._describe(p, q, k, v)
+    return _planned((shape, D, variant), api._describe)
 
 
 def _compare(a, b) -> dict:

@@ -40,12 +40,34 @@ TileLang on ``long4m`` and ``reach`` spent 8-53 s on each check that compiled a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
+
+
+@contextlib.contextmanager
+def recording(sms: int = 132):
+    """Within it, ``launch._kernel`` builds nothing: each ``(kind, args)`` a call asks for is
+    appended to the list it yields (the launcher's stub runs nothing), and ``launch.sm_count``
+    is ``sms``, so calls planned on ``meta`` tensors ask for what a GPU of ``sms`` SMs runs."""
+    from tilelang_impl import launch
+
+    got: list[tuple] = []
+
+    def record(kind, *args):
+        got.append((kind, args))
+        return lambda *a: None
+
+    saved = launch._kernel, launch.sm_count
+    launch._kernel, launch.sm_count = record, (lambda device: sms)
+    try:
+        yield got
+    finally:
+        launch._kernel, launch.sm_count = saved
 
 
 def tier_kernels(tier: str = "full", sms: int = 132,
@@ -62,15 +84,7 @@ def tier_kernels(tier: str = "full", sms: int = 132,
     from tilelang_impl import api, launch
 
     wanted: dict[tuple, list[str]] = {}
-    current: list[str] = []
-
-    def record(kind, *args):
-        wanted.setdefault((kind, args), []).append(current[0])
-        return lambda *a: None
-
-    saved = launch._kernel, launch.sm_count
-    launch._kernel, launch.sm_count = record, (lambda device: sms)
-    try:
+    with recording(sms) as got:
         cases = generate(tier, "cuda")
         for case in select(cases, list(categories) if categories else None, exprs=where):
             if case.error is not None:
@@ -86,13 +100,13 @@ def tier_kernels(tier: str = "full", sms: int = 132,
                 continue  # refused before any kernel: nothing is built
             if p.empty:
                 continue
-            current[:] = [case.id]
+            start = len(got)
             api._run_cuda(p, q, k, v)  # at the kernels' head dims (api._kernel_call)
             S = launch.forced_plan(api._kernel_problem(p)[0])
             if S is not None:  # the optional backend tilelang-split on the case
                 api._run_cuda(p, q, k, v, force_split=S)
-    finally:
-        launch._kernel, launch.sm_count = saved
+            for job in got[start:]:
+                wanted.setdefault(job, []).append(case.id)
     return wanted
 
 
