@@ -242,7 +242,7 @@ def test_a_narrow_call_bakes_its_widths(Lq, Dv, monkeypatch):
 
 
 def test_wider_kernels_only_where_the_inputs_read_narrow(monkeypatch):
-    """launch.TC_WIDER (empty as shipped: no widened call has run on a GPU) widens a head dim,
+    """launch.TC_WIDER (shipped: 48 -> 64, 112 -> 128, session 58's lab) widens a head dim,
     after its rounding to a multiple of 16, each dim on its own, and only for the calls
     launch.reads_narrow takes (bf16 / fp16 on the GPU, meta here): fp32 and CPU calls, and a
     call with a dim whose rows no tensor map takes, keep the rounded dims. A widened call is

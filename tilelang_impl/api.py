@@ -15,21 +15,21 @@ copied into ``k``'s. A tensor whose address is not a multiple of 16 bytes (a
 view at an odd offset into a larger buffer), which the copy engine's tensor
 maps cannot take, is copied once in its own order.
 
-Head dims. The kernels are built for head dims that are multiples of 16 (the
-wgmma K step). A call with another head dim (32..256) runs on kernels built for
-the next multiples (``launch.kernel_dims``; where the inputs are read narrow, a head
-dim listed in ``launch.TC_WIDER`` runs on the wider kernel it names: none is listed
-yet). On the GPU, bf16 / fp16 inputs whose rows are a multiple of 16 bytes (head dims
-of 8 mod 16: 40, 56, .., 120, ..) are read as they are (:func:`_reads_narrow`): the
-kernels' tensor maps have the call's widths and the copy engine fills the tiles'
-columns past them with zeros (knobs ``qk_cols`` / ``v_cols``, ``launch.in_cols``).
-Other calls run on zero-padded copies (:func:`_kernel_call`): ``q`` and ``k`` padded
-to the next multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some query can see
-copied. Either way the kernels write the call's ``o`` themselves, its ``Dv`` columns
-of their tile (``launch.o_cols``), but the unpacked prefill tile where ``o``'s rows are
-not a multiple of 16 bytes: there the launcher copies them out of a padded ``o``
-(``launch.copied_out``). These and the copies above are the only copies the adapter
-makes on the GPU; :func:`describe_call` names them.
+Head dims. The kernels are built for head dims that are multiples of 16 (the wgmma K
+step). A call with another head dim (32..256) runs on kernels built for the next
+multiples (``launch.kernel_dims``; where the inputs are read narrow, a head dim listed
+in ``launch.TC_WIDER`` runs on the wider kernel it names: 48 on the 64 kernel, 112 on
+the 128 one, as measured in session 58). On the GPU, bf16 / fp16 inputs whose rows are a
+multiple of 16 bytes (head dims of 8 mod 16: 40, 56, .., 120, ..) are read as they are
+(:func:`_reads_narrow`): the kernels' tensor maps have the call's widths and the copy
+engine fills the tiles' columns past them with zeros (knobs ``qk_cols`` / ``v_cols``,
+``launch.in_cols``). Other calls run on zero-padded copies (:func:`_kernel_call`): ``q``
+and ``k`` padded to the next multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some
+query can see copied. Either way the kernels write the call's ``o`` themselves, its
+``Dv`` columns of their tile (``launch.o_cols``), but the unpacked prefill tile where
+``o``'s rows are not a multiple of 16 bytes: there the launcher copies them out of a
+padded ``o`` (``launch.copied_out``). These and the copies above are the only copies the
+adapter makes on the GPU; :func:`describe_call` names them.
 
 CPU tensors run the CPU kernel (TileLang's C target) in fp32: inputs are
 upcast exactly, ``o`` is rounded back to the input dtype. TileLang's C target

@@ -894,17 +894,18 @@ def _call(kind: str, *args):
 
 #: Head dims (multiples of :data:`D_STEP`) served by a wider tensor-core kernel that reads
 #: the call's inputs narrow (:func:`kernel_dims`, :func:`reads_narrow`; the knobs
-#: ``qk_cols`` / ``v_cols``): ``{112: 128}`` would run a bf16 / fp16 call at D = 112 on the
+#: ``qk_cols`` / ``v_cols``): ``{112: 128}`` runs a bf16 / fp16 call at D = 112 on the
 #: D = 128 kernel. Why: TileLang copies a tile of ``D`` columns in boxes of 64 columns
 #: (128-byte swizzle) where 64 divides ``D``, else of 32, else of 16 (the generated CUDA,
-#: session 57), and the D = 112 kernel took 297 us against D = 128's 196 on a 32/32
-#: prefill at L = 8K (an H100, BENCHMARKS.md; its 32-byte box rows the likely cause, not
-#: profiled: rows off a 32-byte sector took the D = 128 kernel 2.8x the L2 requests and
-#: 22% more time). Each entry maps a multiple of 16 to a larger multiple of 64 up to
-#: :data:`MAX_D` (a test holds the table to that). **Empty**: no
-#: widened call has run on a GPU yet (session 57's one GPU call came before the change;
-#: ``tools/lab_head_dims.py`` times each head dim both ways). An entry goes in only with
-#: its measurement.
+#: session 57), and narrow boxes cost the copy engine more requests (rows off a 32-byte
+#: sector took the D = 128 kernel 2.8x the L2 requests and 22% more time). Each entry maps a
+#: multiple of 16 to a larger multiple of 64 up to :data:`MAX_D` (a test holds the table to
+#: that). The entries are ``tools/lab_head_dims.py``'s measurement (session 58, an H100,
+#: bf16 32/32 prefill at L = 8K, W = 512, C = 64, kernel only; BENCHMARKS.md), by a rule
+#: fixed before the run: widen where the prefill's wider median is at most 0.97x its own
+#: kernel's and each of two decodes' at most 1.03x. D = 112: 296.8 -> 200.4 us; D = 48:
+#: 134.8 -> 115.2 us, decodes 7% faster. Not listed: 80 (prefill 0.89x, but a B = 1 decode
+#: 1.05x), 96 (prefill 1.11x), 208 (1.09-1.11x everywhere).
 TC_WIDER: dict[int, int] = {48: 64, 112: 128}
 
 #: dtypes of the tensor-core kernels, which read a call's inputs through tensor maps.
