@@ -51,6 +51,21 @@ def test_warps_1_to_3_leave_right_before_the_key_loop():
     assert PG.guard(out) == out
 
 
+def test_a_kernel_without_setmaxnreg_is_guarded_too():
+    """TileLang leaves ``setmaxnreg`` out of some warp-specialised kernels (session 58: the
+    D = 256 tile with the D <= 128 knobs, 203 registers a thread): no instruction then needs
+    the whole producer group, and warps 1-3 leave before the loop as elsewhere."""
+    bare = source(PRODUCER.replace("    tl::warpgroup_reg_dealloc<24>();\n", ""),
+                  CONSUMER.replace("    tl::warpgroup_reg_alloc<232>();\n", ""))
+    out = PG.guard(bare)
+    assert PG.guarded(out) and "warpgroup_reg" not in out
+    leave = out.index("if (((int)threadIdx.x) >= 32) {")
+    assert out.index("int rmod") < leave < out.index("for (int kb = 0; ")
+    # a consumer's setmaxnreg without the producer's is refused, as before
+    with pytest.raises(PG.GuardError, match="setmaxnreg"):
+        PG.guard(source(PRODUCER.replace("    tl::warpgroup_reg_dealloc<24>();\n", "")))
+
+
 @pytest.mark.parametrize("entry", [
     'extern "C" __global__ void main_kernel(int n) {\n',  # another TileLang kernel
     f'extern "C" __global__ void {PG.KERNEL_ALL_WARPS}_kernel(int n) {{\n',  # the lab's control
