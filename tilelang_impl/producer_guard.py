@@ -27,8 +27,9 @@ only. Those are the ones whose entry point is :data:`KERNEL` ``+ "_kernel"``; an
 TileLang kernel of the process passes through unchanged, after any post-processor
 registered before ours. Right before the producer's key loop, the producer's warps 1-3
 leave the kernel. They have already run the ``setmaxnreg`` that the whole group must
-run. Only warp 0 waits, and it is the warp that issues the loads, so it can never see a
-barrier more than one phase ahead (its lanes 1-31 are tied to lane 0, the elected one, by
+run (where the kernel has one: TileLang leaves it out of some). Only warp 0 waits, and
+it is the warp that issues the loads, so it can never see a barrier more than one phase
+ahead (its lanes 1-31 are tied to lane 0, the elected one, by
 the ``elect.sync`` of every round, which takes the full warp).
 
 :func:`guard` first checks that leaving is safe: outside the elected thread's blocks the

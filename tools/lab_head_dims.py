@@ -37,7 +37,10 @@ misaligned rows' extra requests; the 16 columns past the call's read as zero fil
 cost is not measured: session 56's D = 120 narrow call, whose rows are misaligned too, took
 258 us); D = 80 and 48 faster widened (their own kernels have 16-column boxes too); D = 96,
 with 32-column boxes, not predicted (its own kernel does 3/4 of the wider one's matrix work).
-Not run on a GPU yet (session 57's device time ran out before it).
+Measured in session 58 (an H100 at 663faa3, bench_results/tilelang-head-dims-h100-a71cfdf.json):
+D = 112 widened 200.4 us against 296.8, D = 48 115.2 against 134.8, D = 80 193.8 against
+217.4 (but a B = 1 decode 1.05x), D = 96 194.9 against 175.9; ``launch.TC_WIDER`` took 48
+and 112.
 """
 
 from __future__ import annotations
