@@ -170,7 +170,7 @@ def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
     and the call returns those very tensors (the launcher stubbed; nothing is copied out).
     Dv = 36 (72-byte rows, which no tensor map takes): the padded copies of the keys from the
     first one a query sees. Dv = 56 (Dqk = 40: 80- and 112-byte rows): the call's own inputs,
-    uncut, in place (api._reads_narrow; launch.in_cols gives the kernels their widths)."""
+    uncut, in place (launch.reads_narrow; launch.in_cols gives the kernels their widths)."""
     from tilelang_impl import api
     q, k, v = _inputs(2, 4, 2, 9, 60, 40, Dv, torch.bfloat16, blhd=True)
     got = {}
@@ -186,7 +186,7 @@ def test_padded_call_on_the_cuda_branch(Dv, monkeypatch):
     monkeypatch.setattr(launch, "run_cuda", fake_run_cuda)
     monkeypatch.setattr(api, "device_type", lambda d: "cuda")
     monkeypatch.setattr(launch, "device_type", lambda d: "cuda")
-    assert api._reads_narrow(p) == (Dv == 56)
+    assert launch.reads_narrow(p) == (Dv == 56)
     o, lse = api._run(p, q, k, v, force_split=3)
     kp = got["kp"]
     shapes = tuple(x.shape for x in got["tensors"])
@@ -263,11 +263,11 @@ def test_wider_kernels_only_where_the_inputs_read_narrow(monkeypatch):
     assert launch.kernel_dims(prob(112, 112, device="cpu")) == (112, 112)
     assert launch.kernel_dims(prob(36, 112)) == (48, 112)  # 72-byte rows: copies, not widened
     kp, j0 = api._kernel_problem(prob(112, 96))
-    assert (kp.Dqk, kp.Dv, j0) == (128, 96, 0) and api._reads_narrow(kp)
+    assert (kp.Dqk, kp.Dv, j0) == (128, 96, 0) and launch.reads_narrow(kp)
 
 
 def test_narrow_inputs_only_where_a_tensor_map_takes_them(monkeypatch):
-    """api._reads_narrow: bf16 / fp16 on the GPU (or meta, planned as it) with both head dims'
+    """launch.reads_narrow: bf16 / fp16 on the GPU (or meta, planned as it) with both head dims'
     rows a multiple of 16 bytes; launch.in_cols refuses other narrow widths and wider inputs,
     and the fp32 and CPU kernels refuse narrow inputs (before building anything)."""
     from tilelang_impl import api
@@ -279,8 +279,8 @@ def test_narrow_inputs_only_where_a_tensor_map_takes_them(monkeypatch):
     for Dqk, Dv, dtype, want in ((120, 120, torch.bfloat16, True), (40, 56, torch.float16, True),
                                  (120, 90, torch.bfloat16, False), (36, 64, torch.bfloat16, False),
                                  (120, 120, torch.float32, False)):
-        assert api._reads_narrow(prob(Dqk, Dv, dtype)[0]) == want, (Dqk, Dv, dtype)
-    assert not api._reads_narrow(prob(120, 120, torch.bfloat16, "cpu")[0])
+        assert launch.reads_narrow(prob(Dqk, Dv, dtype)[0]) == want, (Dqk, Dv, dtype)
+    assert not launch.reads_narrow(prob(120, 120, torch.bfloat16, "cpu")[0])
     p, q, v = prob(120, 104, torch.bfloat16)
     kp = api._kernel_problem(p)[0]
     assert launch.in_cols(kp, q, v) == (120, 104) and launch.in_cols(p, q, v) == (0, 0)

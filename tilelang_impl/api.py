@@ -21,7 +21,7 @@ multiples (``launch.kernel_dims``; where the inputs are read narrow, a head dim 
 in ``launch.TC_WIDER`` runs on the wider kernel it names: 48 on the 64 kernel, 112 on
 the 128 one, as measured in session 58). On the GPU, bf16 / fp16 inputs whose rows are a
 multiple of 16 bytes (head dims of 8 mod 16: 40, 56, .., 120, ..) are read as they are
-(:func:`_reads_narrow`): the kernels' tensor maps have the call's widths and the copy
+(``launch.reads_narrow``): the kernels' tensor maps have the call's widths and the copy
 engine fills the tiles' columns past them with zeros (knobs ``qk_cols`` / ``v_cols``,
 ``launch.in_cols``). Other calls run on zero-padded copies (:func:`_kernel_call`): ``q``
 and ``k`` padded to the next multiple for ``Dqk``, ``v`` for ``Dv``, only the keys some
@@ -86,27 +86,18 @@ def _problem(q, k, v, window_size, chunk_size, mask_lmk, expand_to_chunk, kv_sta
     return p
 
 
-def _reads_narrow(p) -> bool:
-    """Whether the kernels read a call's own ``q``, ``k`` and ``v`` where their head dims are
-    not the call's (:func:`_kernel_call`): ``launch.reads_narrow`` (the tensor-core kernels,
-    rows of both head dims that a tensor map takes; ``launch.in_cols``). The fp32 and CPU
-    kernels read the padded copies. ``launch.kernel_dims`` asks ``launch.reads_narrow``
-    itself (whether to widen): a lab that forces the copies patches that one."""
-    return launch.reads_narrow(p)
-
-
 def _kernel_problem(p):
     """``(problem, j0)``: the call as the kernels take it, planning only (no tensor made).
     Itself and 0 where the kernels' head dims are the call's (``launch.kernel_dims``: both
     multiples of ``launch.D_STEP`` and, read narrow, not widened by ``launch.TC_WIDER``);
-    else the same call at the kernels' head dims: where :func:`_reads_narrow`,
+    else the same call at the kernels' head dims: where ``launch.reads_narrow``,
     with 0 (the call's own inputs); else moved to start at ``j0``, the
     first key a query can see (``reference.mask.visible_key_range``): ``kv_start`` plus the
     keys left out, so every position and landmark stays where it was."""
     Dqk, Dv = launch.kernel_dims(p)
     if (Dqk, Dv) == (p.Dqk, p.Dv):
         return p, 0
-    if _reads_narrow(p):
+    if launch.reads_narrow(p):
         return dataclasses.replace(p, Dqk=Dqk, Dv=Dv), 0
     j0 = visible_key_range(0, p.Lq, Lq=p.Lq, Lk=p.Lk, window_size=p.window_size,
                            chunk_size=p.chunk_size, expand_to_chunk=p.expand_to_chunk,
@@ -144,7 +135,7 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
     """``(p, q, k, v)`` as the kernels take them (``p`` checked, not empty;
     :func:`_kernel_problem`): the call itself where the kernels' head dims are the call's;
     the call's own inputs with the kernels' head dims where
-    :func:`_reads_narrow` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and
+    ``launch.reads_narrow`` (the kernels read them narrow, ``launch.in_cols``); else ``q`` and
     ``k`` with zero columns up to the kernels' ``Dqk`` (they add nothing to a score), ``v`` up
     to their ``Dv`` (columns of the kernels' tile that they do not write to the call's ``o``,
     ``launch.o_cols``), ``k`` and ``v`` from the first key a query can see only, each
@@ -153,7 +144,7 @@ def _kernel_call(p, q, k, v, plan_only: bool = False):
     ``Dqk``. A decode step over a long cache copies its window, not the cache.
     ``plan_only``: ``meta`` stand-ins for the copies (:func:`_describe`)."""
     kp, j0 = _kernel_problem(p)
-    if kp is p or _reads_narrow(p):
+    if kp is p or launch.reads_narrow(p):
         return kp, q, k, v
     kv_blhd = _blhd(k)
     if j0:
@@ -232,7 +223,7 @@ def _describe(p, q, k, v, force_split: int | None = None) -> str:
                 if d != kd]
         made = [n for n, x, y in zip("qkv", (q, k, v), served) if not _same_storage(x, y)]
         text += (f" (head dims padded: {', '.join(pads)}; " + (
-            "inputs read narrow)" if _reads_narrow(p)
+            "inputs read narrow)" if launch.reads_narrow(p)
             else f"copies {', '.join(made)}, keys {p.Lk - kp.Lk}..{p.Lk - 1})"))
     copies = [n for n, x in zip("qkv", views) if _copied(x)]
     return text + (f" (copies {', '.join(copies)})" if copies and p.device.type == "cuda" else "")

@@ -929,7 +929,7 @@ def kernel_dims(p) -> tuple[int, int]:
     of :data:`D_STEP` (itself where it is one), and where :func:`reads_narrow`, widened as
     :data:`TC_WIDER` says (tested only where it lists one: every call plans through here)."""
     dims = (-(-p.Dqk // D_STEP) * D_STEP, -(-p.Dv // D_STEP) * D_STEP)
-    if TC_WIDER and (dims[0] in TC_WIDER or dims[1] in TC_WIDER) and reads_narrow(p):
+    if (dims[0] in TC_WIDER or dims[1] in TC_WIDER) and reads_narrow(p):
         return TC_WIDER.get(dims[0], dims[0]), TC_WIDER.get(dims[1], dims[1])
     return dims
 
