@@ -83,3 +83,59 @@ def test_inputs_are_fresh_values_not_zeros():
     q, k, v = lab.inputs("decode8", 48, "cpu", seed=3)
     assert q.shape == (8, 32, 1, 48) and k.shape == v.shape == (8, 8, 4096, 48)
     assert q.dtype == torch.bfloat16 and bool((k != 0).any()) and not torch.equal(k, v)
+
+
+def test_a_named_target_is_a_multiple_of_32_above_the_head_dim():
+    assert lab.target(80, 96) == 96 and lab.target(48, 256) == 256
+    for D, W in ((80, 112), (80, 80), (80, 64), (80, 288)):
+        with pytest.raises(ValueError, match="multiple of 32"):
+            lab.target(D, W)
+    with pytest.raises(ValueError, match="not of 64"):
+        lab.target(128, 192)  # D itself as wider() wants it
+    assert lab.variant_of(80, 128) == "wider" and lab.variant_of(80, 96) == "wider:96"
+    assert lab.width(80, "wider:96") == 96 and lab.width(80, "wider") == 128
+    assert lab.width(80, "own") is None and lab.width(128, "at-wider") is None
+    assert lab.pairs([80, (80, 96), 112]) == [(80, 128), (80, 96), (112, 128)]
+
+
+def test_items_with_named_targets_time_own_once_and_each_width():
+    todo = lab.items([(80, 96), 80, 96], ["prefill"])
+    assert todo == [("prefill", 80, "own"), ("prefill", 80, "wider:96"),
+                    ("prefill", 80, "wider"), ("prefill", 96, "own"), ("prefill", 96, "wider"),
+                    ("prefill", 96, "at-wider"), ("prefill", 128, "at-wider")]
+
+
+def test_a_named_target_plans_its_kernel_reading_narrow():
+    """80:96 runs the D = 96 kernel reading 80 columns (32-column boxes instead of 16); the
+    B = 1 decode takes the D = 96 split kernel (Dv 80 has none of its own)."""
+    before = dict(launch.TC_WIDER)
+    with lab.table(80, "wider:96"):
+        assert launch.TC_WIDER[80] == 96
+    assert launch.TC_WIDER == before
+    (kind, args), = [j for j in lab.jobs([("prefill", 80, "wider:96")]) if j[0] == "fwd_tc"]
+    assert args[:2] == (96, 96)
+    assert [launch.tc_knob(args, n) for n in ("qk_cols", "v_cols", "o_cols")] == [80] * 3
+    assert "Dqk 80 -> 96" in lab.describe("prefill", 80, "wider:96")
+    dec = lab.jobs([("decode1", 80, "wider:96")])
+    assert [a[:2] + (a[11],) for k, a in dec if k == "fwd_tc"] == [(96, 96, True)]
+    assert launch.TC_WIDER == before
+
+
+def test_summary_has_a_line_per_wider_variant():
+    rows = [dict(shape="prefill", D=80, variant=v, us=t) for v, t in
+            (("own", 200.0), ("wider", 190.0), ("wider:96", 150.0))]
+    rows += [dict(shape="prefill", D=W, variant="at-wider", us=t) for W, t in ((96, 140.0),
+                                                                           (128, 180.0))]
+    lines = lab.summary(dict(rows=rows)).splitlines()
+    assert len(lines) == 3
+    assert lines[1].split() == ["prefill", "80", "128", "200.0", "190.0", "180.0", "0.950"]
+    assert lines[2].split() == ["prefill", "80", "96", "200.0", "150.0", "140.0", "0.750"]
+
+
+def test_cli_parses_pairs_and_refuses_bad_ones(capsys):
+    assert lab._dims("48,80:96") == [48, (80, 96)]
+    for bad, why in (("80:100", "multiple of 32"), ("80:96:128", "a pair D:W"),
+                     ("80:x", "invalid literal")):
+        with pytest.raises(SystemExit):
+            lab.main(["--out", "x.json", "--dims", bad])
+        assert why in capsys.readouterr().err

@@ -3,6 +3,7 @@ call's inputs narrow (``launch.TC_WIDER``), one device call.
 
     PYTHONUNBUFFERED=1 python -m tools.lab_head_dims --out $OUT/lab-head-dims.json \\
         [--dims 48,80,96,112] [--shapes prefill,decode1,decode8]
+    python -m tools.lab_head_dims --out $OUT/lab.json --dims 80:96,80   # 80 -> 96 and -> 128
 
 Why. TileLang copies a tile of ``D`` columns in boxes of 64 columns (128-byte swizzle) where
 64 divides ``D``, else of 32, else of 16 (the generated CUDA of the shipped tile at 850ef71,
@@ -18,8 +19,9 @@ which.
 
 What runs. For each head dim ``D`` and shape, bf16, W = 512, C = 64, fresh random inputs:
 ``own`` (``TC_WIDER`` without ``D``: its own kernel), ``wider`` (``TC_WIDER[D]`` = the next
-multiple of 64), and once per wider head dim ``at-wider`` (the same shape at that head dim,
-its own kernel: the ceiling a widened call can reach). Every kernel is built first in
+multiple of 64; ``--dims D:W`` names another target ``W``, a multiple of 32 above ``D``, and
+its variant ``wider:W``), and once per wider head dim ``at-wider`` (the same shape at that
+head dim, its own kernel: the ceiling a widened call can reach). Every kernel is built first in
 parallel processes (``tools.tl_lower.lower_all``) from the calls planned on ``meta`` tensors
 for 132 SMs (H100 SXM, H200; elsewhere the calls build what the plan missed themselves); an
 item whose kernel does not build is reported and not run. Checks: the ``own`` and ``wider``
@@ -61,7 +63,7 @@ SHAPES = {
     "decode8": (8, 32, 8, 1, 4096),
 }
 RULE = dict(window_size=512, chunk_size=64, kv_start=0, mask_lmk=True, expand_to_chunk=True)
-VARIANTS = ("own", "wider", "at-wider")
+VARIANTS = ("own", "wider", "at-wider")  # and "wider:W", a target W named on the command line
 #: The screen's bounds between ``own`` and ``wider`` on the same inputs (bf16 ``o`` of about
 #: unit size, which both round from float32 sums of the same products in another order;
 #: float32 ``lse``).
@@ -77,14 +79,47 @@ def wider(D: int) -> int:
     return -(-D // 64) * 64
 
 
+def target(D: int, W: int) -> int:
+    """``W``, checked as a head dim ``D`` may be widened to: a multiple of 32 (boxes of 32
+    columns or more) above ``D``, at most ``launch.MAX_D``; ``D`` as :func:`wider` wants it."""
+    from tilelang_impl import launch
+    wider(D)
+    if W % 32 or not D < W <= launch.MAX_D:
+        raise ValueError(f"head dim {D} widened to {W}: the target must be a multiple of 32 "
+                         f"in {D + 1}..{launch.MAX_D}")
+    return W
+
+
+def variant_of(D: int, W: int) -> str:
+    """The variant that runs head dim ``D`` on the kernel of ``W``: ``wider`` where ``W`` is
+    :func:`wider`'s, else ``wider:W``."""
+    return "wider" if W == wider(D) else f"wider:{target(D, W)}"
+
+
+def width(D: int, variant: str) -> int | None:
+    """The kernel head dim a ``wider`` / ``wider:W`` variant of ``D`` runs; None for the
+    others."""
+    if variant == "wider":
+        return wider(D)
+    if variant.startswith("wider:"):
+        return target(D, int(variant[len("wider:"):]))
+    return None
+
+
+def pairs(spec: list) -> list[tuple[int, int]]:
+    """``(D, W)`` of each entry: a head dim (widened as :func:`wider` says) or ``(D, W)``."""
+    return [(x, wider(x)) if isinstance(x, int) else (x[0], target(*x)) for x in spec]
+
+
 @contextlib.contextmanager
 def table(D: int, variant: str):
     """``launch.TC_WIDER`` as ``variant`` of head dim ``D`` wants it, restored after."""
     from tilelang_impl import launch
     saved = dict(launch.TC_WIDER)
     launch.TC_WIDER.pop(D, None)
-    if variant == "wider":
-        launch.TC_WIDER[D] = wider(D)
+    W = width(D, variant)
+    if W is not None:
+        launch.TC_WIDER[D] = W
     try:
         yield
     finally:
@@ -103,14 +138,17 @@ def inputs(shape: str, D: int, device, seed: int = 0):
     return tuple(torch.randn(s, generator=g).to(torch.bfloat16).to(device) for s in sizes)
 
 
-def items(dims: list[int], shapes: list[str]) -> list[tuple[str, int, str]]:
-    """``(shape, D, variant)``: ``own`` and ``wider`` for every head dim and shape, and
-    ``at-wider`` once per shape and wider head dim (its ``D`` that head dim)."""
+def items(dims: list, shapes: list[str]) -> list[tuple[str, int, str]]:
+    """``(shape, D, variant)``: ``own`` once per head dim and shape, a ``wider`` variant per
+    entry of ``dims`` (:func:`pairs`: ``D`` or ``(D, W)``), and ``at-wider`` once per shape
+    and wider head dim (its ``D`` that head dim)."""
+    todo = pairs(dims)
     out = []
     for s in shapes:
-        out += [(s, D, v) for D in dims for v in ("own", "wider")]
-        out += [(s, W, "at-wider") for W in sorted({wider(D) for D in dims})]
-    return out
+        for D in dict.fromkeys(d for d, _ in todo):
+            out += [(s, D, "own")] + [(s, D, variant_of(D, W)) for d, W in todo if d == D]
+        out += [(s, W, "at-wider") for W in sorted({W for _, W in todo})]
+    return list(dict.fromkeys(out))
 
 
 def _planned(item: tuple[str, int, str], fn):
@@ -144,7 +182,8 @@ def describe(shape: str, D: int, variant: str) -> str:
 
 
 def _compare(a, b) -> dict:
-    """The screen of ``wider``'s outputs ``a`` against ``own``'s ``b`` on the same inputs."""
+    """The screen of a ``wider`` variant's outputs ``a`` against ``own``'s ``b`` on the same
+    inputs."""
     (o1, l1), (o0, l0) = a, b
     fin = torch.isfinite(l0)
     c = dict(max_abs_o=float((o1.float() - o0.float()).abs().max()),
@@ -158,7 +197,7 @@ def _compare(a, b) -> dict:
     return c
 
 
-def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int,
+def run(dims: list, shapes: list[str], reps: int, rounds: int, workers: int,
         out: str | None = None, log=print) -> dict:
     from tools import tl_lower
     t0 = time.time()
@@ -192,13 +231,12 @@ def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int
         calls[(shape, D, variant)] = (call, data[(shape, D)], describe(shape, D, variant))
     outs = {key: c(*x) for key, (c, x, _) in calls.items() if key[2] != "at-wider"}
     torch.cuda.synchronize()
-    for shape in shapes:
-        for D in dims:
-            if (shape, D, "wider") in outs and (shape, D, "own") in outs:
-                chk = dict(shape=shape, D=D, **_compare(outs[(shape, D, "wider")],
-                                                        outs[(shape, D, "own")]))
-                res["checks"].append(chk)
-                log(json.dumps(chk))
+    for (shape, D, variant) in todo:
+        if width(D, variant) is not None and (shape, D, "own") in outs:
+            chk = dict(shape=shape, D=D, variant=variant,
+                       **_compare(outs[(shape, D, variant)], outs[(shape, D, "own")]))
+            res["checks"].append(chk)
+            log(json.dumps(chk))
     del outs
     dump()
     times = {key: [] for key in calls}
@@ -230,41 +268,52 @@ def run(dims: list[int], shapes: list[str], reps: int, rounds: int, workers: int
 
 
 def summary(res: dict) -> str:
-    """One line per (shape, D): the medians of own, wider and at-wider, and wider / own."""
+    """One line per (shape, D, wider variant): the medians of own, the wider variant and
+    at-wider of its width, and wider / own."""
     us = {(r["shape"], r["D"], r["variant"]): r["us"] for r in res["rows"]}
 
-    def f(x, width, spec):
-        return format(x, f"{width}{spec}") if x is not None else "-".rjust(width)
-    lines = ["shape      D    own us  wider us  at-wider us  wider/own"]
-    for (shape, D, variant), t in us.items():
-        if variant == "own":
-            w, a = us.get((shape, D, "wider")), us.get((shape, wider(D), "at-wider"))
+    def f(x, n, spec):
+        return format(x, f"{n}{spec}") if x is not None else "-".rjust(n)
+    lines = ["shape      D    W    own us  wider us  at-wider us  wider/own"]
+    for (shape, D, variant), w in us.items():
+        W = width(D, variant)
+        if W is not None:
+            t, a = us.get((shape, D, "own")), us.get((shape, W, "at-wider"))
             ratio = w / t if w and t else None
-            lines.append(f"{shape:8s} {D:3d} {f(t, 9, '.1f')} {f(w, 9, '.1f')} "
+            lines.append(f"{shape:8s} {D:3d} {W:4d} {f(t, 9, '.1f')} {f(w, 9, '.1f')} "
                          f"{f(a, 12, '.1f')} {f(ratio, 10, '.3f')}")
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+def _dims(text: str) -> list:
+    """``--dims``: head dims ``D`` and pairs ``D:W``, comma-separated."""
+    out = []
+    for x in (x for x in text.split(",") if x):
+        parts = [int(y) for y in x.split(":")]
+        if len(parts) > 2:
+            raise ValueError(f"{x!r}: a head dim D or a pair D:W")
+        out.append(parts[0] if len(parts) == 1 else tuple(parts))
+    return out
 
 
 def main(argv=None) -> int:
     from tools.tl_lower import default_workers
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--dims", default="48,80,96,112", help="head dims, multiples of 16 not of 64")
+    ap.add_argument("--dims", default="48,80,96,112",
+                    help="head dims, multiples of 16 not of 64; D:W widens D to W (a multiple "
+                         "of 32) instead of the next multiple of 64")
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("-j", "--workers", type=int, default=default_workers())
     a = ap.parse_args(argv)
-    dims, shapes = _ints(a.dims), [s for s in a.shapes.split(",") if s]
-    for D in dims:
-        try:
-            wider(D)
-        except ValueError as e:
-            ap.error(str(e))
+    shapes = [s for s in a.shapes.split(",") if s]
+    try:
+        dims = _dims(a.dims)
+        pairs(dims)
+    except ValueError as e:
+        ap.error(str(e))
     bad = [s for s in shapes if s not in SHAPES]
     if bad:
         ap.error(f"unknown shapes {bad}: of {', '.join(SHAPES)}")
