@@ -190,3 +190,47 @@ def test_default_workers_follow_the_cpus_this_process_may_use_at_most_16(monkeyp
         monkeypatch.setattr(tl_lower.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)),
                             raising=False)
         assert tl_lower.default_workers() == want
+
+
+def test_changed_cases_are_those_whose_kernels_differ():
+    a, b, c = ("fwd_tc", (1,)), ("fwd_tc", (2,)), ("combine", (3,))
+    before = {a: ["x", "y"], c: ["y", "z"]}
+    after = {a: ["x"], b: ["y", "w"], c: ["y", "z"]}
+    assert tl_lower.by_case(before) == {"x": {a}, "y": {a, c}, "z": {c}}
+    assert tl_lower.changed_cases(before, after) == ["y", "w"]
+    assert tl_lower.changed_cases(before, before) == []
+
+
+def test_changed_by_names_the_cases_a_table_patch_changes(monkeypatch, capsys, tmp_path):
+    """``--changed-by 'TC_WIDER[80]=96'`` over the headdim category: the changed cases are
+    exactly the bf16 / fp16 ones whose kernels read 80 columns (fp32 reads padded copies and
+    keeps its kernel), written to ``--ids-out``; only the kernels the patch adds are lowered
+    (D = 96 kernels reading 65..80 columns, the combines of the calls that now split), and
+    the shipped table is left as it was."""
+    from conformance.cases import generate
+    lowered = []
+    monkeypatch.setattr(tl_lower, "lower_all",
+                        lambda jobs, workers, build=False: lowered.extend(jobs) or {})
+    before = dict(launch.TC_WIDER)
+    out = tmp_path / "ids.txt"
+    assert tl_lower.main(["--only", "headdim", "--changed-by", "TC_WIDER[80]=96",
+                          "--ids-out", str(out), "-j", "1"]) == 0
+    assert launch.TC_WIDER == before
+    ids = out.read_text().split(",")
+    want = [c.id for c in generate("full", "cuda", ["headdim"]) if c.dtype != "fp32"
+            and 80 in (-(-c.Dqk // 16) * 16, -(-c.Dv // 16) * 16)]
+    assert want and sorted(ids) == sorted(want)
+    assert f"{len(ids)} cases of the full tier change kernels" in capsys.readouterr().out
+    tc = [a for k, a in lowered if k == "fwd_tc"]
+    # each head dim the patch widened is a D = 96 one reading 65..80 columns (D72x56: 72)
+    assert tc and all(96 in a[:2] for a in tc)
+    assert all(64 < launch.tc_knob(a, knob) <= 80 for a in tc
+               for d, knob in zip(a[:2], ("qk_cols", "v_cols")) if d == 96)
+    # and the combines of the calls that now split (Dv 96 has a split kernel, 80 had none)
+    assert all(k == "combine" and a[0] == 96 and a[-1] == 80 for k, a in lowered if k != "fwd_tc")
+    with pytest.raises(SystemExit):
+        tl_lower.main(["--ids-out", str(out)])
+    assert "--ids-out writes the cases --changed-by changes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tl_lower.main(["--changed-by", "NOPE=1"])
+    assert "has no NOPE" in capsys.readouterr().err

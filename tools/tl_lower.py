@@ -29,6 +29,12 @@ but no longer runs the sweep (848 s of the 2360 s of test time of a 2-core CI ru
 lowering only: nvcc and the SASS checks are ``tests/test_tilelang_compile.py``'s,
 and running is the GPU tier's.
 
+``--changed-by PATCH`` (``tools/lab_patch.py``'s syntax for a table of ``tilelang_impl.launch``,
+e.g. ``'TC_WIDER[80]=96'``; repeatable) plans the tier twice, as shipped and patched, names the
+cases whose kernels differ (:func:`changed_cases`; ``--ids-out`` writes them for
+``tools/gpu_all.sh``'s ``ONLY``) and lowers only the kernels the patch adds: the CPU's part of
+the evidence for a table change, and the GPU conformance run it needs, nothing more.
+
 ``--build`` (on the GPU host) builds the kernels instead, nvcc included, each exactly as
 the launcher would (:func:`build_one`), into TileLang's disk cache: a later process on
 that machine loads them instead of compiling them. ``tools/gpu_sanitize.sh`` runs it
@@ -108,6 +114,25 @@ def tier_kernels(tier: str = "full", sms: int = 132,
             for job in got[start:]:
                 wanted.setdefault(job, []).append(case.id)
     return wanted
+
+
+def by_case(wanted: dict[tuple, list[str]]) -> dict[str, set[tuple]]:
+    """``{case id: {(kind, args)}}``: :func:`tier_kernels`' map turned round."""
+    out: dict[str, set[tuple]] = {}
+    for job, ids in wanted.items():
+        for i in ids:
+            out.setdefault(i, set()).add(job)
+    return out
+
+
+def changed_cases(before: dict[tuple, list[str]], after: dict[tuple, list[str]]) -> list[str]:
+    """The case ids whose kernels differ between two :func:`tier_kernels` maps (a case in
+    one only counts), in the order they first appear: what a GPU run must repeat after a
+    change of the launcher's tables, and nothing else."""
+    a, b = by_case(before), by_case(after)
+    ids = dict.fromkeys([*(i for ids in before.values() for i in ids),
+                         *(i for ids in after.values() for i in ids)])
+    return [i for i in ids if a.get(i) != b.get(i)]
 
 
 def fold_dtypes(wanted: dict[tuple, list[str]]) -> dict[tuple, list[str]]:
@@ -220,6 +245,13 @@ def main(argv=None) -> int:
     ap.add_argument("--wide", action="store_true",
                     help="lower each kernel's twin built wide instead (widened: what the same "
                          "calls take past 2**22 positions)")
+    ap.add_argument("--changed-by", action="append", default=[], metavar="PATCH",
+                    help="a patch of tilelang_impl.launch's tables (tools/lab_patch's syntax, "
+                         "repeatable): name the cases whose kernels it changes and lower (or "
+                         "build) only the kernels it adds")
+    ap.add_argument("--ids-out", metavar="FILE",
+                    help="with --changed-by: write the changed case ids there, comma-separated "
+                         "(gpu_all.sh's ONLY)")
     ap.add_argument("--build", action="store_true",
                     help="build each kernel as the launcher does (nvcc included) into TileLang's "
                          "disk cache instead of lowering it: on the GPU host, before a run that "
@@ -228,11 +260,29 @@ def main(argv=None) -> int:
     if a.build and a.fold_dtypes:
         ap.error("--build builds the kernels the tier calls: --fold-dtypes would build bf16 "
                  "twins no call takes")
+    if a.ids_out and not a.changed_by:
+        ap.error("--ids-out writes the cases --changed-by changes")
     t0 = time.time()
+    only = a.only.split(",") if a.only else None
     try:
-        wanted = tier_kernels(a.tier, a.sms, a.only.split(",") if a.only else None, a.where)
-    except ValueError as e:  # a selection that matches nothing or an expression it refuses
+        patches = []
+        if a.changed_by:
+            from tilelang_impl import launch
+            from tools.lab_patch import parse_patch, patched
+            patches = [parse_patch(launch, t) for t in a.changed_by]
+        wanted = tier_kernels(a.tier, a.sms, only, a.where)
+    except ValueError as e:  # a bad patch, a selection that matches nothing, a bad expression
         ap.error(str(e))
+    if patches:
+        with patched(launch, patches):
+            after = tier_kernels(a.tier, a.sms, only, a.where)
+        ids = changed_cases(wanted, after)
+        print(f"{len(ids)} cases of the {a.tier} tier change kernels under {a.changed_by}: "
+              + ",".join(ids), flush=True)
+        if a.ids_out:
+            with open(a.ids_out, "w") as f:
+                f.write(",".join(ids))
+        wanted = {j: c for j, c in after.items() if j not in wanted}
     if a.fold_dtypes:
         wanted = fold_dtypes(wanted)
     if a.wide:
