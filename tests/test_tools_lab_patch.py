@@ -87,12 +87,12 @@ def test_rule_parsing():
             lab.parse_rule([bad], shapes)
 
 
-def _res(times: dict, checks_ok=True, not_run=()):
+def _res(times: dict, checks_ok=True, not_run=(), failed=()):
     rows = [dict(shape=s, D=D, variant=v, us=t) for (s, D, v), t in times.items()]
     checks = [dict(shape=s, D=D, variant=v, ok=checks_ok) for (s, D, v) in times
               if v != lab.SHIPPED]
     return dict(rows=rows, checks=checks, not_run=[list(i) for i in not_run],
-                variants={v: [] for *_, v in times})
+                failed=[list(i) + ["Error"] for i in failed], variants={v: [] for *_, v in times})
 
 
 def test_the_rule_decides_by_every_ruled_shape_and_head_dim():
@@ -110,6 +110,7 @@ def test_the_rule_decides_by_every_ruled_shape_and_head_dim():
     assert lab.decide(_res(t), {}) == {}  # no rule, no decision
     assert not lab.decide(_res(t, checks_ok=False), {"prefill": 2})["a"]["passes"]
     assert not lab.decide(_res(t, not_run=[("decode1", 96, "a")]), {"prefill": 2})["a"]["passes"]
+    assert not lab.decide(_res(t, failed=[("decode1", 96, "a")]), {"prefill": 2})["a"]["passes"]
     untimed = dict(t)
     untimed[("prefill", 96, "a")] = None
     assert lab.decide(_res(untimed), {"prefill": 2})["a"]["why"] == ["prefill D=96: untimed > 2"]
@@ -144,11 +145,12 @@ def test_cli_refuses_before_anything_runs(argv, why, capsys):
 def test_a_dry_run_on_the_cpu_checks_each_variant_against_shipped(tmp_path):
     """run() end to end through Triton's interpreter on a small shape: a variant whose patch
     changes the plan (64 x 32 prefill tiles instead of 128 x 64) and one whose patch no call
-    reads; outputs screened against shipped's, plans compared, the JSON written, nothing
-    timed on a CPU (the rule then passes no variant)."""
+    reads, and one whose calls raise; outputs screened against shipped's, plans compared, the
+    JSON written, nothing timed on a CPU (the rule then passes no variant)."""
     tile = 'PREFILL[("16", 32)]=Config(64, 32, 4, 3)'
     variants = {lab.SHIPPED: [], "rows64": [lab.parse_patch(tr, tile)],
-                "unread": [lab.parse_patch(tr, "PACK_MIN_GROUP=None")]}
+                "unread": [lab.parse_patch(tr, "PACK_MIN_GROUP=None")],
+                "rows48": [lab.parse_patch(tr, tile.replace("64, 32", "48, 32"))]}
     shapes = {"tiny": (1, 4, 2, 1, 200)}
     out = tmp_path / "lab.json"
     res = lab.run("triton", variants, shapes, [32], reps=1, rounds=1, workers=1,
@@ -159,6 +161,10 @@ def test_a_dry_run_on_the_cpu_checks_each_variant_against_shipped(tmp_path):
     assert not checks["rows64"]["same_plan"]
     assert [r["plan"] for r in res["rows"]][:2] == ["prefill 128x64 w4 s3", "prefill 64x32 w4 s3"]
     assert [r["us"] for r in res["rows"]] == [None] * 3 and all(r["why"] for r in res["rows"])
+    # 48-row tiles: the kernel refuses them (tl.arange needs a power of two): reported, not run
+    (failed,) = res["failed"]
+    assert failed[:3] == ["tiny", 32, "rows48"] and "power of 2" in failed[3]
+    assert res["decision"]["rows48"]["why"] == ["not run everywhere"]
     assert not any(d["passes"] for d in res["decision"].values())
     saved = json.loads(out.read_text())
     assert saved["variants"]["unread"] == [["PACK_MIN_GROUP", None, None]]

@@ -32,7 +32,8 @@ inputs per (shape, head dim), the public call of the backend:
    same ``-inf`` LSE rows, ``o`` and ``lse`` within ``tools.lab_head_dims``' bounds, and
    whether the bits agree), and what ``describe_call`` says each ran (a variant that runs
    what ``shipped`` runs is flagged ``same_plan``: its patch does not reach that call).
-   The conformance tier, not this screen, judges what ships.
+   The conformance tier, not this screen, judges what ships. A call that raises (a config
+   the launcher or the compiler refuses) is reported under ``failed`` and not timed.
 3. Timing: kernel only (``tools.bench.Timer.graph``: CUDA-graph replay, L2 flushed before each
    replay), ``--rounds`` interleaved rounds alternating the order. The JSON is written after
    the checks and after every round.
@@ -243,7 +244,7 @@ def decide(res: dict, rule: dict[str, float]) -> dict:
         if any(c["variant"] == v and not c["ok"] for c in res["checks"]):
             ok = False
             why.append("a screen failed")
-        if any(n[2] == v for n in res["not_run"]):
+        if any(n[2] == v for n in res["not_run"]) or any(f[2] == v for f in res["failed"]):
             ok = False
             why.append("not run everywhere")
         for (s, D, var), t in us.items():
@@ -286,7 +287,7 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
                          for v, ps in variants.items()},
                build_errors=[f"{kind}{args}: {e}" for (kind, args), e in errs.items()],
                not_run=[list(i) for i in items if per_item.get(i, set()) & set(errs)],
-               rows=[], checks=[])
+               rows=[], checks=[], failed=[])
 
     def dump():
         res["seconds"] = time.time() - t0
@@ -296,18 +297,22 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
     items = [i for i in items if not per_item.get(i, set()) & set(errs)]
     data = {(s, D): inputs(shapes[s], D, device, seed=n)
             for n, (s, D) in enumerate(dict.fromkeys(i[:2] for i in items))}
-    calls, plans = {}, {}
+    calls, plans, outs = {}, {}, {}
     for s, D, v in items:
         def call(q, k, vv, v=v):
             with patched(mod, variants[v]):
                 return pkg.sliding_window_attention(q, k, vv, **RULE)
-        calls[(s, D, v)] = call
-        with patched(mod, variants[v]):
-            plans[(s, D, v)] = pkg.describe_call(*data[(s, D)], **RULE)
-    outs = {key: c(*data[key[:2]]) for key, c in calls.items()}
-    if cuda:
-        torch.cuda.synchronize()
-    for (s, D, v) in items:
+        try:  # a variant the launcher refuses (a Python error) is reported, the others run
+            with patched(mod, variants[v]):
+                plans[(s, D, v)] = pkg.describe_call(*data[(s, D)], **RULE)
+            outs[(s, D, v)] = call(*data[(s, D)])
+            if cuda:
+                torch.cuda.synchronize()
+            calls[(s, D, v)] = call
+        except Exception as e:
+            res["failed"].append([s, D, v, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"])
+            log(f"{(s, D, v)}: failed: {res['failed'][-1][3]}")
+    for (s, D, v) in calls:
         if v != SHIPPED and (s, D, SHIPPED) in outs:
             same = plans[(s, D, v)] == plans[(s, D, SHIPPED)]
             chk = dict(shape=s, D=D, variant=v, same_plan=same,
@@ -403,7 +408,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     res = run(a.backend, variants, shapes, dims, a.reps, a.rounds, a.workers, rule, a.out)
-    ok = (not res["build_errors"] and all(c["ok"] for c in res["checks"])
+    ok = (not res["build_errors"] and not res["failed"] and all(c["ok"] for c in res["checks"])
           and not any(r["why"] for r in res["rows"]))
     return 0 if ok else 1
 
