@@ -227,10 +227,20 @@ def test_changed_by_names_the_cases_a_table_patch_changes(monkeypatch, capsys, t
     assert all(64 < launch.tc_knob(a, knob) <= 80 for a in tc
                for d, knob in zip(a[:2], ("qk_cols", "v_cols")) if d == 96)
     # and the combines of the calls that now split (Dv 96 has a split kernel, 80 had none)
-    assert all(k == "combine" and a[0] == 96 and a[-1] == 80 for k, a in lowered if k != "fwd_tc")
+    combines = [a for k, a in lowered if k != "fwd_tc"]
+    assert combines and all(a[0] == 96 and a[-1] == 80 for a in combines)
+    assert {k for k, _ in lowered} == {"fwd_tc", "combine"}
     with pytest.raises(SystemExit):
         tl_lower.main(["--ids-out", str(out)])
     assert "--ids-out writes the cases --changed-by changes" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         tl_lower.main(["--changed-by", "NOPE=1"])
     assert "has no NOPE" in capsys.readouterr().err
+    # a patch that changes no case: no file, exit status 1 (an empty ONLY runs the whole tier)
+    empty = tmp_path / "none.txt"
+    assert tl_lower.main(["--only", "headdim", "--changed-by", "TC_WIDER[80]=80",
+                          "--ids-out", str(empty), "-j", "1"]) == 1
+    assert not empty.exists() and "0 cases" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # a value the planner cannot use: a usage error
+        tl_lower.main(["--only", "headdim", "--changed-by", "SPLIT_MIN_TILES='x'"])
+    assert "the planner refuses" in capsys.readouterr().err

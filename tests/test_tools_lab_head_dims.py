@@ -100,9 +100,10 @@ def test_a_named_target_is_a_multiple_of_32_above_the_head_dim():
 
 def test_items_with_named_targets_time_own_once_and_each_width():
     todo = lab.items([(80, 96), 80, 96], ["prefill"])
+    # D = 96 at full width is timed once, as own (at-wider would be the same call)
     assert todo == [("prefill", 80, "own"), ("prefill", 80, "wider:96"),
                     ("prefill", 80, "wider"), ("prefill", 96, "own"), ("prefill", 96, "wider"),
-                    ("prefill", 96, "at-wider"), ("prefill", 128, "at-wider")]
+                    ("prefill", 128, "at-wider")]
 
 
 def test_a_named_target_plans_its_kernel_reading_narrow():
@@ -119,6 +120,13 @@ def test_a_named_target_plans_its_kernel_reading_narrow():
     dec = lab.jobs([("decode1", 80, "wider:96")])
     assert [a[:2] + (a[11],) for k, a in dec if k == "fwd_tc"] == [(96, 96, True)]
     assert launch.TC_WIDER == before
+
+
+def test_summary_takes_own_where_at_wider_is_not_timed():
+    rows = [dict(shape="prefill", D=D, variant=v, us=t) for D, v, t in
+            ((80, "own", 200.0), (80, "wider:96", 150.0), (96, "own", 140.0))]
+    assert lab.summary(dict(rows=rows)).splitlines()[1].split() == [
+        "prefill", "80", "96", "200.0", "150.0", "140.0", "0.750"]
 
 
 def test_summary_has_a_line_per_wider_variant():

@@ -32,10 +32,22 @@ def test_patches_parse_literals_and_the_modules_classes():
     ("SPLIT_MIN_TILES[1]=2", "is a int, not a dict"),
     ("SPLIT_MIN_TILES=-", "removes a dict entry"),
     ("SPLIT_MIN_TILES=-True", "not a literal"),
+    ("SPLIT_MIN_TILES=__class__('x')", "not a literal or a call of a class"),  # a dunder
+    ("TC_WIDER[80]=...", "not a literal"),  # Ellipsis marks removal: '-' says that
+    ("SPLIT_MIN_TILES={[1]}", "unhashable"),
+    ("TC_WIDER[[1]]=2", "not hashable"),
+    ("SPLIT_MIN_TILES=b'x'", "not a literal"),
 ])
 def test_bad_patches_are_refused(text, why):
     with pytest.raises(ValueError, match=why.replace("(", r"\(")):
         lab.parse_patch(tl, text)
+
+
+def test_a_class_called_wrongly_is_a_value_error():
+    with pytest.raises(ValueError, match="Config"):
+        lab.parse_patch(tr, 'PREFILL[("16", 32)]=Config(1)')
+    with pytest.raises(ValueError, match="not a literal or a call of a class"):
+        lab.parse_patch(tr, 'PREFILL[("16", 32)]=_Plan()')  # private names are refused
 
 
 def test_patched_restores_every_kind_of_patch_in_place():
@@ -53,6 +65,25 @@ def test_patched_restores_every_kind_of_patch_in_place():
     with pytest.raises(RuntimeError), lab.patched(tl, patches):
         raise RuntimeError  # restored on the way out of an error too
     assert wider == before and tl.SPLIT_MIN_TILES == tiles
+    twice = [("TC_WIDER", 80, 96), ("TC_WIDER", 80, 128), ("SPLIT_MIN_TILES", None, 5),
+             ("SPLIT_MIN_TILES", None, 6)]
+    with lab.patched(tl, twice):
+        assert wider[80] == 128 and tl.SPLIT_MIN_TILES == 6
+    assert wider == before and tl.SPLIT_MIN_TILES == tiles
+    with pytest.raises(TypeError), lab.patched(tl, [("TC_WIDER", 80, 96),
+                                                    ("TC_WIDER", [1], 2)]):
+        pass  # the second patch fails while being applied: the first is undone
+    assert wider == before
+
+
+def test_each_entry_gets_its_own_copy_of_a_patch_value():
+    patch = [("TC_WIDER", 80, [96]), ("SPLIT_MIN_TILES", None, [8])]
+    with lab.patched(tl, patch):
+        tl.TC_WIDER[80].append(0)  # what a call might do to them
+        tl.SPLIT_MIN_TILES.append(0)
+    with lab.patched(tl, patch):
+        assert tl.TC_WIDER[80] == [96] and tl.SPLIT_MIN_TILES == [8]
+    assert patch == [("TC_WIDER", 80, [96]), ("SPLIT_MIN_TILES", None, [8])]
 
 
 def test_patched_clears_the_plans_it_changes():
@@ -66,7 +97,15 @@ def test_patched_clears_the_plans_it_changes():
     assert [a[11] for k, a in shipped if k == "fwd_tc"] == [True]  # the split kernel
     assert {k for k, _ in patched} == {"fwd_tc"}
     assert [a[11] for k, a in patched if k == "fwd_tc"] == [False]
-    assert lab.tilelang_jobs(tl, [], lab.SHAPES["decode1"], 128) == shipped
+    from tilelang_impl import api
+    from tools.tl_lower import recording
+    with lab.patched(tl, grid):  # a plan cached under the patch ...
+        lab.tilelang_jobs(tl, [], lab.SHAPES["decode1"], 128)
+    q, k, v = lab.inputs(lab.SHAPES["decode1"], 128, "meta")
+    with recording() as got:  # ... is not served after it (no patched() here to clear it)
+        api._run_cuda(api._problem(q, k, v, devices=("meta",), sm_scale=None, **lab.RULE),
+                      q, k, v)
+    assert set(got) == shipped
 
 
 def test_a_widening_patch_plans_the_wider_kernel():
@@ -114,6 +153,14 @@ def test_the_rule_decides_by_every_ruled_shape_and_head_dim():
     untimed = dict(t)
     untimed[("prefill", 96, "a")] = None
     assert lab.decide(_res(untimed), {"prefill": 2})["a"]["why"] == ["prefill D=96: untimed > 2"]
+    untimed = dict(t)
+    untimed[("prefill", 96, "shipped")] = None
+    assert lab.decide(_res(untimed), {"prefill": 2})["a"]["why"] == [
+        "prefill D=96: shipped untimed > 2"]
+    same = _res(t)
+    for c in same["checks"]:
+        c["same_plan"] = True
+    assert lab.decide(same, {"prefill": 2})["a"]["why"] == ["the patch changes no call's plan"]
 
 
 def test_summary_names_each_ratio_and_verdict():

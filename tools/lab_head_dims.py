@@ -128,9 +128,15 @@ def table(D: int, variant: str):
 
 
 def inputs(shape: str, D: int, device, seed: int = 0):
-    """``(q, k, v)`` bf16 of ``shape`` at head dim ``D``: fresh normal values on ``device``
-    (``meta``: empty stand-ins)."""
-    B, Hq, Hkv, Lq, Lk = SHAPES[shape]
+    """``(q, k, v)`` bf16 of ``shape`` (a name of :data:`SHAPES`) at head dim ``D``
+    (:func:`shape_inputs`)."""
+    return shape_inputs(SHAPES[shape], D, device, seed)
+
+
+def shape_inputs(dims: tuple, D: int, device, seed: int = 0):
+    """``(q, k, v)`` bf16 of ``dims = (B, Hq, Hkv, Lq, Lk)`` at head dim ``D``: fresh normal
+    values on ``device`` (``meta``: empty stand-ins)."""
+    B, Hq, Hkv, Lq, Lk = dims
     sizes = ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))
     if str(device) == "meta":
         return tuple(torch.empty(s, dtype=torch.bfloat16, device="meta") for s in sizes)
@@ -141,13 +147,15 @@ def inputs(shape: str, D: int, device, seed: int = 0):
 def items(dims: list, shapes: list[str]) -> list[tuple[str, int, str]]:
     """``(shape, D, variant)``: ``own`` once per head dim and shape, a ``wider`` variant per
     entry of ``dims`` (:func:`pairs`: ``D`` or ``(D, W)``), and ``at-wider`` once per shape
-    and wider head dim (its ``D`` that head dim)."""
+    and wider head dim (its ``D`` that head dim) that is not timed as ``own`` already (the
+    same call: ``--dims 80:96,96``)."""
     todo = pairs(dims)
     out = []
     for s in shapes:
         for D in dict.fromkeys(d for d, _ in todo):
             out += [(s, D, "own")] + [(s, D, variant_of(D, W)) for d, W in todo if d == D]
-        out += [(s, W, "at-wider") for W in sorted({W for _, W in todo})]
+        out += [(s, W, "at-wider") for W in sorted({W for _, W in todo})
+                if (s, W, "own") not in out]
     return list(dict.fromkeys(out))
 
 
@@ -278,7 +286,8 @@ def summary(res: dict) -> str:
     for (shape, D, variant), w in us.items():
         W = width(D, variant)
         if W is not None:
-            t, a = us.get((shape, D, "own")), us.get((shape, W, "at-wider"))
+            t = us.get((shape, D, "own"))
+            a = us.get((shape, W, "at-wider"), us.get((shape, W, "own")))  # items(): one of them
             ratio = w / t if w and t else None
             lines.append(f"{shape:8s} {D:3d} {W:4d} {f(t, 9, '.1f')} {f(w, 9, '.1f')} "
                          f"{f(a, 12, '.1f')} {f(ratio, 10, '.3f')}")

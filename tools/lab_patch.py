@@ -38,8 +38,9 @@ inputs per (shape, head dim), the public call of the backend:
    replay), ``--rounds`` interleaved rounds alternating the order. The JSON is written after
    the checks and after every round.
 4. The rule (``--rule SHAPE=BOUND``, ``*`` for every shape not named; none: no decision):
-   a variant passes where it built, every screen passed, and at every head dim each ruled
-   shape's median is at most ``BOUND`` times ``shipped``'s. The JSON's ``decision`` lists
+   a variant passes where it built and ran everywhere, every screen passed, its patch changed
+   the plan of some call, and at every head dim each ruled shape's median is at most
+   ``BOUND`` times ``shipped``'s. The JSON's ``decision`` lists
    the variants that pass; exit status 0 where every check, build and capture went through
    (the rule's verdict is data, not an error).
 """
@@ -49,6 +50,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import copy
 import importlib
 import json
 import re
@@ -58,18 +60,19 @@ import time
 
 import torch
 
+from tools import lab_head_dims as _hd
+
 #: name -> (B, Hq, Hkv, Lq, Lk): ``tools.lab_head_dims``' three and the bench's decode and
 #: chunked rows.
 SHAPES = {
-    "prefill": (1, 32, 32, 8192, 8192),
-    "decode1": (1, 32, 32, 1, 8192),
-    "decode8": (8, 32, 8, 1, 4096),
+    **_hd.SHAPES,
     "decode1-128k": (1, 32, 32, 1, 131072),
     "decode8-32k": (8, 32, 4, 1, 32768),
     "chunked": (1, 32, 32, 512, 8192),
     "gqa8k": (1, 32, 4, 8192, 8192),
 }
-RULE = dict(window_size=512, chunk_size=64, kv_start=0, mask_lmk=True, expand_to_chunk=True)
+RULE = _hd.RULE
+inputs = _hd.shape_inputs
 BACKENDS = ("triton", "tilelang")
 SHIPPED = "shipped"
 _PATCH = re.compile(r"^([A-Z][A-Z0-9_]*)(?:\[(.+)\])?=(.*)$")
@@ -83,22 +86,25 @@ def launch_module(backend: str):
 
 def value_of(mod, text: str):
     """The value ``text`` writes: literals (numbers, strings, ``None``, booleans, tuples,
-    lists, dicts, sets, a unary minus) and calls of a class that ``mod`` defines or imports
-    (``Config(64, 64, 4, 3, maxnreg=128)``) with such arguments; a ValueError for anything
-    else. Nothing is evaluated but those calls."""
+    lists, dicts, sets, a unary minus or plus on a number) and calls of a class that ``mod``
+    defines or imports under a public name (``Config(64, 64, 4, 3, maxnreg=128)``) with such
+    arguments; a ValueError for anything else (``...`` included: it marks an entry to remove).
+    Nothing is evaluated but those calls."""
     def ev(n):
         if isinstance(n, ast.Constant):
-            return n.value
-        if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            if n.value is None or isinstance(n.value, (bool, int, float, str)):
+                return n.value
+        elif isinstance(n, (ast.Tuple, ast.List, ast.Set)):
             items = [ev(e) for e in n.elts]
             return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(n)](items)
-        if isinstance(n, ast.Dict) and None not in n.keys:
+        elif isinstance(n, ast.Dict) and None not in n.keys:
             return {ev(k): ev(v) for k, v in zip(n.keys, n.values)}
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             x = ev(n.operand)
             if isinstance(x, (int, float)) and not isinstance(x, bool):
                 return -x if isinstance(n.op, ast.USub) else x
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                and not n.func.id.startswith("_")):
             cls = getattr(mod, n.func.id, None)
             if isinstance(cls, type) and all(k.arg for k in n.keywords):
                 return cls(*[ev(a) for a in n.args], **{k.arg: ev(k.value) for k in n.keywords})
@@ -108,7 +114,10 @@ def value_of(mod, text: str):
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
         raise ValueError(f"{text!r} is not a Python expression") from None
-    return ev(tree.body)
+    try:
+        return ev(tree.body)
+    except TypeError as e:  # an unhashable key or member, a class called with wrong arguments
+        raise ValueError(f"{text!r}: {e}") from None
 
 
 def parse_patch(mod, text: str) -> tuple:
@@ -131,6 +140,10 @@ def parse_patch(mod, text: str) -> tuple:
             raise ValueError(f"patch {text!r}: {attr} is a {type(getattr(mod, attr)).__name__}, "
                              "not a dict")
         key = literal(key, "key")
+        try:
+            hash(key)
+        except TypeError:
+            raise ValueError(f"patch {text!r}: the key {key!r} is not hashable") from None
     if value.strip() == "-":
         if key is None:
             raise ValueError(f"patch {text!r}: '-' removes a dict entry, not an attribute")
@@ -150,10 +163,12 @@ def _clear(mod) -> None:
 @contextlib.contextmanager
 def patched(mod, patches: list[tuple]):
     """``mod`` with ``patches`` (:func:`parse_patch`) applied, restored after. A dict
-    attribute is changed and restored in place (other modules may hold it)."""
+    attribute is changed and restored in place (other modules may hold it). Each entry gets
+    a copy of its patch's value: what one call does to it, the next does not see."""
     saved = []
     try:
         for attr, key, value in patches:
+            value = copy.deepcopy(value)
             if key is None:
                 old = getattr(mod, attr)
                 if isinstance(old, dict) and isinstance(value, dict):
@@ -208,17 +223,6 @@ def parse_rule(texts: list[str], shapes: list[str]) -> dict[str, float]:
     return rule
 
 
-def inputs(dims: tuple, D: int, device, seed: int = 0):
-    """``(q, k, v)`` bf16 of ``dims = (B, Hq, Hkv, Lq, Lk)`` at head dim ``D``: fresh
-    normal values on ``device`` (``meta``: empty stand-ins)."""
-    B, Hq, Hkv, Lq, Lk = dims
-    sizes = ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))
-    if str(device) == "meta":
-        return tuple(torch.empty(s, dtype=torch.bfloat16, device="meta") for s in sizes)
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    return tuple(torch.randn(s, generator=g).to(torch.bfloat16).to(device) for s in sizes)
-
-
 def tilelang_jobs(mod, patches: list[tuple], dims: tuple, D: int) -> set[tuple]:
     """The ``(kind, args)`` kernels TileLang's call builds under ``patches``, planned on
     ``meta`` tensors (nothing built)."""
@@ -232,7 +236,9 @@ def tilelang_jobs(mod, patches: list[tuple], dims: tuple, D: int) -> set[tuple]:
 
 def decide(res: dict, rule: dict[str, float]) -> dict:
     """Per variant: whether it passes the rule (the module's docstring, 4), why not, and its
-    ratios to ``shipped``, ``{shape: {D: ratio}}``. Empty without a rule."""
+    ratios to ``shipped``, ``{shape: {D: ratio}}``. Empty without a rule. A variant whose
+    every checked call plans what ``shipped`` plans (``same_plan``) does not pass: its patch
+    reaches none of the calls, and its ratios are noise."""
     us = {(r["shape"], r["D"], r["variant"]): r["us"] for r in res["rows"]}
     out = {}
     if not rule:
@@ -247,6 +253,10 @@ def decide(res: dict, rule: dict[str, float]) -> dict:
         if any(n[2] == v for n in res["not_run"]) or any(f[2] == v for f in res["failed"]):
             ok = False
             why.append("not run everywhere")
+        mine = [c for c in res["checks"] if c["variant"] == v]
+        if mine and all(c.get("same_plan") for c in mine):
+            ok = False
+            why.append("the patch changes no call's plan")
         for (s, D, var), t in us.items():
             if var != v:
                 continue
@@ -255,7 +265,8 @@ def decide(res: dict, rule: dict[str, float]) -> dict:
             ratios.setdefault(s, {})[D] = r
             if s in rule and (r is None or r > rule[s]):
                 ok = False
-                why.append(f"{s} D={D}: {'untimed' if r is None else f'{r:.3f}'} > {rule[s]}")
+                what = ("untimed" if not t else "shipped untimed") if r is None else f"{r:.3f}"
+                why.append(f"{s} D={D}: {what} > {rule[s]}")
         out[v] = dict(passes=ok, ratios=ratios, why=why)
     return out
 
@@ -270,24 +281,30 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
     items = [(s, D, v) for s in shapes for D in dims_list for v in variants]
     errs, per_item = {}, {}
     cuda = device.startswith("cuda")
+    failed = []
     if backend == "tilelang" and cuda:
         from tools import tl_lower
-        per_item = {i: tilelang_jobs(mod, variants[i[2]], shapes[i[0]], i[1]) for i in items}
+        for i in items:
+            try:  # a patch the planner refuses: reported with the item, the others go on
+                per_item[i] = tilelang_jobs(mod, variants[i[2]], shapes[i[0]], i[1])
+            except Exception as e:
+                failed.append([*i, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"])
+        items = [i for i in items if i in per_item]
         need = sorted(set().union(*per_item.values()), key=repr)
         errs = tl_lower.lower_all(need, workers, build=True)  # before CUDA: workers fork
         log(f"built {len(need) - len(errs)} of {len(need)} kernels in {time.time() - t0:.0f} s")
     pkg = importlib.import_module(f"{backend}_impl")
     from tools.bench import Timer
     from tools.lab_head_dims import _compare
-    from tools._common import attention_flops
+    from tools._common import attention_flops, run_commit
     res = dict(device=torch.cuda.get_device_name() if cuda else device, backend=backend,
-               rule_args=RULE,
+               commit=run_commit(), rule_args=RULE,
                shapes=shapes, dims=dims_list, rule=rule,
                variants={v: [list(p) if p[2] is not ... else [p[0], p[1], "-"] for p in ps]
                          for v, ps in variants.items()},
                build_errors=[f"{kind}{args}: {e}" for (kind, args), e in errs.items()],
                not_run=[list(i) for i in items if per_item.get(i, set()) & set(errs)],
-               rows=[], checks=[], failed=[])
+               rows=[], checks=[], failed=failed)
 
     def dump():
         res["seconds"] = time.time() - t0

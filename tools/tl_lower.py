@@ -32,8 +32,10 @@ and running is the GPU tier's.
 ``--changed-by PATCH`` (``tools/lab_patch.py``'s syntax for a table of ``tilelang_impl.launch``,
 e.g. ``'TC_WIDER[80]=96'``; repeatable) plans the tier twice, as shipped and patched, names the
 cases whose kernels differ (:func:`changed_cases`; ``--ids-out`` writes them for
-``tools/gpu_all.sh``'s ``ONLY``) and lowers only the kernels the patch adds: the CPU's part of
-the evidence for a table change, and the GPU conformance run it needs, nothing more.
+``tools/gpu_all.sh``'s ``ONLY``, and refuses, exit status 1, to write none: an empty ``ONLY``
+runs the whole tier) and lowers only the kernels the patch adds. Only kernels are compared:
+a table that changes how a call runs without changing a kernel's arguments changes no case
+here.
 
 ``--build`` (on the GPU host) builds the kernels instead, nvcc included, each exactly as
 the launcher would (:func:`build_one`), into TileLang's disk cache: a later process on
@@ -274,11 +276,17 @@ def main(argv=None) -> int:
     except ValueError as e:  # a bad patch, a selection that matches nothing, a bad expression
         ap.error(str(e))
     if patches:
-        with patched(launch, patches):
-            after = tier_kernels(a.tier, a.sms, only, a.where)
+        try:
+            with patched(launch, patches):
+                after = tier_kernels(a.tier, a.sms, only, a.where)
+        except Exception as e:  # a value the planner cannot use (a str for a count, ...)
+            ap.error(f"the planner refuses {a.changed_by}: {type(e).__name__}: {e}")
         ids = changed_cases(wanted, after)
         print(f"{len(ids)} cases of the {a.tier} tier change kernels under {a.changed_by}: "
               + ",".join(ids), flush=True)
+        if a.ids_out and not ids:  # an empty ONLY would run gpu_all.sh's whole tier
+            print(f"no case changes: {a.ids_out} not written")
+            return 1
         if a.ids_out:
             with open(a.ids_out, "w") as f:
                 f.write(",".join(ids))
