@@ -147,3 +147,23 @@ def test_cli_parses_pairs_and_refuses_bad_ones(capsys):
         with pytest.raises(SystemExit):
             lab.main(["--out", "x.json", "--dims", bad])
         assert why in capsys.readouterr().err
+
+
+def test_interleaved_rounds_alternate_and_drop_what_cannot_be_timed():
+    """The timing loop both labs share: each round in the reverse order of the one before, a
+    key whose graph fails dropped after its first round, results yielded after every round."""
+    seen = []
+
+    class FakeTimer:
+        def graph(self, call, sets):
+            seen.append(call)
+            return (None, "capture failed") if call == "b" else (0.001 * len(seen), "")
+    calls = {k: (k, [()]) for k in "abc"}
+    got = [(dict((k, list(v)) for k, v in t.items()), dict(w))
+           for t, w in lab.interleaved(FakeTimer(), calls, 3, log=lambda *a: None)]
+    assert seen == ["a", "b", "c", "c", "a", "a", "c"]
+    assert got[-1][0] == {"a": [1.0, 5.0, 6.0], "b": [], "c": [3.0, 4.0, 7.0]}
+    assert got[-1][1] == {"b": "capture failed"} and len(got) == 3
+    rows = lab.rows({("prefill", 64, "own"): [100.0, 120.0]}, {}, lab.SHAPES,
+                    {("prefill", 64, "own"): "fwd_tc"})
+    assert rows[0]["us"] == 110.0 and rows[0]["plan"] == "fwd_tc" and rows[0]["tflops"] > 0

@@ -168,14 +168,23 @@ def _planned(item: tuple[str, int, str], fn):
         return fn(api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE), q, k, v)
 
 
-def item_jobs(item: tuple[str, int, str]) -> set[tuple]:
-    """The ``(kind, args)`` kernels an item's call builds, planned on ``meta`` tensors
-    through the real adapter and launcher (``tools.tl_lower.recording``: nothing built)."""
+def meta_jobs(dims: tuple, D: int) -> set[tuple]:
+    """The ``(kind, args)`` kernels the call of ``dims = (B, Hq, Hkv, Lq, Lk)`` at head dim
+    ``D`` builds with the tables as they stand, planned on ``meta`` tensors through the real
+    adapter and launcher (``tools.tl_lower.recording``: nothing built)."""
     from tilelang_impl import api
     from tools.tl_lower import recording
+    q, k, v = shape_inputs(dims, D, "meta")
     with recording() as got:
-        _planned(item, api._run_cuda)
+        api._run_cuda(api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE), q, k, v)
     return set(got)
+
+
+def item_jobs(item: tuple[str, int, str]) -> set[tuple]:
+    """:func:`meta_jobs` of an item's call, its table set."""
+    shape, D, variant = item
+    with table(D, variant):
+        return meta_jobs(SHAPES[shape], D)
 
 
 def jobs(todo: list[tuple[str, int, str]]) -> list[tuple]:
@@ -215,7 +224,6 @@ def run(dims: list, shapes: list[str], reps: int, rounds: int, workers: int,
     errs = tl_lower.lower_all(need, workers, build=True)  # before CUDA: worker processes fork
     log(f"built {len(need) - len(errs)} of {len(need)} kernels in {time.time() - t0:.0f} s")
     import tilelang_impl
-    from tools._common import attention_flops
     from tools.bench import Timer
     res = dict(device=torch.cuda.get_device_name(), rule=RULE,
                build_errors=[f"{kind}{args}: {e}" for (kind, args), e in errs.items()],
@@ -247,32 +255,48 @@ def run(dims: list, shapes: list[str], reps: int, rounds: int, workers: int,
             log(json.dumps(chk))
     del outs
     dump()
+    timed = {key: (c, [x]) for key, (c, x, _) in calls.items()}
+    for times, why in interleaved(timer, timed, rounds, log):
+        res["rows"] = rows(times, why, SHAPES, {key: plan for key, (_, _, plan) in calls.items()})
+        dump()
+    log(summary(res))
+    return res
+
+
+def interleaved(timer, calls: dict, rounds: int, log=print):
+    """Kernel-only times of ``calls`` (``{key: (call, input sets)}``, ``timer.graph``: CUDA-graph
+    replay) in ``rounds`` rounds, each in the order of the one before reversed; after each
+    round, yields ``(times, why)``: ``{key: [us per round]}`` and ``{key: reason}`` of the keys
+    dropped because a graph could not be timed. Both labs time this way (``tools.lab_patch``)."""
     times = {key: [] for key in calls}
     why = {}
     for r in range(rounds):
-        order = list(calls) if r % 2 == 0 else list(reversed(list(calls)))
-        for key in order:
+        for key in (list(calls) if r % 2 == 0 else list(reversed(list(calls)))):
             if key in why:
                 continue
-            c, x, _ = calls[key]
-            t, reason = timer.graph(c, [x])
+            t, reason = timer.graph(*calls[key])
             if t is None:
                 why[key] = reason
                 log(f"{key}: not timed: {reason}")
             else:
                 times[key].append(t * 1e3)
-        res["rows"] = []
-        for (shape, D, variant), us in times.items():
-            B, Hq, _, Lq, Lk = SHAPES[shape]
-            med = statistics.median(us) if us else None
-            flops = attention_flops(B, Hq, Lq, Lk, D, **RULE)
-            res["rows"].append(dict(shape=shape, D=D, variant=variant, us=med, rounds_us=us,
-                                    tflops=flops / (med * 1e-6) / 1e12 if med else None,
-                                    why=why.get((shape, D, variant)),
-                                    plan=calls[(shape, D, variant)][2]))
-        dump()
-    log(summary(res))
-    return res
+        yield times, why
+
+
+def rows(times: dict, why: dict, shapes: dict, plans: dict) -> list[dict]:
+    """The JSON rows of :func:`interleaved`'s ``(shape, D, variant)`` keys: the median us, the
+    rounds, TFLOP/s over visible pairs at ``D`` (:data:`RULE`, ``shapes[shape]`` the sizes),
+    why a key was not timed, and what its call ran (``plans``)."""
+    from tools._common import attention_flops
+    out = []
+    for (shape, D, variant), us in times.items():
+        B, Hq, _, Lq, Lk = shapes[shape]
+        med = statistics.median(us) if us else None
+        flops = attention_flops(B, Hq, Lq, Lk, D, **RULE)
+        out.append(dict(shape=shape, D=D, variant=variant, us=med, rounds_us=us,
+                        tflops=flops / (med * 1e-6) / 1e12 if med else None,
+                        why=why.get((shape, D, variant)), plan=plans[(shape, D, variant)]))
+    return out
 
 
 def summary(res: dict) -> str:

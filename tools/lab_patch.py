@@ -54,7 +54,6 @@ import copy
 import importlib
 import json
 import re
-import statistics
 import sys
 import time
 
@@ -225,13 +224,14 @@ def parse_rule(texts: list[str], shapes: list[str]) -> dict[str, float]:
 
 def tilelang_jobs(mod, patches: list[tuple], dims: tuple, D: int) -> set[tuple]:
     """The ``(kind, args)`` kernels TileLang's call builds under ``patches``, planned on
-    ``meta`` tensors (nothing built)."""
-    from tilelang_impl import api
-    from tools.tl_lower import recording
-    q, k, v = inputs(dims, D, "meta")
-    with recording() as got, patched(mod, patches):
-        api._run_cuda(api._problem(q, k, v, devices=("meta",), sm_scale=None, **RULE), q, k, v)
-    return set(got)
+    ``meta`` tensors (``tools.lab_head_dims.meta_jobs``: nothing built)."""
+    with patched(mod, patches):
+        return _hd.meta_jobs(dims, D)
+
+
+def _why(e: Exception) -> str:
+    """An exception in one line for the JSON's ``failed``."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
 
 
 def decide(res: dict, rule: dict[str, float]) -> dict:
@@ -288,7 +288,7 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
             try:  # a patch the planner refuses: reported with the item, the others go on
                 per_item[i] = tilelang_jobs(mod, variants[i[2]], shapes[i[0]], i[1])
             except Exception as e:
-                failed.append([*i, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"])
+                failed.append([*i, _why(e)])
         items = [i for i in items if i in per_item]
         need = sorted(set().union(*per_item.values()), key=repr)
         errs = tl_lower.lower_all(need, workers, build=True)  # before CUDA: workers fork
@@ -296,7 +296,7 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
     pkg = importlib.import_module(f"{backend}_impl")
     from tools.bench import Timer
     from tools.lab_head_dims import _compare
-    from tools._common import attention_flops, run_commit
+    from tools._common import run_commit
     res = dict(device=torch.cuda.get_device_name() if cuda else device, backend=backend,
                commit=run_commit(), rule_args=RULE,
                shapes=shapes, dims=dims_list, rule=rule,
@@ -327,7 +327,7 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
                 torch.cuda.synchronize()
             calls[(s, D, v)] = call
         except Exception as e:
-            res["failed"].append([s, D, v, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"])
+            res["failed"].append([s, D, v, _why(e)])
             log(f"{(s, D, v)}: failed: {res['failed'][-1][3]}")
     for (s, D, v) in calls:
         if v != SHIPPED and (s, D, SHIPPED) in outs:
@@ -338,27 +338,9 @@ def run(backend: str, variants: dict[str, list[tuple]], shapes: dict[str, tuple]
             log(json.dumps(chk))
     del outs
     dump()
-    timer = Timer(device, reps)
-    times = {key: [] for key in calls}
-    why = {}
-    for r in range(rounds):
-        for key in (list(calls) if r % 2 == 0 else list(reversed(list(calls)))):
-            if key in why:
-                continue
-            t, reason = timer.graph(calls[key], [data[key[:2]]])
-            if t is None:
-                why[key] = reason
-                log(f"{key}: not timed: {reason}")
-            else:
-                times[key].append(t * 1e3)
-        res["rows"] = []
-        for (s, D, v), us in times.items():
-            B, Hq, _, Lq, Lk = shapes[s]
-            med = statistics.median(us) if us else None
-            flops = attention_flops(B, Hq, Lq, Lk, D, **RULE)
-            res["rows"].append(dict(shape=s, D=D, variant=v, us=med, rounds_us=us,
-                                    tflops=flops / (med * 1e-6) / 1e12 if med else None,
-                                    why=why.get((s, D, v)), plan=plans[(s, D, v)]))
+    timed = {key: (c, [data[key[:2]]]) for key, c in calls.items()}
+    for times, why in _hd.interleaved(Timer(device, reps), timed, rounds, log):
+        res["rows"] = _hd.rows(times, why, shapes, plans)
         res["decision"] = decide(res, rule)
         dump()
     log(summary(res))
