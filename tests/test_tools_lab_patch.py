@@ -216,3 +216,8 @@ def test_a_dry_run_on_the_cpu_checks_each_variant_against_shipped(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["variants"]["unread"] == [["PACK_MIN_GROUP", None, None]]
     assert saved["variants"]["rows64"][0][:2] == ["PREFILL", ["16", 32]]
+
+
+def test_a_failure_without_text_is_reported_not_raised():
+    assert lab._why(RuntimeError()) == "RuntimeError: "
+    assert lab._why(ValueError("bad tile\nmore")) == "ValueError: bad tile"

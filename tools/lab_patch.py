@@ -231,7 +231,7 @@ def tilelang_jobs(mod, patches: list[tuple], dims: tuple, D: int) -> set[tuple]:
 
 def _why(e: Exception) -> str:
     """An exception in one line for the JSON's ``failed``."""
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"  # '' has no lines
 
 
 def decide(res: dict, rule: dict[str, float]) -> dict:
